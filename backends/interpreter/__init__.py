@@ -1,0 +1,1 @@
+"""glow_interpreter: the numpy reference backend, the specification of every primitive."""

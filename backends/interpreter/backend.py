@@ -1,0 +1,96 @@
+"""The interpreter backend: runs the low-level IR over the planned memory regions with numpy kernels.
+
+Every buffer is a numpy view into one of three byte arrays (constant, mutable,
+activations) at the offset the memory plan gave it, so every run exercises the
+plan: two live buffers that overlapped would corrupt each other's results.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from glow_core.backend import Backend, CompiledFunction, NodeInfo
+from glow_core.errors import GlowError
+from glow_core.ir import PSEUDO, IRFunction
+from glow_core.ops.registry import get_op, get_primitive
+
+from . import kernels
+
+
+class InterpreterFunction(CompiledFunction):
+    """An IRFunction bound to its three memory regions."""
+
+    def __init__(self, irf: IRFunction):
+        self.irf = irf
+        plan = irf.plan
+        self.constant = bytearray(irf.constant_blob())
+        self.mutable = bytearray(plan.mutable_size)
+        self.activations = bytearray(plan.activations_size)
+        self._views = {}
+        self.steps = []
+        for ins in irf.instrs:
+            if ins.op in PSEUDO:
+                continue
+            outs = [self._view(b) for b in ins.outs]
+            ins_arrays = [self._view(b) for b in ins.ins]
+            attrs = {k: v for k, v in ins.attrs.items() if not k.startswith("_")}
+            if get_primitive(ins.op) is not None:
+                self.steps.append((ins, "prim", outs, ins_arrays, attrs))
+            else:
+                opt = ins.attrs.get("_optional")
+                self.steps.append((ins, "ext", outs, ins_arrays, attrs, opt))
+
+    def _region(self, kind):
+        return {"constant": self.constant, "mutable": self.mutable, "activation": self.activations}[kind]
+
+    def _view(self, b):
+        if id(b) not in self._views:
+            t = b.type
+            region = self._region(b.region)
+            arr = np.frombuffer(region, dtype=t.dtype.np, count=t.numel, offset=b.address).reshape(t.shape)
+            self._views[id(b)] = arr
+        return self._views[id(b)]
+
+    def execute(self, inputs):
+        for name, b in self.irf.inputs.items():
+            self._view(b)[...] = inputs[name]
+        for step in self.steps:
+            ins, kind, outs, args = step[:4]
+            attrs = step[4]
+            try:
+                if kind == "prim":
+                    results = kernels.run_primitive(ins.op, list(args), attrs,
+                                                    [o.dtype for o in outs])
+                else:
+                    it = iter(args)
+                    arrays = [None if missing else next(it) for missing in (step[5] or [False] * len(args))]
+                    d = get_op(ins.op)
+                    with np.errstate(all="ignore"):
+                        r = d.kernel(*arrays, **attrs)
+                    results = list(r) if isinstance(r, (tuple, list)) else [r]
+            except GlowError as e:
+                raise GlowError(f"instruction '{ins.name}' ({ins.op}): {e}") from None
+            for o, r in zip(outs, results):
+                r = np.asarray(r)
+                if np.shares_memory(r, o):
+                    r = r.copy()
+                if r.shape != o.shape:
+                    raise GlowError(f"instruction '{ins.name}' ({ins.op}): kernel returned shape {r.shape}, "
+                                    f"the IR says {o.shape}")
+                o[...] = r.astype(o.dtype, copy=False)
+        return {name: self._view(b).copy() for name, b in self.irf.outputs.items()}
+
+
+class InterpreterBackend(Backend):
+    """The reference backend: supports every primitive and extended op with every dtype its kernel accepts."""
+
+    name = "interpreter"
+
+    def is_op_supported(self, node_info: NodeInfo) -> bool:
+        p = get_primitive(node_info.op)
+        if p is not None:
+            return not node_info.in_dtypes or node_info.in_dtypes[0] in p.dtypes
+        d = get_op(node_info.op)
+        return d is not None and d.kernel is not None
+
+    def compile(self, function: IRFunction, options) -> CompiledFunction:
+        return InterpreterFunction(function)

@@ -1,0 +1,164 @@
+"""The public entry point: ``glow_core.compile(model, backend=..., **options)``.
+
+A ``CompiledModel`` checks inputs by name, dtype and shape, then runs the
+function compiled for those shapes. Models with symbolic dimensions, or whose
+inputs feed shape operands (Reshape's shape, Expand's shape, ...), are
+compiled for the concrete shapes and values of the first inputs they see and
+recompiled when those change (each specialization is cached).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .backend import Backend, NodeInfo
+from .errors import GlowError, InputError, NeedsSpecialization, UnsupportedOpError
+from .graph import Function
+from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
+from .ir import IRFunction, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
+from .lower import lower
+from .passes import run_pipeline
+from .registry import get_backend
+from .types import dtype
+
+POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
+
+
+@dataclass
+class CompileResult:
+    """Everything one compilation produced: graphs, IR, plan, the backend's function and statistics."""
+
+    graph: Function
+    ir: IRFunction
+    compiled: Any
+    stats: dict = field(default_factory=dict)
+
+
+def compile_function(model, backend: Backend, input_shapes=None, constants=None, options=None) -> CompileResult:
+    """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
+    options = dict(options or {})
+    m, _ = load_model(model)
+    fn = import_model(m, input_shapes=input_shapes, constants=constants)
+    stats = {"imported_nodes": len(fn.nodes)}
+    if options.get("optimize", True):
+        stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
+    stats["lowered"] = lower(fn, backend.should_lower)
+    backend.transform_post_lowering(fn)
+    if options.get("optimize", True):
+        stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
+    fn.toposort()
+    fn.verify()
+    bad = [n for n in fn.nodes if not backend.is_op_supported(NodeInfo.of(n))]
+    if bad:
+        lines = [f"node '{n.name}': op {n.op} with dtypes {', '.join(v.dtype.name for v in n.inputs if v)}"
+                 for n in bad[:10]]
+        raise UnsupportedOpError(f"backend '{backend.name}' does not support: " + "; ".join(lines)
+                                 + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""))
+    irf = generate_ir(fn)
+    stats["dead_instructions"] = remove_dead_allocations(irf)
+    stats["shared_buffers"] = share_buffers(irf) if backend.should_share_buffers() else 0
+    stats["copies_removed"] = eliminate_copies(irf)
+    verify_ir(irf)
+    problems = backend.verify(irf)
+    if problems:
+        raise UnsupportedOpError("; ".join(problems[:10]))
+    plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
+    compiled = backend.compile(irf, options)
+    return CompileResult(fn, irf, compiled, stats)
+
+
+class CompiledModel:
+    """A model compiled for one backend; call ``run(inputs)`` (or the object) with numpy arrays by name."""
+
+    def __init__(self, model, backend="interpreter", **options):
+        self.model, _ = load_model(model)
+        self.backend = get_backend(backend)
+        self.input_shapes = dict(options.pop("input_shapes", None) or {})
+        self.options = options
+        self.specs = graph_input_specs(self.model)
+        self.input_names = [s[0] for s in self.specs]
+        self.output_names = [o.name for o in self.model.graph.output]
+        self._dtypes = {}
+        for nm, elem, _ in self.specs:
+            try:
+                self._dtypes[nm] = dtype(elem)
+            except GlowError as e:
+                raise UnsupportedOpError(f"graph input '{nm}': {e}") from None
+        self.specialized = shape_operand_inputs(self.model)
+        self._cache: dict = {}
+        self.last: CompileResult | None = None
+        static = all(all(isinstance(d, int) for d in dims) or nm in self.input_shapes for nm, _, dims in self.specs)
+        if static and not self.specialized:
+            try:
+                self._get(self._static_key())
+            except NeedsSpecialization as e:
+                self.specialized |= e.inputs
+
+    def _static_key(self):
+        shapes = tuple((nm, tuple(self.input_shapes.get(nm, dims))) for nm, _, dims in self.specs)
+        return shapes, ()
+
+    def _get(self, key, values=None):
+        if key not in self._cache:
+            shapes, spec = key
+            constants = {nm: values[nm] for nm, _ in spec} if spec else None
+            self._cache[key] = compile_function(self.model, self.backend, dict(shapes), constants, self.options)
+        self.last = self._cache[key]
+        return self.last
+
+    @property
+    def ir(self) -> IRFunction:
+        """The low-level IR of the most recent compilation."""
+        return self.last.ir if self.last else None
+
+    def check_inputs(self, inputs: dict) -> dict[str, np.ndarray]:
+        """Inputs as arrays, checked by name, dtype and shape against the model."""
+        if not isinstance(inputs, dict):
+            raise InputError(f"inputs must be a dict of name -> array; the model takes {self.input_names}")
+        unknown = [k for k in inputs if k not in self._dtypes]
+        if unknown:
+            raise InputError(f"unknown input(s) {unknown}; the model takes {self.input_names}")
+        missing = [k for k in self.input_names if k not in inputs]
+        if missing:
+            raise InputError(f"missing input(s) {missing}; the model takes {self.input_names}")
+        out = {}
+        for nm, _, dims in self.specs:
+            a = np.asarray(inputs[nm])
+            want = self._dtypes[nm]
+            if a.dtype != want.np:
+                raise InputError(f"input '{nm}': dtype {a.dtype} given, the model expects {want.name}")
+            fixed = self.input_shapes.get(nm, dims)
+            if a.ndim != len(fixed) or any(isinstance(d, int) and d != s for d, s in zip(fixed, a.shape)):
+                raise InputError(f"input '{nm}': shape {a.shape} given, the model expects "
+                                 f"{tuple(fixed)}")
+            out[nm] = np.ascontiguousarray(a)
+        return out
+
+    def run(self, inputs: dict) -> dict[str, np.ndarray]:
+        """Run the model: inputs and outputs are numpy arrays by name."""
+        arrays = self.check_inputs(inputs)
+        for _ in range(8):
+            shapes = tuple((nm, arrays[nm].shape) for nm in self.input_names)
+            spec = tuple((nm, (arrays[nm].dtype.str, arrays[nm].tobytes())) for nm in self.input_names
+                         if nm in self.specialized)
+            try:
+                res = self._get((shapes, spec), arrays)
+                break
+            except NeedsSpecialization as e:
+                new = e.inputs - self.specialized
+                if not new:
+                    raise
+                self.specialized |= new
+        else:
+            raise GlowError("could not specialize the model's shape inputs")
+        feed = {nm: a for nm, a in arrays.items() if nm in res.ir.inputs}
+        return res.compiled.execute(feed)
+
+    __call__ = run
+
+
+def compile(model, backend: str | Backend = "interpreter", **options) -> CompiledModel:  # noqa: A001
+    """Compile ``model`` (a path, bytes or onnx.ModelProto) for ``backend``; returns a CompiledModel."""
+    return CompiledModel(model, backend, **options)

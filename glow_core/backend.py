@@ -1,0 +1,105 @@
+"""The Backend ABC: what a vendor implements, and the defaults of everything else.
+
+Required: ``name``, ``is_op_supported(node_info)`` and ``compile(function,
+options)``. Every other hook has a default that suits a device which runs
+the primitive set and nothing more.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .graph import Function, Node
+from .ir import IRFunction
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What ``is_op_supported`` is asked about: an op with its input/output dtypes and attributes."""
+
+    op: str
+    in_dtypes: tuple[str, ...]
+    out_dtypes: tuple[str, ...]
+    attrs: dict = field(default_factory=dict, compare=False, hash=False)
+    name: str = ""
+
+    @classmethod
+    def of(cls, node_or_instr) -> "NodeInfo":
+        if isinstance(node_or_instr, Node):
+            n = node_or_instr
+            return cls(n.op, tuple(v.dtype.name for v in n.inputs if v is not None),
+                       tuple(v.dtype.name for v in n.outputs), dict(n.attrs), n.name)
+        ins = node_or_instr
+        return cls(ins.op, tuple(b.type.dtype.name for b in ins.ins), tuple(b.type.dtype.name for b in ins.outs),
+                   dict(ins.attrs), ins.name)
+
+
+class CompiledFunction(abc.ABC):
+    """A function compiled for one backend; ``execute`` maps input arrays by name to output arrays by name."""
+
+    @abc.abstractmethod
+    def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once. Inputs are already checked against the function's types by the caller."""
+
+
+class Backend(abc.ABC):
+    """Base class of every backend, built-in or vendor. Register it in the ``glow_core.backends`` entry points."""
+
+    #: The name users select it by (also its entry-point name).
+    name: str = ""
+
+    @abc.abstractmethod
+    def is_op_supported(self, node_info: NodeInfo) -> bool:
+        """Whether this backend can execute ``node_info.op`` with these dtypes (after lowering)."""
+
+    @abc.abstractmethod
+    def compile(self, function: IRFunction, options: dict[str, Any]) -> CompiledFunction:
+        """Turn the planned low-level IR (with ``function.graph`` and ``function.plan``) into something runnable."""
+
+    # -- optional hooks ------------------------------------------------------------------------------
+    def should_lower(self, node: Node) -> bool:
+        """Return False to keep a high-level node whole (the backend then implements it). Default: lower all."""
+        return True
+
+    def transform_post_lowering(self, function: Function) -> bool:
+        """Backend-specific graph rewrites after lowering (fusions). Return True if anything changed."""
+        return False
+
+    def supports_fused_activation(self, op: str, activation: str) -> bool:
+        """Whether ``op`` may absorb ``activation`` (e.g. conv + relu) in ``transform_post_lowering``."""
+        return False
+
+    def verify(self, function: IRFunction) -> list[str]:
+        """Messages for anything this backend cannot run; empty when it can. Default: check is_op_supported."""
+        bad = []
+        for ins in function.code:
+            info = NodeInfo.of(ins)
+            if not self.is_op_supported(info):
+                bad.append(f"instruction '{ins.name}': op {info.op} with input dtypes "
+                           f"{', '.join(info.in_dtypes) or '-'} is not supported by backend '{self.name}'")
+        return bad
+
+    def optimization_pipeline(self) -> list[str]:
+        """Names of the graph passes to run (see ``glow_core.passes.PASSES``), in order."""
+        from .passes import DEFAULT_PIPELINE
+        return list(DEFAULT_PIPELINE)
+
+    def should_share_buffers(self) -> bool:
+        """Whether IR buffer sharing (in-place reuse) may run for this backend."""
+        return True
+
+    def memory_capacity(self) -> int | None:
+        """Bytes of activation memory the device has, or None for no limit."""
+        return None
+
+    def known_failures(self) -> list[tuple[str, str]]:
+        """Conformance case patterns (fnmatch) expected to fail, each with its reason: they become strict xfails."""
+        return []
+
+    def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
+        """Write a standalone bundle for ``function`` into ``out_dir``; returns the files written."""
+        from .errors import BackendError
+        raise BackendError(f"backend '{self.name}' cannot emit bundles")

@@ -1,0 +1,242 @@
+"""The high-level graph IR: typed SSA values, nodes, constants and placeholders.
+
+A ``Function`` holds placeholders (its inputs), constants (weights), nodes in
+topological order and its outputs. A node's op is a high-level op (an ONNX op
+type such as ``"Conv"``) or a primitive (lower case, such as ``"conv"``); the
+registry in ``glow_core.ops`` describes both.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import VerifyError
+from .types import TensorType, tensor_type_of
+
+_ids = itertools.count()
+
+
+class Value:
+    """An SSA value: a placeholder (function input), a constant, or a node output."""
+
+    __slots__ = ("name", "type", "producer", "const", "kind", "id")
+
+    def __init__(self, name: str, type: TensorType, kind: str, producer: "Node | None" = None,
+                 const: np.ndarray | None = None):
+        self.name = name
+        self.type = type
+        self.kind = kind  # "placeholder" | "constant" | "node"
+        self.producer = producer
+        self.const = const
+        self.id = next(_ids)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    @property
+    def rank(self) -> int:
+        return self.type.rank
+
+    @property
+    def is_const(self) -> bool:
+        return self.kind == "constant"
+
+    def __repr__(self) -> str:
+        return f"%{self.name}: {self.type}"
+
+
+@dataclass(eq=False)
+class Node:
+    """One operation: op name, input values, attributes and output values."""
+
+    op: str
+    inputs: list[Value]
+    attrs: dict[str, Any]
+    outputs: list[Value] = field(default_factory=list)
+    name: str = ""
+    opset: int = 0
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"%{v.name}" if v is not None else "-" for v in self.inputs)
+        outs = ", ".join(f"%{v.name}" for v in self.outputs)
+        return f"{outs} = {self.op}({ins}) {self.attrs or ''}".rstrip()
+
+
+class Function:
+    """A graph function: placeholders, constants, nodes (topologically ordered), outputs."""
+
+    def __init__(self, name: str = "main"):
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.output_names: list[str] = []
+        self.nodes: list[Node] = []
+        self._names: set[str] = set()
+
+    # -- construction -------------------------------------------------------------------
+    def unique_name(self, base: str) -> str:
+        base = base or "v"
+        name, k = base, 0
+        while name in self._names:
+            k += 1
+            name = f"{base}__{k}"
+        self._names.add(name)
+        return name
+
+    def add_input(self, name: str, type: TensorType) -> Value:
+        v = Value(self.unique_name(name), type, "placeholder")
+        self.inputs.append(v)
+        return v
+
+    def constant(self, array: np.ndarray, name: str = "const") -> Value:
+        array = np.asarray(array)
+        return Value(self.unique_name(name), tensor_type_of(array), "constant", const=array)
+
+    def add_node(self, op: str, inputs: list[Value], attrs: dict, out_types: list[TensorType],
+                 name: str = "", opset: int = 0) -> Node:
+        node = Node(op, list(inputs), dict(attrs), [], name or op, opset)
+        for i, t in enumerate(out_types):
+            node.outputs.append(Value(self.unique_name(f"{node.name}" + (f"_{i}" if len(out_types) > 1 else "")),
+                                      t, "node", producer=node))
+        self.nodes.append(node)
+        return node
+
+    def set_outputs(self, values: list[Value], names: list[str]):
+        self.outputs = list(values)
+        self.output_names = list(names)
+
+    # -- queries --------------------------------------------------------------------------
+    def constants(self) -> list[Value]:
+        seen: dict[int, Value] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                if v is not None and v.is_const:
+                    seen.setdefault(v.id, v)
+        for v in self.outputs:
+            if v.is_const:
+                seen.setdefault(v.id, v)
+        return list(seen.values())
+
+    def users(self) -> dict[int, list[Node]]:
+        u: dict[int, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                if v is not None:
+                    u.setdefault(v.id, []).append(n)
+        return u
+
+    def replace_uses(self, old: Value, new: Value):
+        """Make every use of ``old`` (node inputs and function outputs) use ``new``."""
+        for n in self.nodes:
+            n.inputs = [new if v is old else v for v in n.inputs]
+        self.outputs = [new if v is old else v for v in self.outputs]
+
+    def toposort(self):
+        """Re-order nodes topologically; raise VerifyError naming a node on a cycle."""
+        producers = {v.id: n for n in self.nodes for v in n.outputs}
+        state: dict[int, int] = {}
+        order: list[Node] = []
+        for root in self.nodes:
+            if id(root) in state:
+                continue
+            stack = [(root, iter(root.inputs))]
+            state[id(root)] = 1
+            while stack:
+                node, it = stack[-1]
+                for v in it:
+                    if v is None:
+                        continue
+                    p = producers.get(v.id)
+                    if p is None:
+                        continue
+                    s = state.get(id(p))
+                    if s == 1:
+                        raise VerifyError(f"cycle in graph: node '{p.name}' ({p.op}) depends on its own output")
+                    if s is None:
+                        state[id(p)] = 1
+                        stack.append((p, iter(p.inputs)))
+                        break
+                else:
+                    stack.pop()
+                    state[id(node)] = 2
+                    order.append(node)
+        self.nodes = order
+
+    def verify(self):
+        """Check SSA form, definitions before uses, and every node's types against its rule."""
+        from .ops.registry import infer_types
+
+        defined = {v.id for v in self.inputs}
+        for n in self.nodes:
+            for i, v in enumerate(n.inputs):
+                if v is None or v.kind == "constant":
+                    continue
+                if v.id not in defined:
+                    raise VerifyError(f"node '{n.name}' ({n.op}) input {i} '%{v.name}' is used before it is defined")
+            expected = infer_types(n.op, [v.type if v is not None else None for v in n.inputs], n.attrs, node=n)
+            got = [v.type for v in n.outputs]
+            if expected is not None and [(t.dtype, t.shape) for t in expected] != [(t.dtype, t.shape) for t in got]:
+                raise VerifyError(f"node '{n.name}' ({n.op}) has output types {[str(t) for t in got]} "
+                                  f"but its rule gives {[str(t) for t in expected]}")
+            for v in n.outputs:
+                if v.id in defined:
+                    raise VerifyError(f"value '%{v.name}' is defined twice (node '{n.name}')")
+                defined.add(v.id)
+        for v in self.outputs:
+            if v.kind != "constant" and v.id not in defined:
+                raise VerifyError(f"function output '%{v.name}' is never defined")
+
+    def dump(self) -> str:
+        """A readable text form of the graph."""
+        lines = [f"function {self.name}"]
+        for v in self.inputs:
+            lines.append(f"  input %{v.name}: {v.type}")
+        for v in self.constants():
+            lines.append(f"  const %{v.name}: {v.type}")
+        for n in self.nodes:
+            ins = ", ".join(f"%{v.name}" if v is not None else "-" for v in n.inputs)
+            outs = ", ".join(f"%{v.name}: {v.type}" for v in n.outputs)
+            attrs = ", ".join(f"{k}={_fmt(v)}" for k, v in n.attrs.items())
+            lines.append(f"  {outs} = {n.op}({ins})" + (f" {{{attrs}}}" if attrs else ""))
+        for name, v in zip(self.output_names, self.outputs):
+            lines.append(f"  output {name} = %{v.name}")
+        return "\n".join(lines)
+
+    def to_dot(self) -> str:
+        """The graph as Graphviz source; names are quoted and escaped."""
+        def q(s):
+            return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        lines = ["digraph glow {", "  rankdir=TB;"]
+        for v in self.inputs:
+            lines.append(f"  v{v.id} [shape=box, label={q(v.name + chr(10) + str(v.type))}];")
+        for i, n in enumerate(self.nodes):
+            lines.append(f"  n{i} [shape=record, label={q(n.op + chr(10) + n.name)}];")
+            for v in n.inputs:
+                if v is None:
+                    continue
+                if v.producer is not None and v.producer in self.nodes:
+                    lines.append(f"  n{self.nodes.index(v.producer)} -> n{i};")
+                elif v.kind == "placeholder":
+                    lines.append(f"  v{v.id} -> n{i};")
+        for name, v in zip(self.output_names, self.outputs):
+            lines.append(f"  o_{abs(hash(name))} [shape=box, label={q(name)}];")
+            if v.producer is not None and v.producer in self.nodes:
+                lines.append(f"  n{self.nodes.index(v.producer)} -> o_{abs(hash(name))};")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _fmt(v):
+    if isinstance(v, np.ndarray):
+        return f"array{v.shape}"
+    if isinstance(v, (list, tuple)) and len(v) > 8:
+        return f"[{', '.join(map(str, v[:8]))}, ...]"
+    return repr(v)

@@ -1,0 +1,371 @@
+"""ONNX importer: ModelProto -> Function of high-level nodes with static types.
+
+Handles the ai.onnx domain from opset 7 to the newest the installed onnx knows,
+initializers and Constant nodes, attribute defaults from ONNX's schema for the
+model's opset, symbolic dimensions (given concrete values) and inputs that feed
+shape operands (given as constants: *specialization*). Nodes whose inputs are
+all constant are evaluated here (constant folding at import).
+"""
+from __future__ import annotations
+
+import os
+from math import prod
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..builder import infer_node_types, lower_node
+from ..errors import GlowError, ImportError_, ModelLoadError, NeedsSpecialization, ShapeError, UnsupportedOpError
+from ..graph import Function, Node
+from ..ops.registry import get_op
+from ..types import TensorType, dtype
+
+MIN_OPSET = 1
+MAX_OPSET = onnx.defs.onnx_opset_version()
+
+
+# -- loading -------------------------------------------------------------------------------------------
+def load_model(model) -> tuple[onnx.ModelProto, str | None]:
+    """Read a path, bytes or ModelProto; external data must stay inside the model's folder."""
+    base_dir = None
+    if isinstance(model, onnx.ModelProto):
+        return model, None
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        where = "model bytes"
+    elif isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        where = path
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise ModelLoadError(f"cannot read model file '{path}': {e.strerror}") from None
+        base_dir = os.path.dirname(os.path.abspath(path))
+    else:
+        raise ModelLoadError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    if not data:
+        raise ModelLoadError(f"{where}: empty file, expected an ONNX ModelProto")
+    m = onnx.ModelProto()
+    try:
+        m.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001  (protobuf's DecodeError and friends)
+        raise ModelLoadError(f"{where}: not a valid ONNX protobuf ({type(e).__name__}: {e})") from None
+    if not m.HasField("graph") or (not m.graph.node and not m.graph.output):
+        raise ModelLoadError(f"{where}: parsed, but holds no graph (truncated or not an ONNX model?)")
+    if _has_external(m):
+        if base_dir is None:
+            raise ModelLoadError(f"{where}: tensors use external data, which needs the model's path, not bytes")
+        _load_external(m, base_dir)
+    return m, base_dir
+
+
+def _tensors(g):
+    yield from g.initializer
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            for sub in list(a.graphs) + ([a.g] if a.HasField("g") else []):
+                yield from _tensors(sub)
+
+
+def _has_external(m):
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(m.graph))
+
+
+def _load_external(m, base_dir):
+    real_base = os.path.realpath(base_dir)
+    for t in _tensors(m.graph):
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        full = os.path.realpath(os.path.join(base_dir, loc))
+        if not loc or os.path.isabs(loc) or os.path.commonpath([full, real_base]) != real_base:
+            raise ModelLoadError(f"tensor '{t.name}': external data location '{loc}' points outside the model's "
+                                 f"folder '{base_dir}'; only relative paths inside it are accepted")
+        if not os.path.isfile(full):
+            raise ModelLoadError(f"tensor '{t.name}': external data file '{loc}' does not exist")
+        offset, length = int(info.get("offset", 0) or 0), info.get("length")
+        size = os.path.getsize(full)
+        want = int(length) if length else size - offset
+        if offset < 0 or offset + want > size:
+            raise ModelLoadError(f"tensor '{t.name}': external data range [{offset}, {offset + want}) exceeds "
+                                 f"file '{loc}' of {size} bytes")
+        with open(full, "rb") as f:
+            f.seek(offset)
+            t.raw_data = f.read(want)
+        t.data_location = onnx.TensorProto.DEFAULT
+        del t.external_data[:]
+
+
+# -- attributes ------------------------------------------------------------------------------------------
+def _attr_value(a: onnx.AttributeProto):
+    v = helper.get_attribute_value(a)
+    if isinstance(v, onnx.TensorProto):
+        return tensor_to_array(v)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [x.decode("utf-8", "replace") for x in v]
+    return v
+
+
+def attrs_to_proto(attrs: dict) -> dict:
+    """Attributes as keyword arguments for ``helper.make_node`` (inverse of import)."""
+    out = {}
+    for k, v in attrs.items():
+        if v is None:
+            continue
+        if isinstance(v, np.ndarray):
+            v = numpy_helper.from_array(v)
+        out[k] = v
+    return out
+
+
+def node_attrs(node: onnx.NodeProto, opset: int, where: str) -> dict:
+    """The node's attributes with ONNX's defaults for this opset filled in."""
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
+    except onnx.defs.SchemaError:
+        schema = None
+    attrs = {a.name: _attr_value(a) for a in node.attribute}
+    if schema is not None:
+        for name in attrs:
+            if name not in schema.attributes:
+                raise ImportError_(f"{where}: unknown attribute '{name}' for {node.op_type} at opset {opset}; "
+                                   f"accepted: {', '.join(sorted(schema.attributes)) or 'none'}")
+        for name, a in schema.attributes.items():
+            if name in attrs:
+                continue
+            if a.required:
+                raise ImportError_(f"{where}: required attribute '{name}' is missing")
+            if a.default_value.type != onnx.AttributeProto.UNDEFINED:
+                attrs[name] = _attr_value(a.default_value)
+            else:
+                attrs[name] = None
+    return attrs
+
+
+def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
+    """A TensorProto as a numpy array; its stored size must match its dims."""
+    name = t.name or "<unnamed>"
+    try:
+        dt = dtype(t.data_type)
+    except GlowError as e:
+        raise ImportError_(f"tensor '{name}': {e}") from None
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise ImportError_(f"tensor '{name}': external data was not loaded")
+    n = prod(t.dims)
+    if t.HasField("raw_data"):
+        bits = {"int4": 4, "uint4": 4, "float4e2m1": 4}.get(dt.name, dt.itemsize * 8)
+        want = (n * bits + 7) // 8
+        if len(t.raw_data) != want:
+            raise ImportError_(f"tensor '{name}': raw data holds {len(t.raw_data)} bytes but {dt.name} "
+                               f"{list(t.dims)} needs {want}")
+    try:
+        arr = numpy_helper.to_array(t)
+    except Exception as e:  # noqa: BLE001
+        raise ImportError_(f"tensor '{name}': cannot decode data of {dt.name} {list(t.dims)}: {e}") from None
+    if arr.size != n:
+        raise ImportError_(f"tensor '{name}': holds {arr.size} elements but dims {list(t.dims)} need {n}")
+    return np.ascontiguousarray(arr.reshape(tuple(t.dims)))
+
+
+# -- import ------------------------------------------------------------------------------------------------
+def model_opset(m: onnx.ModelProto) -> int:
+    ops = {o.domain or "": o.version for o in m.opset_import}
+    if "" not in ops and "ai.onnx" not in ops:
+        if not m.opset_import:
+            raise ImportError_("model declares no opset_import; expected the ai.onnx domain")
+        return MAX_OPSET
+    v = ops.get("", ops.get("ai.onnx"))
+    if not MIN_OPSET <= v <= MAX_OPSET:
+        raise ImportError_(f"model uses ai.onnx opset {v}; this importer accepts opsets {MIN_OPSET} to {MAX_OPSET}")
+    return v
+
+
+def graph_input_specs(m: onnx.ModelProto) -> list[tuple[str, int, list]]:
+    """(name, onnx elem type, dims with str for symbolic) of each real graph input."""
+    inits = {t.name for t in m.graph.initializer}
+    specs = []
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise UnsupportedOpError(f"graph input '{vi.name}' is not a tensor (sequence, map and optional inputs "
+                                     f"are not supported)")
+        dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        specs.append((vi.name, tt.elem_type, dims))
+    return specs
+
+
+def shape_operand_inputs(m: onnx.ModelProto) -> set[str]:
+    """Graph inputs whose values reach an input that determines a shape (to be specialized)."""
+    producers = {o: n for n in m.graph.node for o in n.output}
+    graph_inputs = {vi.name for vi in m.graph.input} - {t.name for t in m.graph.initializer}
+    wanted: set[str] = set()
+    stack = []
+    for n in m.graph.node:
+        d = get_op(n.op_type)
+        if d is None:
+            continue
+        for i in d.const_inputs:
+            if i < len(n.input) and n.input[i]:
+                stack.append(n.input[i])
+    seen = set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in graph_inputs:
+            wanted.add(v)
+        p = producers.get(v)
+        if p is not None and p.op_type not in ("Shape", "Size"):
+            stack.extend(x for x in p.input if x)
+    return wanted
+
+
+def _toposort_nodes(g) -> list:
+    produced = {}
+    for i, n in enumerate(g.node):
+        for o in n.output:
+            if o:
+                produced[o] = i
+    order, state = [], {}
+
+    def visit(i0):
+        stack = [(i0, 0)]
+        state[i0] = 1
+        while stack:
+            i, k = stack.pop()
+            n = g.node[i]
+            ins = [x for x in n.input if x in produced]
+            if k < len(ins):
+                stack.append((i, k + 1))
+                j = produced[ins[k]]
+                if state.get(j) == 1:
+                    raise ImportError_(f"cycle in graph: node '{g.node[j].name or g.node[j].op_type}' "
+                                       f"({g.node[j].op_type}) depends on its own output")
+                if j not in state:
+                    state[j] = 1
+                    stack.append((j, 0))
+            else:
+                state[i] = 2
+                order.append(n)
+
+    for i in range(len(g.node)):
+        if i not in state:
+            visit(i)
+    return order
+
+
+def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants: dict | None = None,
+                 name: str = "main") -> Function:
+    """Build the high-level Function of an ONNX model.
+
+    ``input_shapes`` gives concrete shapes for inputs with symbolic dims; ``constants`` gives values for
+    inputs to specialize (those feeding shape operands). Raises a ``GlowError`` naming the element at fault.
+    """
+    input_shapes = input_shapes or {}
+    constants = constants or {}
+    opset = model_opset(m)
+    fn = Function(m.graph.name or name)
+    env: dict[str, object] = {}
+    for nm, elem, dims in graph_input_specs(m):
+        try:
+            dt = dtype(elem)
+        except GlowError as e:
+            raise UnsupportedOpError(f"graph input '{nm}': {e}") from None
+        if nm in constants:
+            arr = np.asarray(constants[nm])
+            env[nm] = fn.constant(arr.astype(dt.np, copy=False), nm)
+            continue
+        shape = input_shapes.get(nm)
+        if shape is None:
+            if any(not isinstance(d, int) for d in dims):
+                raise ImportError_(f"graph input '{nm}' has symbolic shape {dims}; give concrete dims "
+                                   f"(input_shapes={{'{nm}': (...)}}) or run it once with inputs")
+            shape = dims
+        else:
+            shape = tuple(int(s) for s in shape)
+            if len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape)):
+                raise ImportError_(f"graph input '{nm}': shape {shape} does not match declared {dims}")
+        env[nm] = fn.add_input(nm, TensorType(dt, shape))
+    for t in m.graph.initializer:
+        if t.name not in env:
+            env[t.name] = fn.constant(tensor_to_array(t), t.name or "init")
+    if len(m.graph.sparse_initializer):
+        raise UnsupportedOpError(f"sparse initializer '{m.graph.sparse_initializer[0].values.name}' is not supported")
+
+    for idx, n in enumerate(_toposort_nodes(m.graph)):
+        where = f"node '{n.name or n.op_type + '_' + str(idx)}' ({n.op_type})"
+        if n.domain not in ("", "ai.onnx"):
+            raise UnsupportedOpError(f"{where}: domain '{n.domain}' is not supported; accepted: ai.onnx")
+        d = get_op(n.op_type)
+        if d is None:
+            raise UnsupportedOpError(f"{where}: op {n.op_type} is not supported by the importer")
+        ins = []
+        for i, x in enumerate(n.input):
+            if not x:
+                ins.append(None)
+            elif x not in env:
+                raise ImportError_(f"{where}: input {i} '{x}' is not defined by any node, initializer or graph input")
+            else:
+                ins.append(env[x])
+        while ins and ins[-1] is None:
+            ins.pop()
+        attrs = node_attrs(n, opset, where)
+        node = Node(n.op_type, ins, attrs, [], _node_name(n, idx), opset)
+        outs = _build(fn, node, len(n.output), where)
+        for o, v in zip(n.output, outs):
+            if o:
+                env[o] = v
+    outputs, names = [], []
+    for vi in m.graph.output:
+        if vi.name not in env:
+            raise ImportError_(f"graph output '{vi.name}' is not produced by any node")
+        v = env[vi.name]
+        tt = vi.type.tensor_type
+        if tt.elem_type and dtype(tt.elem_type) != v.dtype:
+            raise ShapeError(f"graph output '{vi.name}': declared {dtype(tt.elem_type)} but computed {v.dtype}")
+        outputs.append(v)
+        names.append(vi.name)
+    fn.set_outputs(outputs, names)
+    return fn
+
+
+def _node_name(n, idx):
+    return n.name or f"{n.op_type}_{idx}"
+
+
+def _build(fn: Function, node: Node, n_out: int, where: str):
+    d = get_op(node.op)
+    all_const = all(v is None or v.is_const for v in node.inputs)
+    try:
+        if all_const and not d.is_extended:
+            return lower_node(fn, node, fold=True, n_outputs=n_out)
+        if all_const and d.kernel is not None and node.op not in _NO_FOLD:
+            from ..ops.extended import run_extended
+            arrays = run_extended(node.op, [None if v is None else v.const for v in node.inputs], node.attrs)
+            return [fn.constant(np.ascontiguousarray(a), node.name) for a in arrays[:n_out]]
+        types = infer_node_types(node, n_out)
+    except (GlowError, NeedsSpecialization):
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError, AttributeError) as e:
+        raise ShapeError(f"{where}: cannot import with inputs "
+                         f"{[str(v.type) if v is not None else None for v in node.inputs]}: "
+                         f"{type(e).__name__}: {e}") from None
+    fn.nodes.append(node)
+    for i, t in enumerate(types):
+        from ..graph import Value
+        node.outputs.append(Value(fn.unique_name(node.name + (f"_{i}" if len(types) > 1 else "")), t, "node", node))
+    return node.outputs
+
+
+# Ops whose value must not be computed at compile time (random generators).
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}

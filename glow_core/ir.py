@@ -1,0 +1,433 @@
+"""The low-level IR: instructions over buffers, with a static memory plan.
+
+Buffers are *weights* (``const``: the constant region), *placeholders*
+(``mutable``: the inputs and outputs, in the mutable region) or *activations*
+(allocated by ``allocactivation`` and freed by ``deallocactivation``, placed in
+the activations region by the memory allocator). A ``tensorview`` is a buffer
+that aliases another at a byte offset without copying. Every instruction names
+its operands with ``@in``, ``@out`` or ``@inout``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import VerifyError
+from .graph import Function, Value
+from .memory import ALIGNMENT, Allocation, Interval, align_up, allocate
+from .ops.registry import get_primitive
+from .types import TensorType
+
+PSEUDO = ("allocactivation", "deallocactivation", "tensorview")
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A named region of memory of one TensorType."""
+
+    name: str
+    type: TensorType
+    kind: str  # "constant" | "mutable" | "activation" | "view"
+    data: np.ndarray | None = None
+    base: "Buffer | None" = None  # views: the buffer aliased
+    view_offset: int = 0  # views: byte offset inside base
+    io: str | None = None  # "input" | "output" for mutable buffers
+    offset: int | None = None  # byte offset inside its region (root buffers)
+
+    @property
+    def size(self) -> int:
+        return self.type.nbytes
+
+    @property
+    def root(self) -> "Buffer":
+        b = self
+        while b.base is not None:
+            b = b.base
+        return b
+
+    @property
+    def region(self) -> str:
+        return self.root.kind
+
+    @property
+    def address(self) -> int:
+        """Byte offset inside its region, following views to their root."""
+        off, b = 0, self
+        while b.base is not None:
+            off += b.view_offset
+            b = b.base
+        return b.offset + off
+
+
+@dataclass(eq=False)
+class Instr:
+    """One instruction: opcode (a primitive, extended op or pseudo-instruction), operands, attributes."""
+
+    op: str
+    operands: list[tuple[Buffer, str]]  # (buffer, "in" | "out" | "inout")
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def outs(self) -> list[Buffer]:
+        return [b for b, k in self.operands if k in ("out", "inout")]
+
+    @property
+    def ins(self) -> list[Buffer]:
+        return [b for b, k in self.operands if k in ("in", "inout")]
+
+
+@dataclass
+class MemoryPlan:
+    """Sizes of the three regions and the activation allocator's statistics."""
+
+    constant_size: int
+    mutable_size: int
+    activations_size: int
+    alignment: int
+    allocation: Allocation
+
+    @property
+    def peak(self) -> int:
+        return self.activations_size
+
+
+@dataclass
+class IRFunction:
+    """A compiled-for-a-backend function: buffers, instructions, memory plan and the graph it came from."""
+
+    name: str
+    buffers: list[Buffer]
+    instrs: list[Instr]
+    inputs: dict[str, Buffer]
+    outputs: dict[str, Buffer]
+    graph: Function | None = None
+    plan: MemoryPlan | None = None
+
+    @property
+    def code(self) -> list[Instr]:
+        """The instructions that compute (no pseudo-instructions)."""
+        return [i for i in self.instrs if i.op not in PSEUDO]
+
+    def constant_blob(self) -> bytes:
+        """The constant region as bytes (weights at their planned offsets)."""
+        blob = bytearray(self.plan.constant_size)
+        for b in self.buffers:
+            if b.kind == "constant":
+                raw = np.ascontiguousarray(b.data).tobytes()
+                blob[b.offset:b.offset + len(raw)] = raw
+        return bytes(blob)
+
+    def dump(self) -> str:
+        return dump_ir(self)
+
+
+# -- generation ---------------------------------------------------------------------------------------
+def generate_ir(fn: Function, ident=None) -> IRFunction:
+    """Low-level IR from a (lowered) graph Function: one instruction per node, views for reshapes."""
+    ident = ident or (lambda s: s)
+    buffers: list[Buffer] = []
+    names: set[str] = set()
+
+    def new_buffer(name, type, kind, **kw):
+        base, k = name, 0
+        while name in names:
+            k += 1
+            name = f"{base}__{k}"
+        names.add(name)
+        b = Buffer(name, type, kind, **kw)
+        buffers.append(b)
+        return b
+
+    vbuf: dict[int, Buffer] = {}
+    inputs, outputs = {}, {}
+    for v in fn.inputs:
+        vbuf[v.id] = inputs[v.name] = new_buffer(v.name, v.type, "mutable", io="input")
+    out_ids = {}
+    for nm, v in zip(fn.output_names, fn.outputs):
+        outputs[nm] = new_buffer(nm, v.type, "mutable", io="output")
+        out_ids.setdefault(v.id, nm)
+    instrs: list[Instr] = []
+    for n in fn.nodes:
+        for v in n.inputs:
+            if v is not None and v.is_const and v.id not in vbuf:
+                vbuf[v.id] = new_buffer(v.name, v.type, "constant", data=v.const)
+        if n.op == "reshape" and n.inputs[0].id in vbuf:
+            src = vbuf[n.inputs[0].id]
+            out = n.outputs[0]
+            view = new_buffer(out.name, out.type, "view", base=src)
+            instrs.append(Instr("tensorview", [(view, "out"), (src, "in")], {"offset": 0, "type": str(out.type)},
+                                n.name))
+            vbuf[out.id] = view
+            continue
+        outs = []
+        for v in n.outputs:
+            if v.id in out_ids and out_ids[v.id] in outputs and outputs[out_ids[v.id]].kind == "mutable" \
+                    and not _claimed(outputs[out_ids[v.id]], instrs):
+                b = outputs[out_ids[v.id]]
+            else:
+                b = new_buffer(v.name, v.type, "activation")
+            vbuf[v.id] = b
+            outs.append(b)
+        ins = [vbuf[v.id] if v is not None else None for v in n.inputs]
+        instrs.append(Instr(n.op, [(b, "out") for b in outs] + [(b, "in") for b in ins if b is not None],
+                            dict(n.attrs, _optional=[v is None for v in n.inputs]) if any(
+                                v is None for v in n.inputs) else dict(n.attrs), n.name))
+    # Outputs not yet written (placeholders, constants, views, duplicates) are copied.
+    for nm, v in zip(fn.output_names, fn.outputs):
+        dst = outputs[nm]
+        if v.is_const and v.id not in vbuf:
+            vbuf[v.id] = new_buffer(v.name, v.type, "constant", data=v.const)
+        src = vbuf[v.id]
+        if src is not dst:
+            instrs.append(Instr("copy", [(dst, "out"), (src, "in")], {}, f"copy_{nm}"))
+    irf = IRFunction(fn.name, buffers, instrs, inputs, outputs, fn)
+    insert_deallocs(irf)
+    return irf
+
+
+def _claimed(buf, instrs):
+    return any(b is buf for i in instrs for b, k in i.operands if k in ("out", "inout"))
+
+
+def insert_deallocs(irf: IRFunction):
+    """(Re)place every activation's allocactivation before its first use and deallocactivation after its
+    last use (uses of views count as uses of their root)."""
+    code = [i for i in irf.instrs if i.op not in ("allocactivation", "deallocactivation")]
+    first, last = {}, {}
+    for idx, ins in enumerate(code):
+        for b, _ in ins.operands:
+            r = b.root
+            if r.kind == "activation":
+                first.setdefault(id(r), (idx, r))
+                last[id(r)] = (idx, r)
+    before: dict[int, list[Buffer]] = {}
+    after: dict[int, list[Buffer]] = {}
+    for idx, r in first.values():
+        before.setdefault(idx, []).append(r)
+    for idx, r in last.values():
+        after.setdefault(idx, []).append(r)
+    out = []
+    for idx, ins in enumerate(code):
+        for r in before.get(idx, []):
+            out.append(Instr("allocactivation", [(r, "out")], {}, r.name))
+        out.append(ins)
+        for r in after.get(idx, []):
+            out.append(Instr("deallocactivation", [(r, "out")], {}, r.name))
+    irf.instrs = out
+    live = {id(b) for i in out for b, _ in i.operands} | {id(b.base) for b in irf.buffers if b.base is not None}
+    irf.buffers = [b for b in irf.buffers if id(b) in live or b.kind == "mutable"]
+
+
+# -- IR passes ------------------------------------------------------------------------------------------
+def live_ranges(irf: IRFunction) -> dict[int, tuple[int, int, Buffer]]:
+    """id(root activation) -> (first index, last index, buffer), views counted as their root."""
+    rng: dict[int, list] = {}
+    for idx, ins in enumerate(irf.instrs):
+        for b, _ in ins.operands:
+            r = b.root
+            if r.kind == "activation":
+                if id(r) not in rng:
+                    rng[id(r)] = [idx, idx, r]
+                rng[id(r)][1] = idx
+    return {k: tuple(v) for k, v in rng.items()}
+
+
+def _code(irf):
+    return [i for i in irf.instrs if i.op not in ("allocactivation", "deallocactivation")]
+
+
+def _replace_buffer(irf, old: Buffer, new: Buffer):
+    for ins in irf.instrs:
+        ins.operands = [(new if b is old else b, k) for b, k in ins.operands]
+    for b in irf.buffers:
+        if b.base is old:
+            b.base = new
+
+
+def remove_dead_allocations(irf: IRFunction) -> int:
+    """Drop instructions whose outputs are never read (and so their activations). Returns the count removed."""
+    removed = 0
+    while True:
+        code = _code(irf)
+        read = {id(b.root) for ins in code for b, k in ins.operands if k in ("in", "inout")}
+        dead = [ins for ins in code if ins.outs and all(
+            b.root.kind == "activation" and id(b.root) not in read for b in ins.outs)]
+        if not dead:
+            break
+        irf.instrs = [i for i in irf.instrs if i not in dead]
+        removed += len(dead)
+    insert_deallocs(irf)
+    return removed
+
+
+def share_buffers(irf: IRFunction) -> int:
+    """In-place reuse: an elementwise instruction writes into an input activation whose life ends there
+    (same byte size and element size, not aliased by a view). Returns the number of buffers shared."""
+    shared = 0
+    while True:
+        code = _code(irf)
+        last = {}
+        for idx, ins in enumerate(code):
+            for b, _ in ins.operands:
+                last[id(b.root)] = idx
+        viewed = {id(b.root) for b in irf.buffers if b.kind == "view"}
+        done = False
+        for idx, ins in enumerate(code):
+            p = get_primitive(ins.op)
+            if p is None or p.family != "elementwise" or len(ins.outs) != 1:
+                continue
+            out = ins.outs[0]
+            if out.kind != "activation" or id(out) in viewed:
+                continue
+            for b, kind in ins.operands:
+                if (kind == "in" and b.kind == "activation" and b is not out and id(b) not in viewed
+                        and last.get(id(b)) == idx and b.size == out.size
+                        and b.type.dtype.itemsize == out.type.dtype.itemsize):
+                    _replace_buffer(irf, out, b)
+                    irf.buffers = [x for x in irf.buffers if x is not out]
+                    shared += 1
+                    done = True
+                    break
+            if done:
+                break
+        if not done:
+            break
+    insert_deallocs(irf)
+    return shared
+
+
+def eliminate_copies(irf: IRFunction) -> int:
+    """A copy from an activation written once and read only by the copy into an output: the writer writes
+    the output directly. Returns the number of copies removed."""
+    removed = 0
+    for ins in list(irf.instrs):
+        if ins.op != "copy":
+            continue
+        dst, src = ins.operands[0][0], ins.operands[1][0]
+        if src.kind != "activation" or dst.kind != "mutable" or src.type.shape != dst.type.shape:
+            continue
+        code = _code(irf)
+        writers = [i for i in code if any(b is src for b in i.outs)]
+        readers = [i for i in code if any(b.root is src for b in i.ins)]
+        if len(writers) != 1 or readers != [ins] or any(b.base is src for b in irf.buffers):
+            continue
+        if any(b is dst for i in code if i is not ins for b, _ in i.operands):
+            continue
+        irf.instrs = [i for i in irf.instrs if i is not ins]
+        _replace_buffer(irf, src, dst)
+        irf.buffers = [b for b in irf.buffers if b is not src]
+        removed += 1
+    insert_deallocs(irf)
+    return removed
+
+
+# -- memory planning --------------------------------------------------------------------------------------
+def plan_memory(irf: IRFunction, alignment: int = ALIGNMENT, capacity: int | None = None) -> MemoryPlan:
+    """Offsets in the constant, mutable and activations regions (all ``alignment``-aligned)."""
+    const_off = mut_off = 0
+    for b in irf.buffers:
+        if b.kind == "constant":
+            b.offset = const_off
+            const_off = align_up(const_off + b.size, alignment)
+    for b in list(irf.inputs.values()) + list(irf.outputs.values()):
+        b.offset = mut_off
+        mut_off = align_up(mut_off + max(b.size, 1), alignment)
+    rng = live_ranges(irf)
+    ivs = [Interval(r.name, r.size, s, e) for s, e, r in rng.values()]
+    by_name = {r.name: r for _, _, r in rng.values()}
+    alloc = allocate(ivs, alignment, capacity)
+    for k, off in alloc.offsets.items():
+        by_name[k].offset = off
+    for b in irf.buffers:
+        if b.kind == "view":
+            b.offset = None
+    irf.plan = MemoryPlan(const_off, mut_off, alloc.peak, alignment, alloc)
+    return irf.plan
+
+
+def verify_ir(irf: IRFunction):
+    """Every read buffer is written before (or is a weight/input); activations are allocated when used."""
+    written = {id(b) for b in irf.buffers if b.kind in ("constant",) or b.io == "input"}
+    alive = set()
+    for idx, ins in enumerate(irf.instrs):
+        if ins.op == "allocactivation":
+            alive.add(id(ins.operands[0][0]))
+            continue
+        if ins.op == "deallocactivation":
+            alive.discard(id(ins.operands[0][0]))
+            continue
+        for b, k in ins.operands:
+            r = b.root
+            if r.kind == "activation" and id(r) not in alive:
+                raise VerifyError(f"instruction {idx} ({ins.op} '{ins.name}') uses '{r.name}' outside its lifetime")
+            if k in ("in", "inout") and id(r) not in written and ins.op != "tensorview":
+                raise VerifyError(f"instruction {idx} ({ins.op} '{ins.name}') reads '{b.name}' before it is written")
+        for b, k in ins.operands:
+            if k in ("out", "inout"):
+                written.add(id(b.root))
+
+
+# -- text form -----------------------------------------------------------------------------------------------
+def _users(irf):
+    users: dict[int, list[str]] = {}
+    code_idx = 0
+    for ins in irf.instrs:
+        for b, k in ins.operands:
+            users.setdefault(id(b), []).append(f"@{k} {code_idx}")
+        code_idx += 1
+    return users
+
+
+def dump_ir(irf: IRFunction) -> str:
+    """Glow's text form: a ``declare { ... }`` block of weights/placeholders, then numbered ``code``."""
+    users = _users(irf)
+    lines = [f"function {irf.name}", "declare {"]
+    total = 0
+    for b in irf.buffers:
+        if b.kind not in ("constant", "mutable"):
+            continue
+        total += b.size
+        u = ", ".join(users.get(id(b), []))
+        cm = "const" if b.kind == "constant" else "mutable"
+        lines.append(f"  %{b.name} = WeightVar {b.type} {cm} // size: {b.size} // Users: {u}")
+    lines.append("")
+    lines.append(f"  ; size = {total} bytes")
+    lines.append("}")
+    lines.append("")
+    lines.append("code {")
+    for idx, ins in enumerate(irf.instrs):
+        if ins.op == "allocactivation":
+            b = ins.operands[0][0]
+            u = ", ".join(users.get(id(b), []))
+            lines.append(f"  {idx} %{b.name} = allocactivation  {{ Ty: {b.type}}} // size: {b.size} // Users: {u}")
+            continue
+        if ins.op == "deallocactivation":
+            lines.append(f"  {idx} %dealloc_{ins.operands[0][0].name} = deallocactivation @out "
+                         f"%{ins.operands[0][0].name}")
+            continue
+        if ins.op == "tensorview":
+            v, src = ins.operands[0][0], ins.operands[1][0]
+            lines.append(f"  {idx} %{v.name} = tensorview @in %{src.name} {{ Ty: {v.type}, Offsets: [0] }}")
+            continue
+        ops = ", ".join(f"@{k} %{b.name}" for b, k in ins.operands)
+        attrs = ", ".join(f"{k}: {_fmt_attr(v)}" for k, v in ins.attrs.items() if not k.startswith("_"))
+        lines.append(f"  {idx} %{ins.name} = {ins.op} {ops}" + (f" {{ {attrs} }}" if attrs else ""))
+    lines.append("}")
+    if irf.plan is not None:
+        p = irf.plan
+        lines.append("")
+        lines.append(f"; memory: constant {p.constant_size} B, mutable {p.mutable_size} B, activations "
+                     f"{p.activations_size} B (lower bound {p.allocation.lower_bound} B, efficiency "
+                     f"{p.allocation.efficiency:.2f}, strategy {p.allocation.strategy}), alignment {p.alignment}")
+    return "\n".join(lines)
+
+
+def _fmt_attr(v):
+    if isinstance(v, np.ndarray):
+        return f"array{list(v.shape)}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return str(v)

@@ -1,0 +1,95 @@
+"""Dead-code elimination, common-subexpression elimination and constant folding."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph import Function
+from ..ops.registry import get_op, get_primitive
+
+_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+
+
+def dce(fn: Function) -> int:
+    """Remove nodes none of whose outputs reach a function output."""
+    live = {v.id for v in fn.outputs}
+    keep = []
+    for n in reversed(fn.nodes):
+        if any(v.id in live for v in n.outputs):
+            keep.append(n)
+            live.update(v.id for v in n.inputs if v is not None)
+    removed = len(fn.nodes) - len(keep)
+    fn.nodes = keep[::-1]
+    return removed
+
+
+def _key(v):
+    if isinstance(v, np.ndarray):
+        return ("nd", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, (list, tuple)):
+        return tuple(_key(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _key(x)) for k, x in v.items()))
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return repr(v)
+
+
+def _const_key(v):
+    return ("c", v.dtype.name, v.shape, np.ascontiguousarray(v.const).tobytes()) if v.const.size <= 64 else ("id", v.id)
+
+
+def cse(fn: Function) -> int:
+    """Merge nodes with the same op, inputs and attributes (and equal small constants)."""
+    seen, merged = {}, 0
+    for n in list(fn.nodes):
+        if n.op in _RANDOM:
+            continue
+        ins = tuple(None if v is None else (_const_key(v) if v.is_const else ("id", v.id)) for v in n.inputs)
+        key = (n.op, ins, _key(n.attrs), len(n.outputs))
+        other = seen.get(key)
+        if other is None:
+            seen[key] = n
+            continue
+        for a, b in zip(n.outputs, other.outputs):
+            fn.replace_uses(a, b)
+        fn.nodes.remove(n)
+        merged += 1
+    return merged
+
+
+def constant_fold(fn: Function) -> int:
+    """Evaluate nodes whose inputs are all constants (primitives with their kernel, ops by lowering)."""
+    from ..builder import Builder, lower_node
+    from .. import builder as _b
+    folded = 0
+    for n in list(fn.nodes):
+        if n.op in _RANDOM or not all(v is None or v.is_const for v in n.inputs):
+            continue
+        if get_primitive(n.op) is not None:
+            if _b._keep_lazy(n.op, n.inputs, [v.type for v in n.outputs]):
+                continue
+            b = Builder(fn, where=f"node '{n.name}' ({n.op})", name=n.name)
+            outs = b.emit(n.op, *n.inputs, **n.attrs)
+            outs = outs if isinstance(outs, list) else [outs]
+        else:
+            d = get_op(n.op)
+            if d is None or (d.is_extended and d.kernel is None):
+                continue
+            if d.is_extended:
+                from ..ops.extended import run_extended
+                arrays = run_extended(n.op, [None if v is None else v.const for v in n.inputs], n.attrs)
+                outs = [fn.constant(np.ascontiguousarray(a), n.name) for a in arrays]
+            else:
+                before = len(fn.nodes)
+                outs = lower_node(fn, n, fold=True)
+                del fn.nodes[before:]
+        if any(not o.is_const for o in outs[:len(n.outputs)]):
+            continue
+        fn.nodes.remove(n)
+        for a, c in zip(n.outputs, outs):
+            fn.replace_uses(a, c)
+        folded += 1
+    _ = _b
+    return folded

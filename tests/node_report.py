@@ -1,0 +1,90 @@
+"""Developer tool: run ONNX's node cases on a backend and summarise failures by op and error.
+
+    python -m tests.node_report [--backend interpreter] [--filter REGEX] [--show N] [-j 2]
+
+Prints one line per failing case (name, then the first line of the error) and the totals. The pass/fail
+verdict uses the same comparison as onnx.backend.test (rtol 1e-3, atol 1e-7 unless the case says otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import sys
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+warnings.filterwarnings("ignore")
+
+
+def _cases():
+    from onnx.backend.test.loader import load_model_tests
+    return load_model_tests(kind="node")
+
+
+def _load_pb(path):
+    t = onnx.TensorProto()
+    with open(path, "rb") as f:
+        t.ParseFromString(f.read())
+    return numpy_helper.to_array(t)
+
+
+_CASES = {}
+
+
+def _init():
+    _CASES.update({c.name: c for c in _cases()})
+
+
+def run_case(args):
+    name, backend = args
+    import glow_core
+    c = _CASES[name]
+    rtol, atol = c.rtol, c.atol
+    try:
+        cm = glow_core.compile(c.model, backend)
+        for ins, outs in c.data_sets:
+            got = cm.run(dict(zip(cm.input_names, ins)))
+            for nm, ref in zip(cm.output_names, outs):
+                g = got[nm]
+                if g.dtype != ref.dtype:
+                    return name, f"dtype {g.dtype} != expected {ref.dtype} for output {nm}"
+                if g.shape != ref.shape:
+                    return name, f"shape {g.shape} != expected {ref.shape} for output {nm}"
+                if ref.dtype.kind in "fc" or ref.dtype.name in ("bfloat16",) or "float8" in ref.dtype.name:
+                    np.testing.assert_allclose(g.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol)
+                else:
+                    np.testing.assert_array_equal(g, ref)
+        return name, None
+    except AssertionError as e:
+        return name, "MISMATCH " + " ".join(str(e).split())[:200]
+    except Exception as e:  # noqa: BLE001
+        return name, f"{type(e).__name__}: " + " ".join(str(e).split())[:200]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", default="interpreter")
+    ap.add_argument("--filter", default="")
+    ap.add_argument("-j", type=int, default=2)
+    ap.add_argument("--passed", action="store_true", help="also list passing cases")
+    a = ap.parse_args(argv)
+    jobs = [(c.name, a.backend) for c in _cases() if re.search(a.filter, c.name)]
+    with ProcessPoolExecutor(a.j, initializer=_init) as ex:
+        results = sorted(ex.map(run_case, jobs, chunksize=4))
+    fails = [(n, e) for n, e in results if e]
+    for n, e in results:
+        if e:
+            print(f"FAIL {n}: {e}")
+        elif a.passed:
+            print(f"PASS {n}")
+    print(f"{len(results) - len(fails)} passed, {len(fails)} failed of {len(results)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
