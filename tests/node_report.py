@@ -73,8 +73,12 @@ def main(argv=None):
     ap.add_argument("--filter", default="")
     ap.add_argument("-j", type=int, default=2)
     ap.add_argument("--passed", action="store_true", help="also list passing cases")
+    ap.add_argument("--no-excludes", action="store_true", help="also run the excluded cases")
     a = ap.parse_args(argv)
-    jobs = [(c.name, a.backend) for c in _cases() if re.search(a.filter, c.name)]
+    from tests.onnx_suite import exclude_files, read_excludes
+    excl = [] if a.no_excludes else [re.compile(p) for p, _ in read_excludes(*exclude_files(a.backend))]
+    jobs = [(c.name, a.backend) for c in _cases() if re.search(a.filter, c.name)
+            and not any(p.search(c.name + "_cpu") for p in excl)]
     with ProcessPoolExecutor(a.j, initializer=_init) as ex:
         results = sorted(ex.map(run_case, jobs, chunksize=4))
     fails = [(n, e) for n, e in results if e]
@@ -83,7 +87,8 @@ def main(argv=None):
             print(f"FAIL {n}: {e}")
         elif a.passed:
             print(f"PASS {n}")
-    print(f"{len(results) - len(fails)} passed, {len(fails)} failed of {len(results)}")
+    print(f"{len(results) - len(fails)} passed, {len(fails)} failed of {len(results)} run "
+          f"({len(_cases()) - len(results)} excluded or filtered out)")
 
 
 if __name__ == "__main__":

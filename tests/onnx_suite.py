@@ -11,6 +11,13 @@ import glow_core.onnx_backend
 HERE = os.path.dirname(__file__)
 
 
+def exclude_files(backend_name: str) -> list[str]:
+    """The exclude lists for a backend: tests/excludes/*.txt and tests/excludes/<backend>/*.txt."""
+    import glob
+    d = os.path.join(HERE, "excludes")
+    return sorted(glob.glob(os.path.join(d, "*.txt"))) + sorted(glob.glob(os.path.join(d, backend_name, "*.txt")))
+
+
 def read_excludes(*files) -> list[tuple[str, str]]:
     """(pattern, reason) pairs from exclude files; every line must give a reason."""
     out = []
@@ -27,11 +34,11 @@ def read_excludes(*files) -> list[tuple[str, str]]:
     return out
 
 
-def node_suite(backend_name: str, module: str, exclude_files=("onnx_node_excludes.txt",)):
+def node_suite(backend_name: str, module: str):
     """A BackendTest over ONNX's node cases for ``backend_name`` with the checked-in excludes applied."""
     bt = onnx.backend.test.BackendTest(glow_core.onnx_backend.backend(backend_name), module)
     bt.include(r"^test_.*")
-    for pat, _ in read_excludes(*exclude_files):
+    for pat, _ in read_excludes(*exclude_files(backend_name)):
         bt.exclude(pat)
     # Only the node cases: real/simple/pytorch model cases download data or are out of scope here.
     for kind in ("RealModel", "SimpleModel", "PyTorchConvertedModel", "PyTorchOperatorModel"):
