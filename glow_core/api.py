@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .backend import Backend, NodeInfo
-from .errors import GlowError, InputError, NeedsSpecialization, UnsupportedOpError
+from .errors import GlowError, InputError, MemoryLimitError, NeedsSpecialization, UnsupportedOpError
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
 from .ir import IRFunction, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
@@ -40,7 +40,11 @@ def compile_function(model, backend: Backend, input_shapes=None, constants=None,
     """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
     options = dict(options or {})
     m, _ = load_model(model)
-    fn = import_model(m, input_shapes=input_shapes, constants=constants)
+    try:
+        fn = import_model(m, input_shapes=input_shapes, constants=constants)
+    except MemoryError:
+        raise MemoryLimitError("out of host memory while importing the model (a value computed at compile "
+                               "time is too large)") from None
     stats = {"imported_nodes": len(fn.nodes)}
     if options.get("optimize", True):
         stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
@@ -65,7 +69,13 @@ def compile_function(model, backend: Backend, input_shapes=None, constants=None,
     if problems:
         raise UnsupportedOpError("; ".join(problems[:10]))
     plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
-    compiled = backend.compile(irf, options)
+    try:
+        compiled = backend.compile(irf, options)
+    except MemoryError:
+        p = irf.plan
+        raise MemoryLimitError(f"backend '{backend.name}': out of host memory for the memory plan of "
+                               f"'{irf.name}' (constant {p.constant_size} B, mutable {p.mutable_size} B, "
+                               f"activations {p.activations_size} B)") from None
     return CompileResult(fn, irf, compiled, stats)
 
 
@@ -133,7 +143,7 @@ class CompiledModel:
             if a.ndim != len(fixed) or any(isinstance(d, int) and d != s for d, s in zip(fixed, a.shape)):
                 raise InputError(f"input '{nm}': shape {a.shape} given, the model expects "
                                  f"{tuple(fixed)}")
-            out[nm] = np.ascontiguousarray(a)
+            out[nm] = np.ascontiguousarray(a).reshape(a.shape)  # keep 0-d inputs 0-d
         return out
 
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
@@ -154,7 +164,11 @@ class CompiledModel:
         else:
             raise GlowError("could not specialize the model's shape inputs")
         feed = {nm: a for nm, a in arrays.items() if nm in res.ir.inputs}
-        return res.compiled.execute(feed)
+        try:
+            return res.compiled.execute(feed)
+        except MemoryError:
+            raise MemoryLimitError(f"out of host memory while running '{res.ir.name}' on backend "
+                                   f"'{self.backend.name}'") from None
 
     __call__ = run
 

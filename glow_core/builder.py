@@ -66,7 +66,8 @@ class Builder:
         arr = np.asarray(value)
         if dt is not None:
             arr = arr.astype(dtype(dt).np)
-        return self.fn.constant(np.ascontiguousarray(arr), f"{self.name}_const")
+        # (np.ascontiguousarray turns a 0-d array into shape (1,): keep the shape)
+        return self.fn.constant(np.ascontiguousarray(arr).reshape(arr.shape), f"{self.name}_const")
 
     def scalar_like(self, value, like: Value, shape=None) -> Value:
         """A constant of ``like``'s dtype broadcast to ``shape`` (default like's shape)."""
@@ -171,6 +172,7 @@ def lower_node(fn: Function, node: Node, fold: bool = True, n_outputs: int | Non
     d = get_op(node.op)
     b = Builder(fn, where=f"node '{node.name}' ({node.op})", opset=node.opset, fold=fold,
                 name=_c_safe_prefix(node.name))
+    b.n_outputs = n_outputs  # ops like Split produce as many outputs as the node asks for
     outs = d.lower(b, *node.inputs, **node.attrs)
     if isinstance(outs, Value):
         outs = [outs]

@@ -269,9 +269,10 @@ def share_buffers(irf: IRFunction) -> int:
     shared = 0
     while True:
         code = _code(irf)
-        last = {}
+        first, last = {}, {}
         for idx, ins in enumerate(code):
             for b, _ in ins.operands:
+                first.setdefault(id(b.root), idx)
                 last[id(b.root)] = idx
         viewed = {id(b.root) for b in irf.buffers if b.kind == "view"}
         done = False
@@ -280,7 +281,8 @@ def share_buffers(irf: IRFunction) -> int:
             if p is None or p.family != "elementwise" or len(ins.outs) != 1:
                 continue
             out = ins.outs[0]
-            if out.kind != "activation" or id(out) in viewed:
+            # ``out`` must start its life here: after an earlier share it may also hold a value written before.
+            if out.kind != "activation" or id(out) in viewed or first.get(id(out)) != idx:
                 continue
             for b, kind in ins.operands:
                 if (kind == "in" and b.kind == "activation" and b is not out and id(b) not in viewed

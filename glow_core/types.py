@@ -2,7 +2,7 @@
 
 A ``DType`` is one of a closed set of element types (the names are ONNX-like and
 stable: they appear in the IR dump, in conformance case ids and in vendor code).
-Low-precision floats (bfloat16, float8, float4) and int4/uint4 use ml_dtypes'
+Low-precision floats (bfloat16, float8, float6, float4) and int4/uint4/int2/uint2 use ml_dtypes'
 numpy types. A ``TensorType`` is a dtype, a static shape and, for quantized
 types, a scale and offset with ``real = (q - offset) * scale``.
 """
@@ -74,6 +74,11 @@ _ALL = [
     _d("uint64", np.uint64, TensorProto.UINT64, "uint"),
     _d("int4", ml_dtypes.int4, TensorProto.INT4, "int"),
     _d("uint4", ml_dtypes.uint4, TensorProto.UINT4, "uint"),
+    _d("int2", ml_dtypes.int2, TensorProto.INT2, "int"),
+    _d("uint2", ml_dtypes.uint2, TensorProto.UINT2, "uint"),
+    _d("float8e8m0", ml_dtypes.float8_e8m0fnu, TensorProto.FLOAT8E8M0, "float"),
+    _d("float6e2m3", ml_dtypes.float6_e2m3fn, TensorProto.FLOAT6E2M3, "float"),
+    _d("float6e3m2", ml_dtypes.float6_e3m2fn, TensorProto.FLOAT6E3M2, "float"),
     _d("bool", np.bool_, TensorProto.BOOL, "bool"),
 ]
 

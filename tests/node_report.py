@@ -37,6 +37,10 @@ def _load_pb(path):
 _CASES = {}
 
 
+def _load_tp(t):
+    return numpy_helper.to_array(t) if isinstance(t, onnx.TensorProto) else t
+
+
 def _init():
     _CASES.update({c.name: c for c in _cases()})
 
@@ -49,6 +53,9 @@ def run_case(args):
     try:
         cm = glow_core.compile(c.model, backend)
         for ins, outs in c.data_sets:
+            # as onnx's runner does: some cases hold TensorProtos instead of arrays
+            ins = [_load_tp(t) for t in ins]
+            outs = [_load_tp(t) for t in outs]
             got = cm.run(dict(zip(cm.input_names, ins)))
             for nm, ref in zip(cm.output_names, outs):
                 g = got[nm]

@@ -1,14 +1,62 @@
-"""Placeholder until the CPU backend lands: refuses every op so discovery works."""
-from glow_core.backend import Backend
+"""The CPU backend: generates one C translation unit per function, compiles it with the system C compiler
+(cached on disk) and runs it through ctypes; it also writes standalone bundles (C source + weights + main)."""
+from __future__ import annotations
+
+import os
+
+from glow_core.backend import Backend, CompiledFunction, NodeInfo
+from glow_core.ops.registry import get_primitive
+
+from . import toolchain
+from .bundle import write_bundle
+from .codegen import Codegen, prelude_text
+from .ctypes_map import supported
+from .runtime import CPUFunction
 
 
 class CPUBackend(Backend):
-    """The CPU backend (work in progress)."""
+    """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
+    it. Storage-only float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"
 
-    def is_op_supported(self, node_info):
-        return False
+    def is_op_supported(self, node_info: NodeInfo) -> bool:
+        p = get_primitive(node_info.op)
+        if p is None:
+            return False
+        if node_info.in_dtypes and node_info.in_dtypes[0] not in p.dtypes:
+            return False
+        return all(supported(d) for d in node_info.in_dtypes + node_info.out_dtypes)
 
-    def compile(self, function, options):
-        raise NotImplementedError
+    @staticmethod
+    def _threads(options) -> int:
+        n = options.get("num_threads")
+        return max(1, int(n)) if n else (os.cpu_count() or 1)
+
+    def generate(self, function, options=None, entry="glow_run", export="") -> tuple[str, Codegen]:
+        """The C source of ``function`` (and the generator, which knows the instruction order)."""
+        cg = Codegen(function, {**(options or {}), "num_threads": self._threads(options or {})})
+        return cg.module(entry=entry, export=export), cg
+
+    def compile(self, function, options) -> CompiledFunction:
+        options = dict(options or {})
+        nt = self._threads(options)
+        source, cg = self.generate(function, {**options, "num_threads": nt},
+                                   export='__attribute__((visibility("default"))) ')
+        flags = options.get("cflags")
+        flags = list(flags.split() if isinstance(flags, str) else flags) if flags else toolchain.default_flags(nt)
+        if nt > 1 and "-fopenmp" not in flags:
+            flags.append("-fopenmp")
+        lib = toolchain.build_shared(source, {"glow_prelude.h": prelude_text()}, flags)
+        return CPUFunction(function, lib, cg.instr_of_code, source)
+
+    def emit_bundle(self, function, out_dir, options) -> list[str]:
+        options = dict(options or {})
+        source, _ = self.generate(function, {**options, "num_threads": 1},
+                                  entry=_bundle_name(options), export="")
+        return write_bundle(function, out_dir, options, source, prelude_text())
+
+
+def _bundle_name(options) -> str:
+    from .codegen import c_ident
+    return c_ident(options.get("bundle_name") or "model")

@@ -7,6 +7,7 @@ float16/bfloat16/float8 operands are computed in float32 and rounded once.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import ml_dtypes
@@ -118,38 +119,75 @@ def select(cond, a, b):
 
 
 # -- casts -----------------------------------------------------------------------------------------
-def cast(x, to, saturate=1):
+def cast(x, to, saturate=1, round_mode="up"):
+    """The `cast` primitive (semantics in glow_core/ops/primitives.py); matches ONNX's reference Cast."""
     from glow_core.types import dtype
-    t = dtype(to).np
-    src = x.dtype
-    if t == np.bool_:
-        return x.astype(np.float32 if src in _LOW_FLOATS else src) != 0
-    if src in _LOW_FLOATS and t.kind in "iu":
-        x = x.astype(np.float32)
-        src = x.dtype
-    if src.kind == "f" and t.kind in "iu":
-        # Float to integer truncates toward zero; NaN/inf/out-of-range are undefined, map them to 0/limits.
-        info = np.iinfo(t)
-        with np.errstate(invalid="ignore"):
-            y = np.trunc(x.astype(np.float64))
-            y = np.where(np.isnan(y), 0, np.clip(y, info.min, info.max))
-        return y.astype(t)
-    if t in _LOW_FLOATS and t not in (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
-        xf = x.astype(np.float32)
-        if saturate:
-            fi = ml_dtypes.finfo(t)
-            xf = np.where(np.isinf(xf), np.sign(xf) * float(fi.max), xf)
-            xf = np.clip(xf, float(fi.min), float(fi.max))
-            xf = np.where(np.isnan(x.astype(np.float32)), np.float32("nan"), xf)
-        return xf.astype(t)
-    if src.kind in "iu" and t in _LOW_FLOATS:
-        return x.astype(np.float64).astype(t)
+    src, dst = dtype(x.dtype), dtype(to)
+    t = dst.np
+    if src == dst and not (saturate and dst.name in _FLOAT8):  # float8e5m2 saturates its own infinities
+        return x.copy()
+    if dst.is_bool:
+        return _cast_wide(x, src) != 0
+    if src.is_bool:
+        x, src = x.astype(np.uint8), dtype("uint8")
+    if dst.is_int:
+        if src.is_int:  # wraps (two's complement); through int64 so that ml_dtypes' int4/int2 wrap too
+            return x.astype(np.int64).astype(t) if src.itemsize < 8 or dst.itemsize < 8 else x.astype(t)
+        # Float to integer truncates toward zero; NaN gives 0; out-of-range wraps (64-bit targets clamp).
+        y = np.trunc(x.astype(np.float64))
+        y = np.where(np.isnan(y), 0.0, y)
+        if dst.name == "uint64":
+            return np.clip(y, 0.0, np.nextafter(2.0 ** 64, 0)).astype(t)
+        return np.clip(y, -2.0 ** 63, np.nextafter(2.0 ** 63, 0)).astype(np.int64).astype(t)
+    # dst is a float type
+    if dst.name == "float8e8m0":
+        return _to_e8m0(_cast_wide(x, src).astype(np.float32), saturate, round_mode)
+    if src.name == "float8e8m0" or (src.np not in _NP_FLOATS and t not in _NP_FLOATS):
+        # between two ml_dtypes types: through float32 (exact for <= 16-bit floats) or float64 (integers)
+        x = x.astype(np.float32) if src.is_float and src.itemsize <= 2 else x.astype(np.float64)
+    if dst.name in _FLOAT8 and saturate:
+        fi = ml_dtypes.finfo(t)
+        x = np.clip(x.astype(np.float64 if x.dtype == np.float64 else np.float32), float(fi.min), float(fi.max))
     return x.astype(t)
+
+
+_NP_FLOATS = {np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)}
+_FLOAT8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
+
+
+def _cast_wide(x, src):
+    """x as float64 (floats) or int64 (integers), for exact comparisons and re-rounding."""
+    if src.is_float:
+        return x.astype(np.float32 if src.itemsize <= 2 else np.float64)
+    return x.astype(np.int64) if src.kind != "uint" or src.itemsize < 8 else x
+
+
+def _to_e8m0(xf, saturate, round_mode):
+    """float32 -> float8e8m0 (a biased power-of-two exponent): NaN/inf give NaN (0xFF); the exponent of |x|
+    is rounded by the fraction per `round_mode` (up: any fraction rounds up; down: truncate; nearest: ties
+    up), saturating at 2**127 when saturate=1."""
+    bits = xf.view(np.uint32)
+    e = ((bits >> 23) & 0xFF).astype(np.int32)
+    frac = bits & 0x7FFFFF
+    special = e == 0xFF
+    if round_mode == "up":
+        inc = frac > 0
+    elif round_mode == "down":
+        inc = np.zeros(e.shape, bool)
+    elif round_mode == "nearest":
+        g, r, s = (frac & 0x400000) > 0, (frac & 0x200000) > 0, (frac & 0x1FFFFF) > 0
+        inc = g & (r | s | (e > 0))
+    else:
+        raise GlowError(f"cast: round_mode {round_mode!r} is not supported; accepted: up, down, nearest")
+    if saturate:
+        inc &= e != 0xFE
+    e = np.where(special, 0xFF, np.minimum(e + inc, 0xFF))
+    return e.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
 
 
 def bitcast(x, to):
     from glow_core.types import dtype
-    return np.ascontiguousarray(x).view(dtype(to).np)
+    return np.ascontiguousarray(x).view(dtype(to).np).reshape(x.shape).copy()  # ascontiguousarray makes 0-d 1-d
 
 
 # -- matmul / windows -----------------------------------------------------------------------------
@@ -174,29 +212,47 @@ def _out_sp(sp, k, strides, dilations, pads):
                  for i in range(n))
 
 
-def conv(x, w, bias, strides, dilations, pads, group=1):
+def _pad_spatial(x, pads, value):
+    """x [N, C, *sp] padded by ``pads`` (begins then ends) with ``value`` (np.pad is slow on small arrays)."""
     n = x.ndim - 2
-    k = w.shape[2:]
+    if not any(pads):
+        return x
+    out = np.full(x.shape[:2] + tuple(x.shape[2 + i] + pads[i] + pads[i + n] for i in range(n)), value, x.dtype)
+    out[np.s_[:, :] + tuple(np.s_[pads[i]:pads[i] + x.shape[2 + i]] for i in range(n))] = x
+    return out
+
+
+def _offset_slices(off, strides, dilations, out_sp):
+    """Slices of the padded spatial dims that kernel offset ``off`` reads for every output position."""
+    return tuple(np.s_[o * d:o * d + s * (m - 1) + 1:s] for o, d, s, m in zip(off, dilations, strides, out_sp))
+
+
+def conv(x, w, bias, strides, dilations, pads, group=1):
+    """im2col with one strided slice copy per kernel offset into columns [C*K, N*out] (C-major, like w's
+    [F, C/group, *k] layout), then one matrix product per group and the bias."""
+    n = x.ndim - 2
+    k = tuple(w.shape[2:])
     out_sp = _out_sp(x.shape[2:], k, strides, dilations, pads)
     acc = np.int64 if x.dtype.kind in "iu" else x.dtype
-    xp = np.pad(x.astype(acc), [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)])
-    win = _windows(xp, k, strides, dilations, out_sp)  # [N, C, *out, *k]
     N, C = x.shape[:2]
     F = w.shape[0]
     cg, fg = C // group, F // group
-    outs = []
-    for g in range(group):
-        wg = win[:, g * cg:(g + 1) * cg]
-        ww = w[g * fg:(g + 1) * fg].astype(acc)
-        # contract over C and kernel dims
-        wa = list(range(2 + n, 2 + 2 * n))
-        r = np.tensordot(wg, ww, axes=([1] + wa, [1] + list(range(2, 2 + n))))  # [N, *out, fg]
-        outs.append(np.moveaxis(r, -1, 1))
-    y = np.concatenate(outs, axis=1) + bias.astype(acc).reshape((1, F) + (1,) * n)
-    return y.astype(x.dtype)
+    if min(out_sp + (N, F), default=1) <= 0:
+        return np.zeros((N, F) + out_sp, x.dtype)
+    xp = _pad_spatial(x.astype(acc, copy=False), pads, 0)
+    xt = xp.transpose((1, 0) + tuple(range(2, 2 + n)))  # [C, N, *sp]
+    K = math.prod(k)
+    cols = np.empty((C, K, N) + out_sp, dtype=acc)
+    for j, off in enumerate(itertools.product(*(range(kk) for kk in k))):
+        cols[:, j] = xt[np.s_[:, :] + _offset_slices(off, strides, dilations, out_sp)]
+    cols = cols.reshape(group, cg * K, N * math.prod(out_sp))
+    y = np.matmul(w.astype(acc, copy=False).reshape(group, fg, cg * K), cols).reshape((F, N) + out_sp)
+    y += bias.astype(acc, copy=False).reshape((F, 1) + (1,) * n)
+    return np.moveaxis(y, 0, 1).astype(x.dtype, copy=False)
 
 
 def max_pool(x, kernel, strides, dilations, pads):
+    """The running maximum over one strided slice per kernel offset (padding never wins)."""
     n = x.ndim - 2
     out_sp = _out_sp(x.shape[2:], kernel, strides, dilations, pads)
     if x.dtype.kind == "f":
@@ -205,9 +261,14 @@ def max_pool(x, kernel, strides, dilations, pads):
         low = False
     else:
         low = np.iinfo(x.dtype).min
-    xp = np.pad(x, [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)], constant_values=low)
-    win = _windows(xp, kernel, strides, dilations, out_sp)
-    return win.max(axis=tuple(range(2 + n, 2 + 2 * n))).astype(x.dtype)
+    if min(out_sp, default=1) <= 0:
+        return np.zeros(x.shape[:2] + out_sp, x.dtype)
+    xp = _pad_spatial(x, pads, low)
+    out = None
+    for off in itertools.product(*(range(kk) for kk in kernel)):
+        v = xp[np.s_[:, :] + _offset_slices(off, strides, dilations, out_sp)]
+        out = v.copy() if out is None else np.maximum(out, v, out=out)
+    return out.astype(x.dtype, copy=False)
 
 
 def avg_pool(x, kernel, strides, dilations, pads, count_include_pad=0):

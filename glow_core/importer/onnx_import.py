@@ -16,10 +16,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..builder import infer_node_types, lower_node
-from ..errors import GlowError, ImportError_, ModelLoadError, NeedsSpecialization, ShapeError, UnsupportedOpError
+from ..errors import (GlowError, ImportError_, MemoryLimitError, ModelLoadError, NeedsSpecialization, ShapeError,
+                      UnsupportedOpError)
 from ..graph import Function, Node
 from ..ops.registry import get_op
 from ..types import TensorType, dtype
+from .subgraph import OUTER, all_nodes, node_reads, outer_scope_names
 
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -54,11 +56,34 @@ def load_model(model) -> tuple[onnx.ModelProto, str | None]:
         raise ModelLoadError(f"{where}: not a valid ONNX protobuf ({type(e).__name__}: {e})") from None
     if not m.HasField("graph") or (not m.graph.node and not m.graph.output):
         raise ModelLoadError(f"{where}: parsed, but holds no graph (truncated or not an ONNX model?)")
+    bad = _non_utf8_string(m)
+    if bad is not None:
+        raise ModelLoadError(f"{where}: string field {bad[0]} is not valid UTF-8 ({bad[1][:40]!r}); "
+                             f"the file is corrupt")
     if _has_external(m):
         if base_dir is None:
             raise ModelLoadError(f"{where}: tensors use external data, which needs the model's path, not bytes")
         _load_external(m, base_dir)
     return m, base_dir
+
+
+def _non_utf8_string(msg, path="model"):
+    """(field path, raw bytes) of the first string field that did not decode as UTF-8, or None.
+
+    protobuf hands such proto2 strings back as bytes instead of failing the parse (corrupt files)."""
+    for fd, val in msg.ListFields():
+        if fd.type not in (fd.TYPE_MESSAGE, fd.TYPE_STRING):
+            continue
+        for k, x in enumerate(val if fd.is_repeated else [val]):
+            where = f"{path}.{fd.name}" + (f"[{k}]" if fd.is_repeated else "")
+            if fd.type == fd.TYPE_STRING:
+                if isinstance(x, bytes):
+                    return where, x
+            else:
+                r = _non_utf8_string(x, where)
+                if r is not None:
+                    return r
+    return None
 
 
 def _tensors(g):
@@ -171,7 +196,7 @@ def tensor_to_array(t: onnx.TensorProto) -> np.ndarray:
         raise ImportError_(f"tensor '{name}': cannot decode data of {dt.name} {list(t.dims)}: {e}") from None
     if arr.size != n:
         raise ImportError_(f"tensor '{name}': holds {arr.size} elements but dims {list(t.dims)} need {n}")
-    return np.ascontiguousarray(arr.reshape(tuple(t.dims)))
+    return np.ascontiguousarray(arr).reshape(tuple(t.dims))  # (ascontiguousarray makes 0-d arrays 1-d)
 
 
 # -- import ------------------------------------------------------------------------------------------------
@@ -199,17 +224,20 @@ def graph_input_specs(m: onnx.ModelProto) -> list[tuple[str, int, list]]:
             raise UnsupportedOpError(f"graph input '{vi.name}' is not a tensor (sequence, map and optional inputs "
                                      f"are not supported)")
         dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+        if any(isinstance(d, int) and d < 0 for d in dims):
+            raise ImportError_(f"graph input '{vi.name}': declared shape {dims} has a negative dim; "
+                               f"dims must be >= 0 or symbolic")
         specs.append((vi.name, tt.elem_type, dims))
     return specs
 
 
 def shape_operand_inputs(m: onnx.ModelProto) -> set[str]:
     """Graph inputs whose values reach an input that determines a shape (to be specialized)."""
-    producers = {o: n for n in m.graph.node for o in n.output}
+    producers = {o: n for n in all_nodes(m.graph) for o in n.output}  # subgraph nodes included
     graph_inputs = {vi.name for vi in m.graph.input} - {t.name for t in m.graph.initializer}
     wanted: set[str] = set()
     stack = []
-    for n in m.graph.node:
+    for n in all_nodes(m.graph):
         d = get_op(n.op_type)
         if d is None:
             continue
@@ -226,7 +254,7 @@ def shape_operand_inputs(m: onnx.ModelProto) -> set[str]:
             wanted.add(v)
         p = producers.get(v)
         if p is not None and p.op_type not in ("Shape", "Size"):
-            stack.extend(x for x in p.input if x)
+            stack.extend(node_reads(p))
     return wanted
 
 
@@ -235,6 +263,11 @@ def _toposort_nodes(g) -> list:
     for i, n in enumerate(g.node):
         for o in n.output:
             if o:
+                if o in produced:
+                    first = g.node[produced[o]]
+                    raise ImportError_(f"value '{o}' is produced twice: by node '{first.name or first.op_type}' "
+                                       f"({first.op_type}) and node '{n.name or n.op_type}' ({n.op_type}); "
+                                       f"each value must have exactly one producer")
                 produced[o] = i
     order, state = [], {}
 
@@ -304,8 +337,9 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
 
     for idx, n in enumerate(_toposort_nodes(m.graph)):
         where = f"node '{n.name or n.op_type + '_' + str(idx)}' ({n.op_type})"
-        if n.domain not in ("", "ai.onnx"):
-            raise UnsupportedOpError(f"{where}: domain '{n.domain}' is not supported; accepted: ai.onnx")
+        if n.domain not in ("", "ai.onnx", "ai.onnx.preview"):
+            raise UnsupportedOpError(f"{where}: domain '{n.domain}' is not supported; accepted: ai.onnx, "
+                                     f"ai.onnx.preview")
         d = get_op(n.op_type)
         if d is None:
             raise UnsupportedOpError(f"{where}: op {n.op_type} is not supported by the importer")
@@ -320,6 +354,9 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
         while ins and ins[-1] is None:
             ins.pop()
         attrs = node_attrs(n, opset, where)
+        outer = outer_scope_names(n, env)  # values its subgraphs read become explicit inputs
+        if outer:
+            ins, attrs[OUTER] = ins + [env[x] for x in outer], outer
         node = Node(n.op_type, ins, attrs, [], _node_name(n, idx), opset)
         outs = _build(fn, node, len(n.output), where)
         for o, v in zip(n.output, outs):
@@ -347,12 +384,12 @@ def _build(fn: Function, node: Node, n_out: int, where: str):
     d = get_op(node.op)
     all_const = all(v is None or v.is_const for v in node.inputs)
     try:
-        if all_const and not d.is_extended:
+        if (all_const or node.op in _SHAPE_ONLY) and not d.is_extended:
             return lower_node(fn, node, fold=True, n_outputs=n_out)
         if all_const and d.kernel is not None and node.op not in _NO_FOLD:
             from ..ops.extended import run_extended
             arrays = run_extended(node.op, [None if v is None else v.const for v in node.inputs], node.attrs)
-            return [fn.constant(np.ascontiguousarray(a), node.name) for a in arrays[:n_out]]
+            return [fn.constant(np.ascontiguousarray(a).reshape(np.shape(a)), node.name) for a in arrays[:n_out]]
         types = infer_node_types(node, n_out)
     except (GlowError, NeedsSpecialization):
         raise
@@ -360,12 +397,18 @@ def _build(fn: Function, node: Node, n_out: int, where: str):
         raise ShapeError(f"{where}: cannot import with inputs "
                          f"{[str(v.type) if v is not None else None for v in node.inputs]}: "
                          f"{type(e).__name__}: {e}") from None
+    except MemoryError:
+        raise MemoryLimitError(f"{where}: out of host memory computing its value at compile time (inputs "
+                               f"{[str(v.type) if v is not None else None for v in node.inputs]})") from None
     fn.nodes.append(node)
     for i, t in enumerate(types):
         from ..graph import Value
         node.outputs.append(Value(fn.unique_name(node.name + (f"_{i}" if len(types) > 1 else "")), t, "node", node))
     return node.outputs
 
+
+# Ops whose value depends only on the static input shapes: always constants.
+_SHAPE_ONLY = {"Shape", "Size", "EyeLike"}
 
 # Ops whose value must not be computed at compile time (random generators).
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}

@@ -120,14 +120,22 @@ def _select(ts):
 primitive("select", "elementwise", ("cond", "a", "b"), BOOL, _select, "cond ? a : b, elementwise.")
 
 
-def _cast(ts, to, saturate):
+def _cast(ts, to, saturate, round_mode):
+    if round_mode not in ("up", "down", "nearest"):
+        _err("cast", f"round_mode {round_mode!r} is not accepted; accepted: up, down, nearest")
     return [TensorType(dtype(to), ts[0].shape)]
 
 
 primitive("cast", "cast", ("x",), ALL, _cast,
-          "Convert to dtype `to`. Float to integer truncates toward zero (out-of-range is undefined); "
-          "to bool is x != 0; from bool gives 0/1; to float8 with saturate=1 clamps to the finite range.",
-          attrs={"to": REQUIRED, "saturate": 1})
+          "Convert to dtype `to`, rounding to nearest-even for float targets. Float to integer truncates "
+          "toward zero, NaN gives 0, out-of-range values wrap (64-bit targets clamp); integer to integer "
+          "wraps (two's complement); to bool is x != 0; from bool gives 0/1. To the float8 types "
+          "(e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) saturate=1 clamps to the finite range (inf too; NaN stays "
+          "NaN), saturate=0 overflows to inf or NaN. float4e2m1/float6 have no inf or NaN: out-of-range "
+          "values clamp (NaN is undefined). "
+          "To float8e8m0 (a power of two) the exponent rounds by `round_mode` (up, down, nearest), NaN/inf "
+          "give NaN, and saturate=1 stops at 2**127.",
+          attrs={"to": REQUIRED, "saturate": 1, "round_mode": "up"})
 
 
 def _bitcast(ts, to):

@@ -80,7 +80,7 @@ def constant_fold(fn: Function) -> int:
             if d.is_extended:
                 from ..ops.extended import run_extended
                 arrays = run_extended(n.op, [None if v is None else v.const for v in n.inputs], n.attrs)
-                outs = [fn.constant(np.ascontiguousarray(a), n.name) for a in arrays]
+                outs = [fn.constant(np.ascontiguousarray(a).reshape(np.shape(a)), n.name) for a in arrays]
             else:
                 before = len(fn.nodes)
                 outs = lower_node(fn, n, fold=True)

@@ -37,9 +37,3 @@ def _unary(prim):
 
 for _op, _prim in _UNARY.items():
     onnx_op(_op)(_unary(_prim))
-
-
-@onnx_op("Relu")
-def relu(b, x):
-    """max(x, 0)."""
-    return b.max(x, b.scalar_like(0, x))

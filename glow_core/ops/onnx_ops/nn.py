@@ -1,10 +1,10 @@
-"""Neural-network ONNX ops: convolution, pooling, dense layers."""
+"""Neural-network ONNX ops: convolutions (Conv, ConvTranspose, Col2Im, DeformConv) and Dropout."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import ShapeError
-from ..registry import onnx_op
+from ..registry import extended_op, onnx_op
 
 
 def conv_pads(b, x_sp, k, strides, dilations, pads, auto_pad):
@@ -43,44 +43,148 @@ def conv(b, x, w, bias=None, *, auto_pad="NOTSET", dilations=None, group=1, kern
     return b.conv(x, w, bias, strides=strides, dilations=dilations, pads=p, group=group)
 
 
-@onnx_op("Gemm")
-def gemm(b, a, bm, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0):
-    """alpha * op(A) @ op(B) + beta * C with transposes, matmul, mul and add."""
-    if transA:
-        a = b.transpose(a, perm=[1, 0])
-    if transB:
-        bm = b.transpose(bm, perm=[1, 0])
-    y = b.matmul(a, bm)
-    if alpha != 1.0:
-        y = b.mul(y, b.scalar_like(alpha, y))
-    if c is not None and beta != 0.0:
-        if beta != 1.0:
-            c = b.binary("mul", c, b.scalar_like(beta, c, shape=()))
-        y = b.binary("add", y, c)
+def _conv_transpose_pads(b, x_sp, k, strides, dilations, pads, auto_pad, output_padding, output_shape):
+    """Begin+end pads of a ConvTranspose (ONNX semantics, auto_pad and output_shape included)."""
+    n = len(x_sp)
+    full = [strides[i] * (x_sp[i] - 1) + output_padding[i] + (k[i] - 1) * dilations[i] + 1 for i in range(n)]
+    auto_pad = auto_pad or "NOTSET"
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise ShapeError(f"{b.where}: auto_pad '{auto_pad}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+    if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if output_shape is None:
+            output_shape = [x_sp[i] * strides[i] for i in range(n)]
+        output_shape = list(output_shape)[-n:]
+        total = [full[i] - output_shape[i] for i in range(n)]
+        if auto_pad == "SAME_UPPER":
+            return [t // 2 for t in total] + [t - t // 2 for t in total]
+        return [t - t // 2 for t in total] + [t // 2 for t in total]
+    if auto_pad == "VALID" or not pads:
+        return [0] * (2 * n)
+    return list(pads)
+
+
+def conv_transpose_lowering(b, x, w, bias, strides, dilations, pads, output_padding, group):
+    """Transposed convolution as: zeros inserted between inputs (pad `interior`), edge padding, and a stride-1
+    `conv` with the kernel flipped and its in/out channel axes swapped per group; negative pads crop (slice)."""
+    n = x.rank - 2
+    k = w.shape[2:]
+    C = x.shape[1]
+    if w.shape[0] != C or C % group:
+        raise ShapeError(f"{b.where}: weight {w.shape} must be [C={C}, M/group, *kernel] with group {group}")
+    m_g = w.shape[1]
+    # [C, M/g, *k] -> [g, C/g, M/g, *k] -> [g, M/g, C/g, *k] -> [M, C/g, *k], then flip spatial axes
+    wt = b.reshape_(w, (group, C // group, m_g) + k)
+    wt = b.transpose_(wt, [0, 2, 1] + list(range(3, 3 + n)))
+    wt = b.reshape_(wt, (group * m_g, C // group) + k)
+    wt = b.slice(wt, starts=[0, 0] + [d - 1 for d in k], ends=list(wt.shape[:2]) + [-1] * n,
+                 steps=[1, 1] + [-1] * n)
+    eff = [(k[i] - 1) * dilations[i] + 1 for i in range(n)]
+    begin = [eff[i] - 1 - pads[i] for i in range(n)]
+    end = [eff[i] - 1 - pads[n + i] + output_padding[i] for i in range(n)]
+    xp = b.pad(x, pads=[0, 0] + [max(p, 0) for p in begin] + [0, 0] + [max(p, 0) for p in end],
+               value=0.0, interior=[0, 0] + [s - 1 for s in strides])
+    if bias is None:
+        bias = b.const(np.zeros(group * m_g, dtype=x.dtype.np))
+    y = b.conv(xp, wt, bias, strides=[1] * n, dilations=list(dilations), pads=[0] * (2 * n), group=group)
+    if any(p < 0 for p in begin + end):
+        starts = [0, 0] + [max(-p, 0) for p in begin]
+        ends = list(y.shape[:2]) + [y.shape[2 + i] - max(-end[i], 0) for i in range(n)]
+        y = b.slice(y, starts=starts, ends=ends, steps=[1] * (n + 2))
     return y
 
 
-def _pool_geometry(b, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
+@onnx_op("ConvTranspose")
+def conv_transpose(b, x, w, bias=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
+                   output_padding=None, output_shape=None, pads=None, strides=None):
+    """Pads from auto_pad / output_shape, then `conv_transpose_lowering` (pad with interior + flipped conv)."""
     n = x.rank - 2
-    k = list(kernel_shape)
+    k = list(kernel_shape or w.shape[2:])
     strides = list(strides or [1] * n)
     dilations = list(dilations or [1] * n)
-    p = conv_pads(b, x.shape[2:], k, strides, dilations, pads, auto_pad)
-    if ceil_mode:
-        for i in range(n):
-            eff = (k[i] - 1) * dilations[i] + 1
-            span = x.shape[2 + i] + p[i] + p[i + n] - eff
-            out = -(-span // strides[i]) + 1
-            # the last window must start inside the input or the begin padding
-            if (out - 1) * strides[i] >= x.shape[2 + i] + p[i]:
-                out -= 1
-            p[i + n] += max((out - 1) * strides[i] + eff - (x.shape[2 + i] + p[i] + p[i + n]), 0)
-    return k, strides, dilations, p
+    output_padding = list(output_padding or [0] * n)
+    p = _conv_transpose_pads(b, x.shape[2:], k, strides, dilations, pads, auto_pad, output_padding, output_shape)
+    return conv_transpose_lowering(b, x, w, bias, strides, dilations, p, output_padding, group)
 
 
-@onnx_op("MaxPool")
-def max_pool(b, x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_shape=None, pads=None,
-             storage_order=0, strides=None):
-    """Primitive `max_pool` (the Indices output is not produced)."""
-    k, s, d, p = _pool_geometry(b, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode)
-    return b.max_pool(x, kernel=k, strides=s, dilations=d, pads=p)
+@onnx_op("Dropout", const_inputs=(1, 2))
+def dropout(b, x, *optional, **_):
+    """Inference (or ratio 0): the input itself and an all-true mask (a broadcast constant)."""
+    ratio, training_mode = (list(optional) + [None, None])[:2]
+    training = training_mode is not None and bool(np.asarray(b.value_of(training_mode, "training_mode")).any())
+    r = float(np.asarray(b.value_of(ratio, "ratio")).reshape(-1)[0]) if ratio is not None else 0.0
+    if training and r != 0.0:
+        raise ShapeError(f"{b.where}: training-mode Dropout with ratio {r} is random and not supported; "
+                         f"accepted: inference, or training_mode with ratio 0")
+    mask = b.broadcast_to(b.reshape_(b.const(np.array(True)), (1,) * x.rank), x.shape)
+    return x, mask
+
+
+@onnx_op("Col2Im", const_inputs=(1, 2))
+def col2im(b, x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
+    """A grouped ConvTranspose (group = C) of the columns viewed as [N, C*K, *L] with a one-hot kernel
+    [C*K, 1, *block] (each column row lands at its block offset); output_padding makes up the image size."""
+    img = [int(v) for v in b.value_of(image_shape, "image_shape")]
+    blk = [int(v) for v in b.value_of(block_shape, "block_shape")]
+    n = len(img)
+    strides = list(strides or [1] * n)
+    dilations = list(dilations or [1] * n)
+    pads = list(pads or [0] * (2 * n))
+    K = int(np.prod(blk))
+    if x.rank != 3 or len(blk) != n or x.shape[1] % K:
+        raise ShapeError(f"{b.where}: input {x.shape} must be [N, C*prod(block_shape {blk}), L] for image "
+                         f"shape {img}")
+    C = x.shape[1] // K
+    eff = [(blk[i] - 1) * dilations[i] + 1 for i in range(n)]
+    L = [(img[i] + pads[i] + pads[n + i] - eff[i]) // strides[i] + 1 for i in range(n)]
+    if int(np.prod(L)) != x.shape[2] or min(L) < 1:
+        raise ShapeError(f"{b.where}: {x.shape[2]} columns do not match the {L} block positions of image {img}")
+    cols = b.reshape_(x, (x.shape[0], C * K) + tuple(L))
+    w = np.zeros((C, K, 1, K), dtype=x.dtype.np)
+    w[:, np.arange(K), 0, np.arange(K)] = 1
+    w = b.const(w.reshape((C * K, 1) + tuple(blk)))
+    full = [strides[i] * (L[i] - 1) + eff[i] - pads[i] - pads[n + i] for i in range(n)]
+    out_pad = [img[i] - full[i] for i in range(n)]
+    return conv_transpose_lowering(b, cols, w, None, strides, dilations, pads, out_pad, C)
+
+
+@extended_op("DeformConv", reason="each output samples the input at data-dependent fractional positions "
+             "(bilinear interpolation at learned offsets), which the primitive set has no gather for")
+def deform_conv(x, w, offset, bias=None, mask=None, *, dilations=None, group=1, kernel_shape=None,
+                offset_group=1, pads=None, strides=None):
+    """2-D deformable convolution: bilinear samples (zero outside the image) at the offset kernel positions,
+    scaled by the mask, contracted with the weights per group."""
+    if x.ndim != 4:
+        raise ShapeError(f"DeformConv: input {x.shape} must be [N, C, H, W] (only 2-D is supported)")
+    N, C, H, W_ = x.shape
+    kh, kw = (kernel_shape or w.shape[2:])
+    sh, sw = strides or [1, 1]
+    dh, dw = dilations or [1, 1]
+    pads = pads or [0, 0, 0, 0]
+    G = offset_group or 1
+    oh, ow = offset.shape[2:]
+    off = offset.reshape(N, G, kh, kw, 2, oh, ow).astype(np.float64)
+    m = (np.ones((N, G, kh, kw, oh, ow)) if mask is None else mask.reshape(N, G, kh, kw, oh, ow))
+    base_h = (-pads[0] + sh * np.arange(oh))[None, :, None] + dh * np.arange(kh)[:, None, None]  # [kh, oh, 1]
+    base_w = (-pads[1] + sw * np.arange(ow))[None, None, :] + dw * np.arange(kw)[:, None, None]  # [kw, 1, ow]
+    ph = base_h[None, None, :, None] + off[:, :, :, :, 0]  # [N, G, kh, kw, oh, ow]
+    pw = base_w[None, None, None, :] + off[:, :, :, :, 1]
+    xg = x.reshape(N, G, C // G, H, W_).astype(np.float64)
+    n_i = np.arange(N).reshape(N, 1, 1, 1, 1, 1)
+    g_i = np.arange(G).reshape(1, G, 1, 1, 1, 1)
+    h0, w0 = np.floor(ph), np.floor(pw)
+    sampled = 0
+    for hc, wh in ((h0, 1 - (ph - h0)), (h0 + 1, ph - h0)):
+        for wc, ww in ((w0, 1 - (pw - w0)), (w0 + 1, pw - w0)):
+            ok = (hc >= 0) & (hc < H) & (wc >= 0) & (wc < W_)
+            hi = np.clip(hc, 0, H - 1).astype(np.int64)
+            wi = np.clip(wc, 0, W_ - 1).astype(np.int64)
+            vals = xg[n_i, g_i, :, hi, wi]  # [N, G, kh, kw, oh, ow, C/G]
+            sampled = sampled + vals * (wh * ww * ok * m)[..., None]
+    cols = np.moveaxis(sampled, -1, 2).reshape(N, C, kh, kw, oh, ow)
+    F = w.shape[0]
+    cg, fg = C // group, F // group
+    out = np.concatenate([np.einsum("nckluv,fckl->nfuv", cols[:, g * cg:(g + 1) * cg],
+                                    w[g * fg:(g + 1) * fg].astype(np.float64)) for g in range(group)], axis=1)
+    if bias is not None:
+        out = out + bias.reshape(1, F, 1, 1)
+    return out.astype(x.dtype)

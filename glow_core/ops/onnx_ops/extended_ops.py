@@ -1,0 +1,259 @@
+"""Extended ops kept whole with numpy kernels: sorting, selection and data-dependent shapes.
+
+TopK sorts; NonZero, Unique and NonMaxSuppression have output shapes that
+depend on input values, so the input that determines the shape is listed in
+``const_inputs``: a model feeding it from a graph input is specialized to
+that input's value (compiled per value), and the op folds to a constant.
+RoiAlign and GridSample sample at data-dependent coordinates (a gather whose
+indices and weights are computed from another input).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeError
+from ..registry import extended_op
+
+
+def _as_f32(x):
+    """Sort/compare ml_dtypes floats (bfloat16, float8: numpy kind 'V') through float32 (exact)."""
+    return x.astype(np.float32) if x.dtype.kind == "V" else x
+
+
+@extended_op("TopK", reason="a partial sort: no decomposition into the primitive set", const_inputs=(1,))
+def topk(x, k=None, *, axis=-1, largest=1, sorted=1):
+    """The k largest (or smallest) along axis; ties keep the lower index first."""
+    kk = int(np.asarray(k).ravel()[0])  # the K input (opset >= 10) or the k attribute
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    key = _as_f32(x)
+    if largest:
+        flipped = np.flip(key, axis=axis)
+        order = np.flip(np.argsort(flipped, axis=axis, kind="stable"), axis=axis)
+        order = (n - 1) - order
+    else:
+        order = np.argsort(key, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(kk), axis=axis).astype(np.int64)
+    return np.take_along_axis(x, idx, axis=axis), idx
+
+
+@extended_op("NonZero", reason="output shape depends on input values", const_inputs=(0,))
+def nonzero(x):
+    """Indices of the non-zero elements, one row per dimension (int64)."""
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+@extended_op("Unique", reason="output shape depends on input values", const_inputs=(0,))
+def unique(x, *, axis=None, sorted=1):
+    """Unique elements (or slices along axis), first-occurrence indices, inverse indices and counts."""
+    key = _as_f32(x)
+    y, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True,
+                                          axis=axis)
+    inverse = inverse.reshape(-1)
+    if not sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.argsort(order)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    y = np.take(x.reshape(-1) if axis is None else x, first, axis=0 if axis is None else axis)
+    return y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)
+
+
+def _iou(a, b, center):
+    if center:
+        a = np.array([a[0] - a[2] / 2, a[1] - a[3] / 2, a[0] + a[2] / 2, a[1] + a[3] / 2])
+        b = np.array([b[0] - b[2] / 2, b[1] - b[3] / 2, b[0] + b[2] / 2, b[1] + b[3] / 2])
+    a0, a2 = sorted((a[0], a[2]))
+    a1, a3 = sorted((a[1], a[3]))
+    b0, b2 = sorted((b[0], b[2]))
+    b1, b3 = sorted((b[1], b[3]))
+    ih = min(a2, b2) - max(a0, b0)
+    iw = min(a3, b3) - max(a1, b1)
+    if ih <= 0 or iw <= 0:
+        return 0.0
+    inter = ih * iw
+    union = (a2 - a0) * (a3 - a1) + (b2 - b0) * (b3 - b1) - inter
+    return inter / union if union > 0 else 0.0
+
+
+@extended_op("NonMaxSuppression", reason="output shape depends on input values (a greedy data-dependent "
+                                         "selection)", const_inputs=(0, 1, 2, 3, 4))
+def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
+                        score_threshold=None, *, center_point_box=0):
+    """Greedy per (batch, class) selection by score, dropping boxes whose IoU with a kept box is too high."""
+    max_out = 0 if max_output_boxes_per_class is None else int(np.asarray(max_output_boxes_per_class).ravel()[0])
+    iou_t = 0.0 if iou_threshold is None else float(np.asarray(iou_threshold).ravel()[0])
+    sc_t = None if score_threshold is None else float(np.asarray(score_threshold).ravel()[0])
+    out = []
+    for bi in range(scores.shape[0]):
+        for ci in range(scores.shape[1]):
+            s = scores[bi, ci].astype(np.float64)
+            cand = [i for i in np.argsort(-s, kind="stable") if sc_t is None or s[i] > sc_t]
+            kept = []
+            for i in cand:
+                if len(kept) >= max_out:
+                    break
+                if all(_iou(boxes[bi, i], boxes[bi, j], center_point_box) <= iou_t for j in kept):
+                    kept.append(i)
+            out += [[bi, ci, i] for i in kept]
+    return np.array(out, dtype=np.int64).reshape(-1, 3)
+
+
+def _bilinear(img, y, x):
+    """(corner indices, weights) of one sample point, or None when it lies outside the image."""
+    H, W = img.shape[-2:]
+    if y < -1.0 or y > H or x < -1.0 or x > W:
+        return None
+    y, x = max(y, 0.0), max(x, 0.0)
+    y0, x0 = int(y), int(x)
+    if y0 >= H - 1:
+        y0 = y1 = H - 1
+        y = float(y0)
+    else:
+        y1 = y0 + 1
+    if x0 >= W - 1:
+        x0 = x1 = W - 1
+        x = float(x0)
+    else:
+        x1 = x0 + 1
+    ly, lx = y - y0, x - x0
+    hy, hx = 1 - ly, 1 - lx
+    return [(y0, x0, hy * hx), (y0, x1, hy * lx), (y1, x0, ly * hx), (y1, x1, ly * lx)]
+
+
+@extended_op("RoiAlign", reason="samples at coordinates computed from the rois input (data-dependent gather)")
+def roi_align(x, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
+              spatial_scale=1.0, coordinate_transformation_mode="half_pixel"):
+    """Average (or max) of bilinear samples on a regular grid in each output bin of each roi."""
+    C = x.shape[1]
+    off = 0.5 if coordinate_transformation_mode == "half_pixel" else 0.0
+    out = np.zeros((rois.shape[0], C, output_height, output_width), dtype=np.float64)
+    for r in range(rois.shape[0]):
+        img = x[int(batch_indices[r])].astype(np.float64)
+        x1, y1, x2, y2 = (float(v) * spatial_scale - off for v in rois[r])
+        rw, rh = x2 - x1, y2 - y1
+        if not off:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bh, bw = rh / output_height, rw / output_width
+        gh = sampling_ratio if sampling_ratio > 0 else int(np.ceil(rh / output_height))
+        gw = sampling_ratio if sampling_ratio > 0 else int(np.ceil(rw / output_width))
+        count = max(gh * gw, 1)
+        for ph in range(output_height):
+            for pw in range(output_width):
+                acc = np.zeros(C) if mode == "avg" else None
+                for iy in range(gh):
+                    yy = y1 + ph * bh + (iy + 0.5) * bh / gh
+                    for ix in range(gw):
+                        xx = x1 + pw * bw + (ix + 0.5) * bw / gw
+                        pts = _bilinear(img, yy, xx)
+                        vals = [np.zeros(C)] if pts is None else [w * img[:, a, c] for a, c, w in pts]
+                        if mode == "avg":
+                            acc += sum(vals)
+                        else:
+                            v = np.max(vals, axis=0)
+                            acc = v if acc is None else np.maximum(acc, v)
+                out[r, :, ph, pw] = acc / count if mode == "avg" else acc
+    return out.astype(x.dtype)
+
+
+def _reflect(x, lo, hi):
+    """Reflect coordinates at the borders [lo, hi] until they fall inside."""
+    rng = hi - lo
+    out = x.copy()
+    for mask, d, base, other in ((x < lo, lo - x, lo, hi), (x > hi, x - hi, hi, lo)):
+        n = np.floor(d / rng) if rng else np.zeros_like(d)
+        r = d - n * rng
+        sign = 1 if base == lo else -1
+        out = np.where(mask, np.where(n % 2 == 0, base + sign * r, other - sign * r), out)
+    return out
+
+
+def _cubic_coeffs(t, a=-0.75):
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+
+
+@extended_op("GridSample", reason="samples at coordinates read from the grid input (data-dependent gather)")
+def grid_sample(x, grid, *, mode="linear", padding_mode="zeros", align_corners=0):
+    """Nearest, (bi/tri)linear or cubic sampling of x at the grid's normalized coordinates, N-D."""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    dims = x.shape[2:]
+    D = len(dims)
+    xc = np.moveaxis(x, 1, -1)  # [N, *in, C]
+    pos, lo, hi = [], [], []
+    for i, d in enumerate(dims):
+        g = grid[..., D - 1 - i].astype(np.float64)
+        p = (g + 1) / 2 * (d - 1) if align_corners else ((g + 1) * d - 1) / 2
+        if mode == "nearest":
+            p = np.rint(p)
+        lo_i, hi_i = (0.0, d - 1.0) if align_corners else (-0.5, d - 0.5)
+        if padding_mode == "border":
+            p = np.where((p < lo_i) | (p > hi_i), np.clip(p, 0, d - 1), p)
+        elif padding_mode == "reflection":
+            p = _reflect(p, lo_i, hi_i)
+        pos.append(p)
+        lo.append(lo_i)
+        hi.append(hi_i)
+    taps = []  # per axis: list of (index array, weight array)
+    for p in pos:
+        f = np.floor(p)
+        t = p - f
+        if mode == "nearest":
+            taps.append([(p, np.ones_like(p))])
+        elif mode == "linear":
+            taps.append([(f, 1 - t), (f + 1, t)])
+        elif mode == "cubic":
+            taps.append(list(zip((f - 1, f, f + 1, f + 2), _cubic_coeffs(t))))
+        else:
+            raise ShapeError(f"GridSample: mode '{mode}' is not one of nearest, linear, cubic")
+    nidx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+    out = 0.0
+    for combo in np.ndindex(*[len(t) for t in taps]):
+        w, idx, valid = 1.0, [], True
+        for ax, k in enumerate(combo):
+            i, wk = taps[ax][k]
+            i = i.astype(np.int64)
+            d = dims[ax]
+            if padding_mode == "zeros":
+                valid = valid & (i >= 0) & (i < d)
+            elif padding_mode == "reflection":
+                i = _reflect(i.astype(np.float64), lo[ax], hi[ax]).astype(np.int64)
+            idx.append(np.clip(i, 0, d - 1))
+            w = w * wk
+        vals = xc[(nidx, *idx)].astype(np.float64)
+        out = out + vals * (w * valid)[..., None]
+    return np.moveaxis(np.asarray(out), -1, 1).astype(x.dtype)
+
+
+@extended_op("TfIdfVectorizer", reason="n-gram matching against a pool: a data-dependent lookup with no "
+                                       "decomposition into the primitive set")
+def tfidf_vectorizer(x, *, max_gram_length, min_gram_length, max_skip_count, mode, ngram_counts, ngram_indexes,
+                     pool_int64s=None, pool_strings=None, weights=None):
+    """Counts of the pool's n-grams (with up to max_skip_count skipped items between elements) per row."""
+    if pool_int64s is None:
+        raise ShapeError("TfIdfVectorizer: string pools are not supported (string tensors)")
+    pool = list(pool_int64s)
+    starts = list(ngram_counts) + [len(pool)]
+    table, j = {}, 0
+    for n in range(1, len(ngram_counts) + 1):
+        for p in range(starts[n - 1], starts[n], n):
+            table[tuple(pool[p:p + n])] = ngram_indexes[j]
+            j += 1
+    n_out = max(ngram_indexes) + 1
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    out = np.zeros((rows.shape[0], n_out), dtype=np.float32)
+    for r, row in enumerate(rows.tolist()):
+        for n in range(max(min_gram_length, 1), max_gram_length + 1):
+            for skip in range(0, (max_skip_count if n > 1 else 0) + 1):
+                step = skip + 1
+                for i in range(len(row) - (n - 1) * step):
+                    k = table.get(tuple(row[i:i + (n - 1) * step + 1:step]))
+                    if k is not None:
+                        out[r, k] += 1
+    w = np.ones(n_out, dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
+    if mode == "IDF":
+        out = np.minimum(out, 1) * w
+    elif mode == "TFIDF":
+        out = out * w
+    return out.reshape(n_out) if x.ndim == 1 else out
