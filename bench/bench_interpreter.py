@@ -37,18 +37,51 @@ MODELS = {
 }
 
 
-def median_time(fn, reps, warmup=1):
-    for _ in range(warmup):
+def median_times(runners: dict, reps: int, slow: str, slow_reps: int) -> dict:
+    """Median seconds of each runner, interleaved (one warm-up each) so that a change in machine load hits all
+    of them alike; the ``slow`` one runs only ``slow_reps`` times, spread over the ``reps`` rounds."""
+    times = {name: [] for name in runners}
+    for fn in runners.values():
         fn()
-    times = []
-    for _ in range(reps):
+    every = max(1, reps // max(slow_reps, 1))
+    for i in range(reps):
+        for name, fn in runners.items():
+            if name == slow and (i % every or len(times[name]) >= slow_reps):
+                continue
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def profile_interpreter(cm, feeds, reps):
+    """Milliseconds per run spent in each primitive's kernel (the rest is the interpreter's own overhead)."""
+    import glow_interpreter.kernels as kernels
+    spent, calls = {}, {}
+    original = kernels.run_primitive
+
+    def timed(name, *args, **kwargs):
         t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        try:
+            return original(name, *args, **kwargs)
+        finally:
+            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+            calls[name] = calls.get(name, 0) + 1
+
+    kernels.run_primitive = timed
+    try:
+        t = time.perf_counter()
+        for _ in range(reps):
+            cm.run(feeds)
+        total = time.perf_counter() - t
+    finally:
+        kernels.run_primitive = original
+    parts = ", ".join(f"{k} x{calls[k] // reps} {v / reps * 1e3:.2f}" for k, v in
+                      sorted(spent.items(), key=lambda kv: -kv[1]))
+    return f"{total / reps * 1e3:.2f} ms per run: {parts}"
 
 
-def bench_model(name, reps, ref_reps, threads):
+def bench_model(name, reps, ref_reps, threads, profile=False):
     from onnx.reference import ReferenceEvaluator
     build, shape = MODELS[name]
     model = build()
@@ -61,9 +94,8 @@ def bench_model(name, reps, ref_reps, threads):
     got = cm.run(feeds)["output"]
     want = ref.run(None, feeds)[0]
     err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
-    row = {"model": name, "compile_s": compile_s, "rel_err": err,
-           "interp_s": median_time(lambda: cm.run(feeds), reps),
-           "ref_s": median_time(lambda: ref.run(None, feeds), ref_reps, warmup=0)}
+    row = {"model": name, "compile_s": compile_s, "rel_err": err}
+    runners = {"interp_s": lambda: cm.run(feeds), "ref_s": lambda: ref.run(None, feeds)}
     try:
         import onnxruntime as ort
     except ImportError:
@@ -77,7 +109,10 @@ def bench_model(name, reps, ref_reps, threads):
         m.ir_version = min(m.ir_version, 10)  # onnxruntime may not know the newest IR version onnx writes
         sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
         row["ort_err"] = float(np.abs(got - sess.run(None, feeds)[0]).max() / max(np.abs(want).max(), 1e-12))
-        row["ort_s"] = median_time(lambda: sess.run(None, feeds), reps)
+        runners["ort_s"] = lambda: sess.run(None, feeds)
+    row.update(median_times(runners, reps, "ref_s", ref_reps))
+    if profile:
+        row["profile"] = profile_interpreter(cm, feeds, reps)
     return row
 
 
@@ -87,12 +122,13 @@ def main(argv=None):
     p.add_argument("--ref-reps", type=int, default=5, help="timed runs of the (slow) reference evaluator")
     p.add_argument("--models", default="resnet,resnet_b4,cnn,cnn_b8", help=f"comma list of {', '.join(MODELS)}")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads")
+    p.add_argument("--profile", action="store_true", help="also print the interpreter's time per primitive")
     args = p.parse_args(argv)
     names = [n for n in args.models.split(",") if n]
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         p.error(f"unknown model(s) {unknown}; choose from {', '.join(MODELS)}")
-    rows = [bench_model(n, args.reps, args.ref_reps, args.threads) for n in names]
+    rows = [bench_model(n, args.reps, args.ref_reps, args.threads, args.profile) for n in names]
     has_ort = any("ort_s" in r for r in rows)
     head = f"{'model':<12} {'compile':>8} {'interp':>9} {'reference':>10} {'ref/interp':>10}"
     head += f" {'onnxruntime':>11} {'ort/interp':>10}" if has_ort else ""
@@ -105,6 +141,9 @@ def main(argv=None):
         if "ort_s" in r:
             line += f" {r['ort_s'] * 1e3:11.2f} {r['ort_s'] / r['interp_s']:9.2f}x"
         print(line)
+    for r in rows:
+        if "profile" in r:
+            print(f"profile {r['model']}: {r['profile']}")
     worst = max(max(r["rel_err"], r.get("ort_err", 0)) for r in rows)
     print(f"max relative difference between runtimes: {worst:.2e}")
     conv = [r for r in rows if r["model"].startswith(("resnet", "cnn"))]

@@ -72,7 +72,10 @@ class Builder:
     def scalar_like(self, value, like: Value, shape=None) -> Value:
         """A constant of ``like``'s dtype broadcast to ``shape`` (default like's shape)."""
         shape = like.shape if shape is None else tuple(shape)
-        return self.const(np.full(shape, value, dtype=like.dtype.np))
+        if int(np.prod(shape)) <= LAZY_BROADCAST_ELEMENTS:
+            return self.const(np.full(shape, value, dtype=like.dtype.np))
+        # A large splat stays a broadcast of one element: weights do not grow with the activation size.
+        return self.broadcast_to(self.const(np.full((1,) * len(shape), value, dtype=like.dtype.np)), shape)
 
     def value_of(self, v: Value | None, what: str = "input") -> np.ndarray | None:
         """The constant value of ``v``; raises when it is only known at run time."""

@@ -192,3 +192,16 @@ def test_glowc_demo():
     printed = r.stdout.split("output:", 1)[1]
     values = [float(v) for v in re.findall(r"-?\d+\.\d+(?:e[-+]?\d+)?", printed)]
     np.testing.assert_allclose(values, want, atol=1e-3)
+
+
+def test_bench_interpreter_smoke(capsys):
+    """The benchmark script runs end to end (tiny repetition counts) and checks the runtimes agree."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_interpreter.py"
+    spec = importlib.util.spec_from_file_location("bench_interpreter", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--models", "cnn", "--reps", "2", "--ref-reps", "1", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "ref/interp" in out and "profile cnn:" in out and "conv x1" in out

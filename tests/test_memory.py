@@ -114,6 +114,19 @@ def test_resnet_no_live_overlap(resnet):
         assert irf.instrs[e].op == "deallocactivation" and irf.instrs[e].operands[0][0] is buf
 
 
+@pytest.mark.parametrize("kw", [dict(size=24, batch=2), dict(size=20, widths=(8, 16, 24), blocks=3),
+                                dict(size=17, widths=(5, 7, 9, 11), blocks=2)])
+def test_resnet_variants_plan(kw):
+    """Odd sizes and channel counts (buffers that are not multiples of the alignment), deeper stages, batch 2."""
+    irf = glow_core.compile(models.resnet(seed=3, batchnorm=HAS_BN, **kw)).last.ir
+    ranges = live_ranges(irf)
+    intervals = [Interval(key, buf.size, s, e) for key, (s, e, buf) in ranges.items()]
+    offsets = {key: buf.offset for key, (_, _, buf) in ranges.items()}
+    assert brute_overlaps(intervals, offsets, alignment=irf.plan.alignment) == []
+    bound = brute_max_live(intervals, irf.plan.alignment)
+    assert bound <= irf.plan.activations_size <= 1.10 * bound
+
+
 def test_resnet_memory_capacity():
     model = models.resnet(seed=0, size=16, widths=(8, 16), blocks=1, batchnorm=HAS_BN)
     peak = glow_core.compile(model).last.ir.plan.activations_size

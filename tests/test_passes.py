@@ -213,7 +213,8 @@ def test_fold_batchnorm_resnet():
     m = models.resnet(seed=1, size=16, widths=(8, 16), blocks=1, batchnorm=True)
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
     n_bn = sum(n.op_type == "BatchNormalization" for n in m.graph.node)
-    check_pass(m, {"input": x}, "fold-batchnorm", n_bn, [n.op_type for n in m.graph.node if n.op_type != "BatchNormalization"], rtol=1e-4)
+    others = [n.op_type for n in m.graph.node if n.op_type != "BatchNormalization"]
+    check_pass(m, {"input": x}, "fold-batchnorm", n_bn, others, rtol=1e-4)
 
 
 # -- IR passes -------------------------------------------------------------------------------------------
@@ -275,7 +276,8 @@ def test_share_buffers_in_place():
 def test_symbolic_batch_specialized_per_shape():
     w = rng.standard_normal((5, 10)).astype(np.float32)
     bias = rng.standard_normal(5).astype(np.float32)
-    m = onnx_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1), helper.make_node("Sigmoid", ["g"], ["y"])],
+    m = onnx_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1),
+                    helper.make_node("Sigmoid", ["g"], ["y"])],
                    [vi("x", F, ["N", 10])], [vi("y", F, ["N", 5])], [init("w", w), init("b", bias)])
     cm = glow_core.compile(m)
     assert cm.last is None  # nothing compiled before the first run

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from .codegen import ENV, c_comment, c_ident
+from .codegen import c_comment, c_ident, template
 
 
 def _unique(names, make):
@@ -51,11 +51,11 @@ def write_bundle(irf, out_dir, options, source, prelude) -> list[str]:
                         for (n, _), i, f in zip(outs, out_ids, out_files)],
                march=re.sub(r"[^A-Za-z0-9_.+-]", "", str(options.get("target_cpu") or "")))
     files = {
-        f"{name}.h": ENV.get_template("bundle.h.j2").render(**ctx),
+        f"{name}.h": template("bundle.h.j2").render(**ctx),
         f"{name}.c": source.replace('#include "glow_prelude.h"', f'#include "glow_prelude.h"\n#include "{name}.h"'),
         "glow_prelude.h": prelude,
-        "main.c": ENV.get_template("bundle_main.c.j2").render(**ctx),
-        "Makefile": ENV.get_template("bundle.mk.j2").render(**ctx),
+        "main.c": template("bundle_main.c.j2").render(**ctx),
+        "Makefile": template("bundle.mk.j2").render(**ctx),
     }
     written = []
     for fn, text in files.items():

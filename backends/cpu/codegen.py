@@ -20,8 +20,23 @@ from .ctypes_map import INT_LIMITS, ctype
 from . import kernels_ew
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
-ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                         keep_trailing_newline=True, autoescape=False)
+_ENV: jinja2.Environment | None = None
+
+
+def template(name: str) -> jinja2.Template:
+    """A template of templates/ (StrictUndefined; compiled templates cached under $GLOW_CACHE_DIR/jinja)."""
+    global _ENV
+    if _ENV is None:
+        from .toolchain import cache_dir
+        try:
+            d = os.path.join(cache_dir(), "jinja")
+            os.makedirs(d, exist_ok=True)
+            bcc = jinja2.FileSystemBytecodeCache(d)
+        except OSError:
+            bcc = None
+        _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                                  keep_trailing_newline=True, autoescape=False, bytecode_cache=bcc)
+    return _ENV.get_template(name)
 
 # Error kinds (see glow_prelude.h): the entry returns (1-based instruction number) * 8 + kind.
 ERR_INDEX, ERR_DIV0, ERR_NOMEM = 1, 2, 3
@@ -133,9 +148,9 @@ class Codegen:
             kernels.append(src)
             calls.append(fn)
             self.instr_of_code.append(ins)
-        gemm_src = [ENV.get_template("gemm.c.j2").render(t=t, sfx=sfx, **_GEMM_TILES[sfx])
+        gemm_src = [template("gemm.c.j2").render(t=t, sfx=sfx, **_GEMM_TILES[sfx])
                     for sfx, t in (("f32", "float"), ("f64", "double")) if sfx in self.gemms]
-        return ENV.get_template("module.c.j2").render(
+        return template("module.c.j2").render(
             comment_name=c_comment(self.irf.name), entry=entry, export=export,
             openmp=self.num_threads > 1, num_threads=self.num_threads,
             kernels=gemm_src + kernels, calls=calls)
@@ -165,7 +180,7 @@ class Codegen:
         names = [f"in{i}[i]" for i in range(len(args))]
         expr, checks = kernels_ew.expression(ins.op, [b.type.dtype.name for b in args], out.type.dtype.name,
                                              names, {k: v for k, v in ins.attrs.items() if not k.startswith("_")})
-        return ENV.get_template("elementwise.c.j2").render(
+        return template("elementwise.c.j2").render(
             comment=comment, fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=n,
             parallel=self.num_threads > 1, checks=checks, err=err + ERR_DIV0)
 
@@ -186,7 +201,7 @@ class Codegen:
                                  outer_ostr=[d[2] for d in outer], in_base=ibase, out_base=obase,
                                  outer_count=prod(d[0] for d in outer), inner=inner[0], inner_istr=inner[1],
                                  inner_ostr=inner[2]))
-        return ENV.get_template("strided.c.j2").render(
+        return template("strided.c.j2").render(
             comment=comment, fn=fn, t=t, out_ptr=self.ptr(out), pieces=rendered,
             fill=fill, fill_n=out.type.numel)
 
@@ -252,7 +267,7 @@ class Codegen:
         out = ins.outs[0]
         axis = ins.attrs["axis"]
         xs = x.type.shape
-        return ENV.get_template("gather.c.j2").render(
+        return template("gather.c.j2").render(
             comment=comment, fn=fn, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
             idx_t=ctype(idx.type.dtype.name).storage, nidx=idx.type.numel, dim=xs[axis], outer=prod(xs[:axis]),
             row_bytes=prod(xs[axis + 1:]) * x.type.dtype.itemsize, err=err + ERR_INDEX)
@@ -269,7 +284,7 @@ class Codegen:
             return self._strided(fn, comment, out, [(x, (nb, rows, prod(xs[bd:])), (prod(xs[bd:]), 0, 1),
                                                      (rows * prod(xs[bd:]), prod(xs[bd:]), 1), 0, 0)])
         xst = row_strides(xs)
-        return ENV.get_template("gather_nd.c.j2").render(
+        return template("gather_nd.c.j2").render(
             comment=comment, fn=fn, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
             idx_t=ctype(idx.type.dtype.name).storage, k=k, dims=list(xs[bd:bd + k]), strides=xst[bd:bd + k],
             nb=nb, rows=rows, xbatch=prod(xs[bd:]), slice_bytes=prod(xs[bd + k:]) * x.type.dtype.itemsize,
@@ -288,7 +303,7 @@ class Codegen:
         if k == 0:
             return self._memcpy(fn, comment, out, x) if idx.type.numel == 0 else \
                 self._scatter_whole(ins, fn, comment, err)
-        return ENV.get_template("scatter_nd.c.j2").render(
+        return template("scatter_nd.c.j2").render(
             comment=comment, fn=fn, t=ct.storage, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
             upd_ptr=self.ptr(upd), idx_t=ctype(idx.type.dtype.name).storage, k=k, dims=list(xs[:k]),
             strides=row_strides(xs)[:k], rows=idx.type.numel // k, slice=prod(xs[k:]), nbytes=x.size,
@@ -315,7 +330,7 @@ class Codegen:
         out_idx = " + ".join(f"o{i} * {st}" for i, st in enumerate(kst)) or "0"
         if any(s == 0 for s, _ in red):
             red = [(0, 0)]
-        return ENV.get_template("reduce.c.j2").render(
+        return template("reduce.c.j2").render(
             comment=comment, fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
             parallel=self.num_threads > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
             red=[s for s, _ in red], acc_t=acc_t, init=init, load=f"({acc_t})" + ct.ld(f"in[{load_idx}]"),
@@ -334,7 +349,7 @@ class Codegen:
         cmp = ">" if ins.op == "argmax" else "<"
         if n == 0:
             raise BackendError(f"cpu backend: {ins.op} over an empty axis")
-        return ENV.get_template("arg.c.j2").render(
+        return template("arg.c.j2").render(
             comment=comment, fn=fn, out_ptr=self.ptr(out), in_ptr=self.ptr(x), in_t=ct.storage, cmp_t=ct.compute,
             outer=prod(xs[:axis]), inner=inner, n=n, first=(n - 1) if last else 0,
             jexpr=f"{n - 1} - s" if last else "s", load_best=ct.ld(f"p[({(n - 1) if last else 0}) * {inner}]"),
@@ -368,7 +383,7 @@ class Codegen:
             load_a = f"({acc_t})" + ct.ld(f"a[bt * {m * k} + i * {k} + kk]")
             load_b = f"({acc_t})" + ct.ld("brow[j]")
             store_c = ct.st(f"({ct.compute})row[j]")
-        return ENV.get_template("matmul.c.j2").render(
+        return template("matmul.c.j2").render(
             comment=comment, fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), a_ptr=self.ptr(a),
             b_ptr=self.ptr(b), mode=mode, batch=batch, m=m, n=n, k=k, sfx=sfx, acc_t=acc_t, load_a=load_a,
             load_b=load_b, store_c=store_c, err_nomem=err + ERR_NOMEM)
@@ -408,7 +423,7 @@ class Codegen:
         xidx = " + ".join(f"i{i} * {s}" for i, s in enumerate(istr)) or "0"
         inb = " && ".join(f"in{i}" for i in range(len(dims))) or "1"
         store = ct.st(f"({ct.compute})(drow[q] + bv)")
-        return ENV.get_template("conv.c.j2").render(
+        return template("conv.c.j2").render(
             comment=comment, fn=fn, t=ct.storage, acc_t=acc_t, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
             w_ptr=self.ptr(w), b_ptr=self.ptr(bias), direct=direct, convert_w=not native, ck=cg * kk, p=p, f=F,
             fg=fg, cg=cg, c=C, batch=N, group=group, in_size=in_size, dims=dims, kk=kk, kidx=kidx, pidx=pidx,
@@ -432,7 +447,7 @@ class Codegen:
             acc_t, init, update = "double", "0.0", "acc += v"
             div = float(prod(ins.attrs["kernel"])) if ins.attrs.get("count_include_pad", 0) else "(double)cnt"
             store = ct.st(f"({ct.compute})(acc / {div})")
-        return ENV.get_template("pool.c.j2").render(
+        return template("pool.c.j2").render(
             comment=comment, fn=fn, t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
             work=out.type.numel * prod(ins.attrs["kernel"]), nc=prod(x.type.shape[:2]),
             in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), dims=dims, acc_t=acc_t, init=init,
@@ -441,6 +456,7 @@ class Codegen:
     k_max_pool = k_avg_pool = _pool
 
 
-_GEMM_TILES = {"f32": dict(kc=256, mc=96, nc=4096), "f64": dict(kc=256, mc=96, nc=2048)}
+_GEMM_TILES = {"f32": dict(kc=256, mc=96, nc=4096, mr_wide=12),
+               "f64": dict(kc=256, mc=96, nc=2048, mr_wide=12)}
 
 __all__ = ["Codegen", "c_comment", "c_ident", "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]
