@@ -48,6 +48,14 @@ def compile_function(model, backend: Backend, input_shapes=None, constants=None,
     stats = {"imported_nodes": len(fn.nodes)}
     if options.get("optimize", True):
         stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
+    return compile_graph(fn, backend, options, stats)
+
+
+def compile_graph(fn: Function, backend: Backend, options=None, stats=None, before_compile=None) -> CompileResult:
+    """The back half of the pipeline on a graph Function: lowering, post-lowering passes, backend checks, IR,
+    memory plan and ``backend.compile`` (``before_compile(irf)`` may inspect or adjust the planned IR)."""
+    options = dict(options or {})
+    stats = {} if stats is None else stats
     stats["lowered"] = lower(fn, backend.should_lower)
     backend.transform_post_lowering(fn)
     if options.get("optimize", True):
@@ -69,6 +77,8 @@ def compile_function(model, backend: Backend, input_shapes=None, constants=None,
     if problems:
         raise UnsupportedOpError("; ".join(problems[:10]))
     plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
+    if before_compile is not None:
+        before_compile(irf)
     try:
         compiled = backend.compile(irf, options)
     except MemoryError:

@@ -16,6 +16,7 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
+from onnx.backend.test.runner import Runner
 import onnx
 from onnx import numpy_helper
 
@@ -57,16 +58,9 @@ def run_case(args):
             ins = [_load_tp(t) for t in ins]
             outs = [_load_tp(t) for t in outs]
             got = cm.run(dict(zip(cm.input_names, ins)))
-            for nm, ref in zip(cm.output_names, outs):
-                g = got[nm]
-                if g.dtype != ref.dtype:
-                    return name, f"dtype {g.dtype} != expected {ref.dtype} for output {nm}"
-                if g.shape != ref.shape:
-                    return name, f"shape {g.shape} != expected {ref.shape} for output {nm}"
-                if ref.dtype.kind in "fc" or ref.dtype.name in ("bfloat16",) or "float8" in ref.dtype.name:
-                    np.testing.assert_allclose(g.astype(np.float64), ref.astype(np.float64), rtol=rtol, atol=atol)
-                else:
-                    np.testing.assert_array_equal(g, ref)
+            # The same comparison as onnx.backend.test (dtype, shape, then allclose with its tolerances).
+            Runner.assert_similar_outputs([_load_tp(o) for o in outs], [got[nm] for nm in cm.output_names],
+                                          rtol, atol)
         return name, None
     except AssertionError as e:
         return name, "MISMATCH " + " ".join(str(e).split())[:200]

@@ -18,8 +18,12 @@ def exclude_files(backend_name: str) -> list[str]:
     return sorted(glob.glob(os.path.join(d, "*.txt"))) + sorted(glob.glob(os.path.join(d, backend_name, "*.txt")))
 
 
-def read_excludes(*files) -> list[tuple[str, str]]:
-    """(pattern, reason) pairs from exclude files; every line must give a reason."""
+def read_excludes(*files, kinds=("exclude", "xfail")) -> list[tuple[str, str]]:
+    """(pattern, reason) pairs from exclude files; every line must give a reason.
+
+    A line is ``PATTERN # reason`` (the case is left out: the feature is not supported) or
+    ``xfail PATTERN # reason`` (the case runs and must fail: a strict expected failure).
+    """
     out = []
     for f in files:
         with open(os.path.join(HERE, f)) as fh:
@@ -30,7 +34,11 @@ def read_excludes(*files) -> list[tuple[str, str]]:
                 pat, sep, reason = line.partition(" # ")
                 if not sep or not reason.strip():
                     raise ValueError(f"{f}:{ln}: exclude '{pat}' has no reason (write 'PATTERN # reason')")
-                out.append((pat.strip(), reason.strip()))
+                kind = "exclude"
+                if pat.startswith("xfail "):
+                    kind, pat = "xfail", pat[len("xfail "):]
+                if kind in kinds:
+                    out.append((pat.strip(), reason.strip()))
     return out
 
 
@@ -38,8 +46,10 @@ def node_suite(backend_name: str, module: str):
     """A BackendTest over ONNX's node cases for ``backend_name`` with the checked-in excludes applied."""
     bt = onnx.backend.test.BackendTest(glow_core.onnx_backend.backend(backend_name), module)
     bt.include(r"^test_.*")
-    for pat, _ in read_excludes(*exclude_files(backend_name)):
+    for pat, _ in read_excludes(*exclude_files(backend_name), kinds=("exclude",)):
         bt.exclude(pat)
+    for pat, _ in read_excludes(*exclude_files(backend_name), kinds=("xfail",)):
+        bt.xfail(pat)
     # Only the node cases: real/simple/pytorch model cases download data or are out of scope here.
     for kind in ("RealModel", "SimpleModel", "PyTorchConvertedModel", "PyTorchOperatorModel"):
         bt._test_items.pop(kind, None)

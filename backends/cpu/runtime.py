@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 
@@ -26,6 +27,9 @@ class CPUFunction(CompiledFunction):
         self.lib_path = lib_path
         self.source = source
         self._instrs = instrs
+        # OpenMP threads sleep rather than spin between parallel regions (libgomp reads this when first
+        # loaded); a user's setting wins.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         self.lib = ctypes.CDLL(lib_path)
         self.fn = self.lib.glow_run
         self.fn.restype = ctypes.c_int

@@ -128,8 +128,8 @@ def is_primitive(name: str) -> bool:
 def infer_types(op: str, in_types: list[TensorType], attrs: dict, node=None) -> list[TensorType] | None:
     """Output types of ``op`` for these input types and attributes (None when unknown)."""
     p = get_primitive(op)
-    if p is not None:
-        return p.infer(in_types, **attrs)
+    if p is not None:  # attributes named _x are backend annotations (e.g. a fused activation), not semantics
+        return p.infer(in_types, **{k: v for k, v in attrs.items() if not k.startswith("_")})
     d = get_op(op)
     if d is None:
         raise UnsupportedOpError(f"unknown op '{op}'" + (f" (node '{node.name}')" if node is not None else ""))

@@ -4,8 +4,8 @@ TopK sorts; NonZero, Unique and NonMaxSuppression have output shapes that
 depend on input values, so the input that determines the shape is listed in
 ``const_inputs``: a model feeding it from a graph input is specialized to
 that input's value (compiled per value), and the op folds to a constant.
-RoiAlign and GridSample sample at data-dependent coordinates (a gather whose
-indices and weights are computed from another input).
+RoiAlign samples at data-dependent coordinates on a per-roi grid of data-dependent
+size; TfIdfVectorizer matches n-grams against a pool.
 """
 from __future__ import annotations
 
@@ -153,77 +153,6 @@ def roi_align(x, rois, batch_indices, *, mode="avg", output_height=1, output_wid
                             acc = v if acc is None else np.maximum(acc, v)
                 out[r, :, ph, pw] = acc / count if mode == "avg" else acc
     return out.astype(x.dtype)
-
-
-def _reflect(x, lo, hi):
-    """Reflect coordinates at the borders [lo, hi] until they fall inside."""
-    rng = hi - lo
-    out = x.copy()
-    for mask, d, base, other in ((x < lo, lo - x, lo, hi), (x > hi, x - hi, hi, lo)):
-        n = np.floor(d / rng) if rng else np.zeros_like(d)
-        r = d - n * rng
-        sign = 1 if base == lo else -1
-        out = np.where(mask, np.where(n % 2 == 0, base + sign * r, other - sign * r), out)
-    return out
-
-
-def _cubic_coeffs(t, a=-0.75):
-    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a,
-            ((a + 2) * t - (a + 3)) * t * t + 1,
-            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
-            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
-
-
-@extended_op("GridSample", reason="samples at coordinates read from the grid input (data-dependent gather)")
-def grid_sample(x, grid, *, mode="linear", padding_mode="zeros", align_corners=0):
-    """Nearest, (bi/tri)linear or cubic sampling of x at the grid's normalized coordinates, N-D."""
-    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
-    dims = x.shape[2:]
-    D = len(dims)
-    xc = np.moveaxis(x, 1, -1)  # [N, *in, C]
-    pos, lo, hi = [], [], []
-    for i, d in enumerate(dims):
-        g = grid[..., D - 1 - i].astype(np.float64)
-        p = (g + 1) / 2 * (d - 1) if align_corners else ((g + 1) * d - 1) / 2
-        if mode == "nearest":
-            p = np.rint(p)
-        lo_i, hi_i = (0.0, d - 1.0) if align_corners else (-0.5, d - 0.5)
-        if padding_mode == "border":
-            p = np.where((p < lo_i) | (p > hi_i), np.clip(p, 0, d - 1), p)
-        elif padding_mode == "reflection":
-            p = _reflect(p, lo_i, hi_i)
-        pos.append(p)
-        lo.append(lo_i)
-        hi.append(hi_i)
-    taps = []  # per axis: list of (index array, weight array)
-    for p in pos:
-        f = np.floor(p)
-        t = p - f
-        if mode == "nearest":
-            taps.append([(p, np.ones_like(p))])
-        elif mode == "linear":
-            taps.append([(f, 1 - t), (f + 1, t)])
-        elif mode == "cubic":
-            taps.append(list(zip((f - 1, f, f + 1, f + 2), _cubic_coeffs(t))))
-        else:
-            raise ShapeError(f"GridSample: mode '{mode}' is not one of nearest, linear, cubic")
-    nidx = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
-    out = 0.0
-    for combo in np.ndindex(*[len(t) for t in taps]):
-        w, idx, valid = 1.0, [], True
-        for ax, k in enumerate(combo):
-            i, wk = taps[ax][k]
-            i = i.astype(np.int64)
-            d = dims[ax]
-            if padding_mode == "zeros":
-                valid = valid & (i >= 0) & (i < d)
-            elif padding_mode == "reflection":
-                i = _reflect(i.astype(np.float64), lo[ax], hi[ax]).astype(np.int64)
-            idx.append(np.clip(i, 0, d - 1))
-            w = w * wk
-        vals = xc[(nidx, *idx)].astype(np.float64)
-        out = out + vals * (w * valid)[..., None]
-    return np.moveaxis(np.asarray(out), -1, 1).astype(x.dtype)
 
 
 @extended_op("TfIdfVectorizer", reason="n-gram matching against a pool: a data-dependent lookup with no "

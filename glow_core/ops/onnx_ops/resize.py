@@ -245,3 +245,109 @@ def affine_grid(b, theta, size, *, align_corners=0):
     base_v = b.broadcast_to(b.const(base[None], dt), (sz[0],) + base.shape)
     out = b.matmul(base_v, b.transpose_(theta, [0, 2, 1]))  # [N, P, D]
     return b.reshape_(out, (sz[0], *spatial, D))
+
+
+def _reflect_v(b, p, lo, hi):
+    """Reflect run-time coordinates ``p`` at the borders [lo, hi] until they fall inside."""
+    rng = hi - lo
+    if rng == 0:
+        return b.scalar_like(lo, p)
+    k = lambda v: b.scalar_like(v, p)  # noqa: E731
+    out = p
+    for below in (True, False):
+        d = b.sub(k(lo), p) if below else b.sub(p, k(hi))
+        n = b.floor(b.div(d, k(rng)))
+        r = b.sub(d, b.mul(n, k(rng)))
+        even = b.eq(b.mod(n, k(2.0)), k(0.0))
+        near, far = (k(lo), k(hi)) if below else (k(hi), k(lo))
+        inward = b.add(near, r) if below else b.sub(near, r)
+        outward = b.sub(far, r) if below else b.add(far, r)
+        out = b.select(b.lt(p, k(lo)) if below else b.gt(p, k(hi)), b.select(even, inward, outward), out)
+    return out
+
+
+def _cubic_taps(b, t, a=-0.75):
+    k = lambda v: b.scalar_like(v, t)  # noqa: E731
+
+    def far(u):  # a*u^3 - 5a*u^2 + 8a*u - 4a for 1 <= u < 2
+        return b.sub(b.mul(b.add(b.mul(b.sub(b.mul(k(a), u), k(5 * a)), u), k(8 * a)), u), k(4 * a))
+
+    def near(u):  # (a+2)*u^3 - (a+3)*u^2 + 1 for u <= 1
+        return b.add(b.mul(b.mul(b.sub(b.mul(k(a + 2), u), k(a + 3)), u), u), k(1.0))
+    one_t = b.sub(k(1.0), t)
+    return [far(b.add(t, k(1.0))), near(t), near(one_t), far(b.add(one_t, k(1.0)))]
+
+
+@onnx_op("GridSample")
+def grid_sample(b, x, grid, *, mode="linear", padding_mode="zeros", align_corners=0):
+    """Per spatial axis: grid coordinates denormalized (and clamped or reflected) elementwise, taps at
+    floor/round with their weights; each combination of taps is a gather_nd over [N, *in, C], weighted and
+    summed (2, 4 or 1 taps per axis for linear, cubic, nearest)."""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if mode not in ("nearest", "linear", "cubic") or padding_mode not in ("zeros", "border", "reflection"):
+        raise ShapeError(f"{b.where}: mode '{mode}' / padding_mode '{padding_mode}' not accepted; accepted: "
+                         f"nearest, linear, cubic / zeros, border, reflection")
+    dims = x.shape[2:]
+    D = len(dims)
+    if grid.rank != D + 2 or grid.shape[0] != x.shape[0] or grid.shape[-1] != D:
+        raise ShapeError(f"{b.where}: grid {grid.shape} must be [N, *out, {D}] for X {x.shape}")
+    out_sp = grid.shape[:-1]
+    xc = b.transpose_(b.cast_(x, "float32"), [0] + list(range(2, x.rank)) + [1])  # [N, *in, C]
+    g = b.cast_(grid, "float32")
+    taps = []
+    for i, d in enumerate(dims):
+        gi = _last(b, g, D - 1 - i)  # the grid lists coordinates x first: the last spatial axis
+        k = lambda v: b.scalar_like(v, gi)  # noqa: E731
+        if align_corners:
+            p = b.mul(b.add(gi, k(1.0)), k((d - 1) / 2))
+        else:
+            p = b.div(b.sub(b.mul(b.add(gi, k(1.0)), k(float(d))), k(1.0)), k(2.0))
+        if mode == "nearest":
+            p = b.round(p)
+        lo, hi = (0.0, d - 1.0) if align_corners else (-0.5, d - 0.5)
+        if padding_mode == "border":
+            outside = b.or_(b.lt(p, k(lo)), b.gt(p, k(hi)))
+            p = b.select(outside, b.min(b.max(p, k(0.0)), k(d - 1.0)), p)
+        elif padding_mode == "reflection":
+            p = _reflect_v(b, p, lo, hi)
+        if mode == "nearest":
+            pts = [(p, None)]
+        else:
+            f = b.floor(p)
+            t = b.sub(p, f)
+            if mode == "linear":
+                pts = [(f, b.sub(k(1.0), t)), (b.add(f, k(1.0)), t)]
+            else:
+                pts = list(zip([b.add(f, k(float(o))) for o in (-1, 0, 1, 2)], _cubic_taps(b, t)))
+        axis_taps = []
+        for pos, w in pts:
+            valid = None
+            if padding_mode == "zeros":
+                valid = b.and_(b.ge(pos, k(0.0)), b.le(pos, k(d - 1.0)))
+            elif padding_mode == "reflection":
+                pos = _reflect_v(b, pos, lo, hi)
+            idx = b.cast_(b.min(b.max(pos, k(0.0)), k(d - 1.0)), "int64")
+            if valid is not None:
+                vf = b.cast_(valid, "float32")
+                w = vf if w is None else b.mul(w, vf)
+            axis_taps.append((b.reshape_(idx, out_sp + (1,)), w))
+        taps.append(axis_taps)
+    acc = None
+    for combo in np.ndindex(*[len(t) for t in taps]):
+        chosen = [taps[ax][j] for ax, j in enumerate(combo)]
+        idx = chosen[0][0] if D == 1 else b.concat(*[c[0] for c in chosen], axis=len(out_sp))
+        vals = b.gather_nd(xc, idx, batch_dims=1)  # [N, *out, C]
+        w = None
+        for _, wk in chosen:
+            w = wk if w is None else (w if wk is None else b.mul(w, wk))
+        if w is not None:
+            vals = b.binary("mul", vals, b.reshape_(w, out_sp + (1,)))
+        acc = vals if acc is None else b.add(acc, vals)
+    out = b.transpose_(acc, [0, D + 1] + list(range(1, D + 1)))
+    return b.cast_(out, x.dtype.name)
+
+
+def _last(b, g, j):
+    """g[..., j] (the trailing axis removed)."""
+    s = b.slice(g, starts=[0] * (g.rank - 1) + [j], ends=list(g.shape[:-1]) + [j + 1], steps=[1] * g.rank)
+    return b.reshape_(s, g.shape[:-1])

@@ -1,0 +1,209 @@
+"""The '{{ cookiecutter.backend_name }}' backend for Glow Kit: {{ cookiecutter.description }}.
+
+Glow Kit hands ``compile`` a planned low-level IR (``glow_core.ir.IRFunction``): a list of instructions over
+buffers, each buffer at an offset in one of three memory regions. ``{{ cookiecutter.__class_name }}.compile``
+binds it to a (simulated) device; ``execute`` copies the inputs in, launches one kernel per instruction and
+copies the outputs out. Required: ``name``, ``is_op_supported``, ``compile``. Every optional hook is below
+with its default behaviour and a comment saying when to override it (vendor_guide/backend_api.md).
+"""
+from __future__ import annotations
+
+import fnmatch
+from importlib import resources
+from typing import Any
+
+import numpy as np
+from glow_core.backend import Backend, CompiledFunction, NodeInfo
+from glow_core.errors import GlowError
+from glow_core.graph import Function, Node
+from glow_core.ir import PSEUDO, Buffer, IRFunction
+from glow_core.ops.registry import get_op, get_primitive
+
+from . import kernels
+from .device import SimulatedDevice
+
+REGIONS = {"constant": "constant", "mutable": "mutable", "activation": "activations"}
+
+
+class DeviceFunction(CompiledFunction):
+    """One compiled function, loaded on the device: weights copied in once, one launch per instruction."""
+
+    def __init__(self, irf: IRFunction, device: SimulatedDevice):
+        self.irf = irf
+        self.device = device
+        plan = irf.plan
+        device.alloc("constant", plan.constant_size)
+        device.alloc("mutable", plan.mutable_size)
+        device.alloc("activations", plan.activations_size)
+        device.copy_in("constant", 0, irf.constant_blob())  # DMA: the weights, once, at load time
+        self.steps = []
+        for ins in irf.instrs:
+            if ins.op in PSEUDO:  # allocactivation / deallocactivation / tensorview: no code, only addresses
+                continue
+            attrs = {k: v for k, v in ins.attrs.items() if not k.startswith("_")}
+            if get_primitive(ins.op) is not None:
+                kern = kernels.KERNELS[ins.op]
+                if ins.attrs.get("_fused_activation"):
+                    kern = kernels.fused(kern, ins.attrs["_fused_activation"])
+            elif ins.op in kernels.WHOLE_OPS:
+                kern = kernels.WHOLE_OPS[ins.op]
+            else:
+                ext, opt = kernels.extended(ins.op), ins.attrs.get("_optional")
+                kern = (lambda e, o: lambda i, a, d: e(i, a, d, o))(ext, opt)
+            outs = [self._view(b) for b in ins.outs]
+            self.steps.append((ins, kern, outs, [self._view(b) for b in ins.ins], attrs))
+
+    def _view(self, b: Buffer) -> np.ndarray:
+        t = b.type
+        return self.device.view(REGIONS[b.region], b.address, t.dtype.np, t.shape)
+
+    def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        dev = self.device
+        for name, b in self.irf.inputs.items():  # DMA host -> device: each input into the mutable region
+            dev.copy_in("mutable", b.offset, np.ascontiguousarray(inputs[name], dtype=b.type.dtype.np))
+        for ins, kern, outs, args, attrs in self.steps:
+            try:
+                results = dev.launch(ins.op, kern, args, attrs, [o.dtype for o in outs])
+            except GlowError as e:
+                raise GlowError(f"instruction '{ins.name}' ({ins.op}): {e}") from None
+            for o, r in zip(outs, results):  # the kernel's results, stored into device memory
+                r = np.asarray(r)
+                if np.shares_memory(r, o):
+                    r = r.copy()
+                if r.shape != o.shape:
+                    raise GlowError(f"instruction '{ins.name}' ({ins.op}): kernel returned shape {r.shape}, "
+                                    f"the IR says {o.shape}")
+                o[...] = r.astype(o.dtype, copy=False)
+        return {name: dev.copy_out("mutable", b.address, b.type.dtype.np, b.type.shape)  # DMA device -> host
+                for name, b in self.irf.outputs.items()}
+
+
+class {{ cookiecutter.__class_name }}(Backend):
+    """{{ cookiecutter.vendor }}: {{ cookiecutter.description }}."""
+
+    #: The name users select the backend by; must equal the entry-point name in pyproject.toml.
+    name = "{{ cookiecutter.backend_name }}"
+
+    #: dtypes the device computes in; None = every dtype the reference kernel of the primitive accepts.
+    #: e.g. ("float32", "float16", "int8", "int32", "int64", "bool")
+    SUPPORTED_DTYPES = None
+
+    #: High-level ops kept whole (not lowered); each needs a kernel in kernels.WHOLE_OPS.
+    KEEP_WHOLE = frozenset()
+
+    #: (primitive, activation) pairs the device runs as one kernel; see transform_post_lowering.
+    FUSED_ACTIVATIONS = frozenset()
+
+    #: Bytes of on-chip activation memory; None = no limit (see memory_capacity).
+    ACTIVATION_MEMORY = None
+
+    def __init__(self):
+        self.device = SimulatedDevice()
+
+    # -- required ------------------------------------------------------------------------------------------
+    def is_op_supported(self, node_info: NodeInfo) -> bool:
+        """Whether the device runs ``node_info.op`` with these dtypes. Asked for every node after lowering."""
+        dtypes = node_info.in_dtypes + node_info.out_dtypes
+        if self.SUPPORTED_DTYPES is not None and any(d not in self.SUPPORTED_DTYPES for d in dtypes):
+            return False
+        p = get_primitive(node_info.op)
+        if p is not None:
+            return node_info.op in kernels.KERNELS and (not node_info.in_dtypes or node_info.in_dtypes[0] in p.dtypes)
+        if node_info.op in kernels.WHOLE_OPS:
+            return True
+        d = get_op(node_info.op)  # extended ops (TopK, NonZero, ...) run on their reference kernels
+        return d is not None and d.is_extended and d.kernel is not None
+
+    def compile(self, function: IRFunction, options: dict[str, Any]) -> CompiledFunction:
+        """Bind the planned IR to the device. A code generator would emit device code here."""
+        return DeviceFunction(function, SimulatedDevice(f"{self.name}0"))
+
+    # -- optional hooks: defaults shown; override when the comment says so -----------------------------
+    def should_lower(self, node: Node) -> bool:
+        """Override to keep a high-level op whole when the device has a native kernel for it (Softmax,
+        LayerNormalization, ...) that beats the lowered primitives. Default: lower everything."""
+        return node.op not in self.KEEP_WHOLE
+
+    def transform_post_lowering(self, function: Function) -> bool:
+        """Override for backend-specific graph rewrites after lowering; here: fuse an activation into the
+        primitive producing its input (conv + relu) when supports_fused_activation says so."""
+        return fuse_activations(function, self.supports_fused_activation)
+
+    def supports_fused_activation(self, op: str, activation: str) -> bool:
+        """Override (or fill FUSED_ACTIVATIONS) when the device applies an activation in the same pass as
+        ``op``, e.g. a MAC array with a ReLU stage. Default: nothing is fused."""
+        return (op, activation) in self.FUSED_ACTIVATIONS
+
+    def verify(self, function: IRFunction) -> list[str]:
+        """Override to refuse IR the device cannot run for reasons other than op/dtype support (a tensor
+        larger than a DMA descriptor can address, a rank above the hardware's...). Default: is_op_supported."""
+        return super().verify(function)
+
+    def optimization_pipeline(self) -> list[str]:
+        """Override to drop or reorder graph passes (names in glow_core.passes.PASSES), e.g. keep BatchNorm
+        unfolded when the device has a BatchNorm unit. Default: the standard pipeline."""
+        return super().optimization_pipeline()
+
+    def should_share_buffers(self) -> bool:
+        """Override to return False when kernels cannot write in place (an output aliasing an input).
+        Default: in-place buffer sharing is allowed."""
+        return True
+
+    def memory_capacity(self) -> int | None:
+        """Override (or set ACTIVATION_MEMORY) for a device with a small on-chip memory: compilation then
+        fails with MemoryLimitError when the activations do not fit (glow_core.memory places them)."""
+        return self.ACTIVATION_MEMORY
+
+    def known_failures(self) -> list[tuple[str, str]]:
+        """Conformance cases expected to fail, with reasons: read from known_failures.txt. Keep it short."""
+        out = []
+        text = resources.files(__package__).joinpath("known_failures.txt").read_text(encoding="utf-8")
+        for line in text.splitlines():
+            pattern, _, reason = line.partition("#")
+            if pattern.strip():
+                out.append((pattern.strip(), reason.strip() or "no reason given"))
+        return out
+
+    def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
+        """Override to write a standalone artifact (firmware image, C bundle: see vendor_guide/bundles.md).
+        Default: refused."""
+        return super().emit_bundle(function, out_dir, options)
+
+
+# -- graph rewrites ------------------------------------------------------------------------------------------
+def _activation_of(node: Node, producer_of) -> tuple[str, object] | None:
+    """('relu', x) when ``node`` computes relu(x) as lowered (max(x, 0)), ('sigmoid', x) / ('tanh', x)."""
+    if node.op in ("sigmoid", "tanh"):
+        return node.op, node.inputs[0]
+    if node.op == "max" and len(node.inputs) == 2:
+        for x, z in (node.inputs, node.inputs[::-1]):
+            zp = producer_of.get(z.id) if z is not None else None
+            if zp is not None and zp.op == "broadcast":  # relu's zero is a broadcast constant
+                z = zp.inputs[0]
+            if z is not None and z.is_const and np.all(np.asarray(z.const) == 0):
+                return "relu", x
+    return None
+
+
+def fuse_activations(fn: Function, allowed) -> bool:
+    """Fold ``act(op(...))`` into ``op`` (attribute ``_fused_activation``) when ``allowed(op, act)`` and
+    ``op``'s output has no other use. Returns True if anything changed."""
+    changed = False
+    producer_of = {v.id: n for n in fn.nodes for v in n.outputs}
+    users = fn.users()
+    outputs = {v.id for v in fn.outputs}
+    for n in list(fn.nodes):
+        found = _activation_of(n, producer_of)
+        if found is None:
+            continue
+        act, x = found
+        p = producer_of.get(x.id) if x is not None else None
+        if (p is None or len(p.outputs) != 1 or p.attrs.get("_fused_activation") or x.id in outputs
+                or len(users.get(x.id, [])) != 1 or not allowed(p.op, act)
+                or n.outputs[0].type != x.type):
+            continue
+        p.attrs["_fused_activation"] = act
+        fn.replace_uses(n.outputs[0], x)
+        fn.nodes.remove(n)
+        changed = True
+    return changed

@@ -1,0 +1,98 @@
+"""The kernels of the '{{ cookiecutter.backend_name }}' backend: one per primitive.
+
+Calling convention (every kernel)::
+
+    kernel(inputs: list[np.ndarray], attrs: dict, out_dtypes: list[np.dtype]) -> list[np.ndarray]
+
+``inputs`` are views onto device memory (see device.py), ``attrs`` the primitive's attributes (documented
+in vendor_guide/primitives.md) and the result is one array per output, which the backend stores into the
+output buffers on the device.
+
+On the day this project is generated EVERY primitive runs glow_interpreter's reference kernel, so the backend
+is correct from the start and passes the conformance suite. Bring the device up by replacing them one at a
+time: write ``@kernel("name")`` on your implementation below (see the tutorial's "replace one primitive"),
+then run ``glowc conformance --backend {{ cookiecutter.backend_name }} -k name``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from glow_core.ops.registry import PRIMITIVES, get_op, get_primitive
+from glow_interpreter.kernels import run_primitive
+
+KERNELS: dict = {}
+"""Primitive name -> kernel. Every name in glow_core's primitive registry must be present."""
+
+WHOLE_OPS: dict = {}
+"""High-level (ONNX) op type -> kernel, for the ops ``should_lower`` keeps whole. Same calling convention."""
+
+
+def kernel(name: str):
+    """Register the device implementation of primitive ``name`` (replaces its reference kernel)."""
+    def deco(fn):
+        KERNELS[name] = fn
+        return fn
+    return deco
+
+
+def whole_op(op_type: str):
+    """Register a kernel for a high-level op kept whole (``should_lower`` returns False for it)."""
+    def deco(fn):
+        WHOLE_OPS[op_type] = fn
+        return fn
+    return deco
+
+
+def reference(name: str):
+    """glow_interpreter's reference kernel for primitive ``name``, in this backend's calling convention."""
+    def run(inputs, attrs, out_dtypes):
+        # >>> PLUG IN THE REAL KERNEL HERE: this runs the reference (numpy) kernel on the host. <<<
+        return run_primitive(name, list(inputs), attrs, out_dtypes)
+    run.__name__ = f"reference_{name}"
+    run.is_reference = True
+    return run
+
+
+def extended(op_type: str):
+    """The reference kernel of an extended op (an op Glow Kit keeps whole, e.g. TopK or NonZero)."""
+    d = get_op(op_type)
+
+    def run(inputs, attrs, out_dtypes, optional=None):
+        it = iter(inputs)
+        arrays = [None if missing else next(it) for missing in (optional or [False] * len(inputs))]
+        with np.errstate(all="ignore"):
+            r = d.kernel(*arrays, **attrs)
+        return list(r) if isinstance(r, (tuple, list)) else [r]
+    return run
+
+
+# -- day one: every primitive on its reference kernel ----------------------------------------------------
+get_primitive("add")  # loads the registry
+for _name in PRIMITIVES:
+    KERNELS[_name] = reference(_name)
+
+# -- fused activations (used when the backend fuses, see backend.transform_post_lowering) ----------------
+ACTIVATIONS = {
+    "relu": lambda y: np.maximum(y, np.zeros((), y.dtype)),
+    "sigmoid": lambda y: run_primitive("sigmoid", [y], {}, [y.dtype])[0],
+    "tanh": lambda y: run_primitive("tanh", [y], {}, [y.dtype])[0],
+}
+
+
+def fused(kern, activation: str):
+    """``kern`` followed by ``activation`` on its output, as one launch (no intermediate tensor)."""
+    act = ACTIVATIONS[activation]
+
+    def run(inputs, attrs, out_dtypes):
+        # >>> PLUG IN THE REAL FUSED KERNEL HERE (e.g. the MAC array's built-in ReLU stage). <<<
+        (y,) = kern(inputs, attrs, out_dtypes)
+        return [act(np.asarray(y))]
+    return run
+
+
+# -- device kernels: replace reference kernels here, one primitive at a time ----------------------------
+# Example (the tutorial's first step), a device kernel for elementwise `add`:
+#
+# @kernel("add")
+# def add(inputs, attrs, out_dtypes):
+#     a, b = inputs
+#     return [np.add(a, b, dtype=out_dtypes[0])]
