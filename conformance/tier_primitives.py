@@ -248,7 +248,11 @@ def cast_cases():
             for variant in ("random", "specials", "17x0", "65"):
                 def mk(rng, src=src, variant=variant):
                     if variant == "specials":
-                        return [specials(src)]
+                        s = specials(src)
+                        if gdtype(dst).is_int and gdtype(src).is_float:
+                            # the contract leaves float -> integer undefined at |x| >= 2**63 and for +-inf
+                            s = s[~(np.abs(s.astype(np.float64)) >= 2.0 ** 63)]
+                        return [s]
                     shape = {"random": (3, 11), "17x0": (17, 0), "65": (65,)}[variant]
                     return [full_range(src, shape, rng) if gdtype(src).is_int else rand(src, shape, rng, -300, 300)]
                 out.append(make_case("cast", src, f"to_{dst}/{variant}", mk, {"to": dst}, "cast",

@@ -26,18 +26,18 @@ class InterpreterFunction(CompiledFunction):
         self.mutable = bytearray(plan.mutable_size)
         self.activations = bytearray(plan.activations_size)
         self._views = {}
-        self.steps = []
+        self.steps = []  # (instruction, bound kernel, input views, output views)
         for ins in irf.instrs:
             if ins.op in PSEUDO:
                 continue
             outs = [self._view(b) for b in ins.outs]
-            ins_arrays = [self._view(b) for b in ins.ins]
+            args = [self._view(b) for b in ins.ins]
             attrs = {k: v for k, v in ins.attrs.items() if not k.startswith("_")}
             if get_primitive(ins.op) is not None:
-                self.steps.append((ins, "prim", outs, ins_arrays, attrs))
+                run = kernels.bind_primitive(ins.op, attrs, [a.dtype for a in args], [o.dtype for o in outs])
             else:
-                opt = ins.attrs.get("_optional")
-                self.steps.append((ins, "ext", outs, ins_arrays, attrs, opt))
+                run = _bind_extended(get_op(ins.op).kernel, attrs, ins.attrs.get("_optional"))
+            self.steps.append((ins, run, args, outs))
 
     def _region(self, kind):
         return {"constant": self.constant, "mutable": self.mutable, "activation": self.activations}[kind]
@@ -53,31 +53,30 @@ class InterpreterFunction(CompiledFunction):
     def execute(self, inputs):
         for name, b in self.irf.inputs.items():
             self._view(b)[...] = inputs[name]
-        for step in self.steps:
-            ins, kind, outs, args = step[:4]
-            attrs = step[4]
-            try:
-                if kind == "prim":
-                    results = kernels.run_primitive(ins.op, list(args), attrs,
-                                                    [o.dtype for o in outs])
-                else:
-                    it = iter(args)
-                    arrays = [None if missing else next(it) for missing in (step[5] or [False] * len(args))]
-                    d = get_op(ins.op)
-                    with np.errstate(all="ignore"):
-                        r = d.kernel(*arrays, **attrs)
-                    results = list(r) if isinstance(r, (tuple, list)) else [r]
-            except GlowError as e:
-                raise GlowError(f"instruction '{ins.name}' ({ins.op}): {e}") from None
-            for o, r in zip(outs, results):
-                r = np.asarray(r)
-                if np.shares_memory(r, o):
-                    r = r.copy()
-                if r.shape != o.shape:
-                    raise GlowError(f"instruction '{ins.name}' ({ins.op}): kernel returned shape {r.shape}, "
-                                    f"the IR says {o.shape}")
-                o[...] = r.astype(o.dtype, copy=False)
+        with np.errstate(all="ignore"):
+            for ins, run, args, outs in self.steps:
+                try:
+                    results = run(*args)
+                except GlowError as e:
+                    raise GlowError(f"instruction '{ins.name}' ({ins.op}): {e}") from None
+                for o, r in zip(outs, results):
+                    if r.shape != o.shape:
+                        raise GlowError(f"instruction '{ins.name}' ({ins.op}): kernel returned shape {r.shape}, "
+                                        f"the IR says {o.shape}")
+                    if np.may_share_memory(r, o):
+                        r = r.copy()
+                    o[...] = r
         return {name: self._view(b).copy() for name, b in self.irf.outputs.items()}
+
+
+def _bind_extended(kernel, attrs, optional):
+    """A callable running an extended op's kernel, with None in the places of missing optional inputs."""
+    def run(*args):
+        it = iter(args)
+        arrays = [None if missing else next(it) for missing in optional] if optional else list(args)
+        r = kernel(*arrays, **attrs)
+        return [np.asarray(x) for x in (r if isinstance(r, (tuple, list)) else [r])]
+    return run
 
 
 class InterpreterBackend(Backend):

@@ -68,9 +68,11 @@ def div(a, b):
     if a.dtype.kind in "iu":
         if np.any(b == 0):
             raise GlowError("div: integer division by zero")
-        q = np.abs(a.astype(np.int64) if a.dtype.kind == "i" else a) // np.abs(
-            b.astype(np.int64) if a.dtype.kind == "i" else b)
-        return (np.sign(a) * np.sign(b) * q).astype(a.dtype) if a.dtype.kind == "i" else q.astype(a.dtype)
+        if a.dtype.kind == "u":
+            return (a // b).astype(a.dtype)
+        # |a| // |b| in uint64 (|int64 min| does not fit int64), negated (wrapping) when the signs differ
+        q = np.abs(a.astype(np.int64)).astype(np.uint64) // np.abs(b.astype(np.int64)).astype(np.uint64)
+        return np.where((a < 0) != (b < 0), -q, q).astype(np.int64).astype(a.dtype)
     return np.divide(a, b)
 
 
@@ -407,19 +409,38 @@ for _k in ("maximum", "minimum", "not_", "and_", "or_", "GlowError", "math", "np
     KERNELS.pop(_k, None)
 
 
-def run_primitive(name: str, arrays: list[np.ndarray], attrs: dict, out_dtypes=None) -> list[np.ndarray]:
-    """Run primitive ``name``: low-precision floats are computed in float32, results cast to ``out_dtypes``."""
+#: Primitives that only move or reinterpret data: computed in the operands' own dtype.
+_NO_UPCAST = {"cast", "bitcast", "reshape", "transpose", "broadcast", "slice", "concat", "pad", "gather",
+              "gather_nd", "scatter_nd", "select", "copy"}
+
+
+def bind_primitive(name: str, attrs: dict, in_dtypes, out_dtypes):
+    """A callable running primitive ``name`` with fixed attributes on arrays of ``in_dtypes``.
+
+    The one dtype rule shared by all kernels: low-precision float operands (float16, bfloat16, float8) are
+    computed in float32 and the results rounded once to ``out_dtypes``.
+    """
     fn = KERNELS[name]
-    if name not in ("cast", "bitcast", "reshape", "transpose", "broadcast", "slice", "concat", "pad", "gather",
-                    "gather_nd", "scatter_nd", "select"):
-        arrays = [a.astype(np.float32) if a.dtype in _LOW_FLOATS else a for a in arrays]
-    with np.errstate(all="ignore"):
+    upcast = name not in _NO_UPCAST and any(np.dtype(d) in _LOW_FLOATS for d in in_dtypes)
+    out_dtypes = [np.dtype(d) for d in out_dtypes]
+
+    def run(*arrays):
+        if upcast:
+            arrays = [a.astype(np.float32) if a.dtype in _LOW_FLOATS else a for a in arrays]
         out = fn(*arrays, **attrs)
-    outs = list(out) if isinstance(out, tuple) else [out]
-    if out_dtypes is not None:
-        outs = [np.asarray(o).astype(d, copy=False) if np.asarray(o).dtype != d else np.asarray(o)
-                for o, d in zip(outs, out_dtypes)]
-    return [np.asarray(o) for o in outs]
+        outs = out if isinstance(out, tuple) else (out,)
+        return [o if o.dtype == d else o.astype(d) for o, d in zip(map(np.asarray, outs), out_dtypes)]
+    return run
+
+
+def run_primitive(name: str, arrays: list[np.ndarray], attrs: dict, out_dtypes=None) -> list[np.ndarray]:
+    """Run primitive ``name`` once (see ``bind_primitive``); ``out_dtypes`` defaults to the kernel's own."""
+    with np.errstate(all="ignore"):
+        if out_dtypes is None:
+            out = KERNELS[name](*[a.astype(np.float32) if (a.dtype in _LOW_FLOATS and name not in _NO_UPCAST)
+                                  else a for a in arrays], **attrs)
+            return [np.asarray(o) for o in (out if isinstance(out, tuple) else (out,))]
+        return bind_primitive(name, attrs, [a.dtype for a in arrays], out_dtypes)(*arrays)
 
 
 def copy(x):

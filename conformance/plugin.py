@@ -1,0 +1,192 @@
+"""The pytest plugin: options, one pytest item per case, skips/xfails from the backend, and the report.
+
+Options: ``--backend NAME`` (an entry point of ``glow_core.backends``, or ``module:attr`` naming a Backend
+subclass, instance or factory, for in-process test backends), ``--case PATTERN`` (fnmatch over case ids,
+repeatable: run only those), ``--conformance-report PATH`` (HTML at PATH and JSON next to it). Cases live in
+the ``tier_*.py`` modules of this package; they are imported under the package's installed name only.
+"""
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import json
+import os
+import shlex
+
+import pytest
+
+from .cases import CaseFailure, Context, Unsupported
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TIERS = ("primitives", "ops", "models", "passes", "memory", "negative")
+PROP = "glow_case"
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("glow-conformance", "Glow Kit conformance suite")
+    g.addoption("--backend", dest="glow_backend", default=None, metavar="NAME",
+                help="backend under test: an installed backend name (glowc backends) or module:attr")
+    g.addoption("--case", dest="glow_cases", action="append", default=[], metavar="PATTERN",
+                help="run only cases whose id matches this fnmatch pattern (repeatable)")
+    g.addoption("--conformance-report", dest="glow_report", default=None, metavar="PATH",
+                help="write an HTML report to PATH and its data to PATH with suffix .json")
+
+
+def load_backend(spec: str):
+    """The Backend instance for ``spec`` (entry-point name or module:attr); pytest.UsageError if unknown."""
+    from glow_core.backend import Backend
+    from glow_core.errors import GlowError
+    from glow_core.registry import available_backends, get_backend
+    installed = sorted(available_backends())
+    if spec in installed:
+        try:
+            return get_backend(spec)
+        except GlowError as e:
+            raise pytest.UsageError(f"--backend {spec}: {e}") from None
+    if ":" in spec:
+        mod, _, attr = spec.partition(":")
+        try:
+            obj = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as e:
+            raise pytest.UsageError(f"--backend {spec}: cannot load {attr} from {mod}: {e}") from None
+        inst = obj if isinstance(obj, Backend) else obj()
+        if not isinstance(inst, Backend):
+            raise pytest.UsageError(f"--backend {spec}: {type(inst).__name__} is not a glow_core Backend")
+        return inst
+    raise pytest.UsageError(f"unknown backend '{spec}'; installed backends: {', '.join(installed) or 'none'} "
+                            f"(or give module:Class)")
+
+
+def _configure(config):
+    spec = config.getoption("glow_backend")
+    config._glow = None
+    if spec is None:
+        return
+    backend = load_backend(spec)
+    from .harness import is_reference
+    name = spec
+
+    def rerun(case_id):
+        return f"glowc conformance --backend {shlex.quote(name)} --case {shlex.quote(case_id)}"
+    config._glow = Context(backend, is_reference(backend), rerun)
+    config._glow_known = list(backend.known_failures())
+
+
+def _selected(config, case_id):
+    pats = config.getoption("glow_cases")
+    return not pats or any(fnmatch.fnmatchcase(case_id, p) for p in pats)
+
+
+def pytest_collect_file(file_path, parent):
+    if file_path.suffix == ".py" and file_path.name.startswith("tier_") and \
+            os.path.dirname(os.path.abspath(str(file_path))) == HERE:
+        return TierFile.from_parent(parent, path=file_path)
+    return None
+
+
+class TierFile(pytest.File):
+    def collect(self):
+        ctx = self.config._glow
+        if ctx is None:
+            raise pytest.UsageError("the conformance suite needs --backend NAME (installed: "
+                                    + ", ".join(_installed()) + ")")
+        tier = self.path.stem[len("tier_"):]
+        pats = self.config.getoption("glow_cases")
+        if pats and not any("/" not in p or fnmatch.fnmatchcase(tier, p.split("/")[0]) for p in pats):
+            return
+        module = importlib.import_module(f"glow_conformance.tier_{tier}")
+        for case in module.cases():
+            if not _selected(self.config, case.id):
+                continue
+            item = CaseItem.from_parent(self, name=case.id, case=case)
+            for pat, reason in self.config._glow_known:
+                if fnmatch.fnmatchcase(case.id, pat):
+                    item.add_marker(pytest.mark.xfail(strict=True, reason=f"known failure ({pat}): {reason}"))
+                    break
+            yield item
+
+
+def _installed():
+    from glow_core.registry import available_backends
+    return sorted(available_backends())
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case, **kw):
+        super().__init__(**kw)
+        self.case = case
+        self.user_properties.append((PROP, {"id": case.id, "tier": case.tier, "subject": case.subject,
+                                            "dtype": case.dtype, "profiles": list(case.profiles)}))
+
+    def runtest(self):
+        try:
+            self.case.run(self.config._glow)
+        except Unsupported as e:
+            pytest.skip(f"unsupported: {e}")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CaseFailure):
+            return f"{self.case.id}: {excinfo.value}"
+        tb = super().repr_failure(excinfo, style="short")
+        return (f"{self.case.id}: the case crashed: {type(excinfo.value).__name__}: {excinfo.value}\n"
+                f"  rerun: {self.config._glow.rerun(self.case.id)}\n{tb}")
+
+    def reportinfo(self):
+        return self.path, None, self.case.id
+
+
+# -- results and report (on the controller when running under xdist) ---------------------------------------
+class Results:
+    """Collects one record per case from the test reports (xdist forwards workers' reports to the controller,
+    with the case's user_properties) and writes the summary and report at the end."""
+
+    def __init__(self, config):
+        self.config = config
+        self.records = []
+
+    def pytest_runtest_logreport(self, report):
+        props = dict(report.user_properties or [])
+        if PROP not in props:
+            return
+        if not (report.when == "call" or (report.when == "setup" and report.outcome != "passed")
+                or (report.when == "teardown" and report.outcome == "failed")):
+            return
+        if hasattr(report, "wasxfail"):
+            outcome = "xfail" if report.skipped else "xpass"
+        else:
+            outcome = {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
+        if report.when == "teardown":
+            self.records = [r for r in self.records if r["id"] != props[PROP]["id"]]
+        detail = ""
+        if outcome in ("fail", "xpass"):
+            detail = report.longreprtext or "unexpectedly passed (strict xfail)"
+        elif outcome == "skip":
+            lr = report.longrepr
+            detail = lr[2] if isinstance(lr, tuple) else str(lr)
+        elif outcome == "xfail":
+            detail = report.wasxfail
+        self.records.append(dict(props[PROP], outcome=outcome, detail=detail, duration=round(report.duration, 4)))
+
+    def pytest_terminal_summary(self, terminalreporter):
+        from .report import summarize, write_report
+        config = self.config
+        data = summarize(self.records, config._glow.backend.name, config.getoption("glow_backend"))
+        tr = terminalreporter
+        tr.section("glow conformance")
+        c = data["counts"]
+        tr.write_line(f"backend {data['backend']}: {c['total']} cases: {c['pass']} passed, {c['fail']} failed, "
+                      f"{c['skip']} skipped (unsupported), {c['xfail']} known failures, {c['xpass']} unexpectedly "
+                      f"passing")
+        for p, v in data["profiles"].items():
+            tr.write_line(f"  profile {p:16s} {v['verdict']:8s} ({v['pass']}/{v['total']} pass, {v['fail']} fail, "
+                          f"{v['skip']} skip, {v['xfail']} xfail)")
+        path = config.getoption("glow_report")
+        if path:
+            html_path, json_path = write_report(data, path)
+            tr.write_line(f"report: {html_path} (data: {json_path})")
+
+
+def pytest_configure(config):
+    _configure(config)
+    if getattr(config, "_glow", None) is not None and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(Results(config), "glow-conformance-results")

@@ -1,0 +1,311 @@
+"""Tier "ops": ONNX ops the importer accepts, as one-node models with sweeps of dtypes, shapes (broadcasting
+patterns included) and attributes. Expectation: onnx.reference.ReferenceEvaluator on the unlowered op (see
+``onnx_cases.expected``). Ops not listed here are reported as uncovered by ``uncovered()``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from glow_core.ops.registry import OPS, _load
+from glow_core.types import dtype as gdtype
+
+from .onnx_cases import Init, model_case, one_node
+
+_load()
+F = ("float32", "float16", "float64")
+FB = F + ("bfloat16",)
+I = ("int32", "int64", "int8", "uint8")
+
+UNARY = {  # op -> (dtypes, (lo, hi), attrs)
+    "Abs": (F + I, (-10, 10), {}), "Neg": (F + ("int32", "int64", "int8"), (-10, 10), {}),
+    "Exp": (F, (-5, 5), {}), "Log": (F, (0.1, 50), {}), "Sqrt": (F, (0, 50), {}),
+    "Reciprocal": (F, (0.2, 5), {}), "Sin": (F, (-5, 5), {}), "Cos": (F, (-5, 5), {}), "Tan": (F, (-1.2, 1.2), {}),
+    "Asin": (F, (-0.9, 0.9), {}), "Acos": (F, (-0.9, 0.9), {}), "Atan": (F, (-5, 5), {}),
+    "Sinh": (F, (-3, 3), {}), "Cosh": (F, (-3, 3), {}), "Asinh": (F, (-5, 5), {}), "Acosh": (F, (1, 5), {}),
+    "Atanh": (F, (-0.9, 0.9), {}), "Tanh": (F, (-4, 4), {}), "Sigmoid": (F, (-6, 6), {}), "Erf": (F, (-2, 2), {}),
+    "Floor": (F, (-5, 5), {}), "Ceil": (F, (-5, 5), {}), "Round": (F, (-5, 5), {}), "Sign": (F + I, (-5, 5), {}),
+    "Relu": (F + ("int32", "int8"), (-5, 5), {}), "LeakyRelu": (F, (-5, 5), {"alpha": 0.07}),
+    "Elu": (F, (-5, 5), {"alpha": 0.5}), "Selu": (F, (-5, 5), {}), "Celu": (("float32",), (-5, 5), {"alpha": 2.0}),
+    "Softplus": (F, (-5, 5), {}), "Softsign": (F, (-5, 5), {}), "HardSigmoid": (F, (-5, 5), {"alpha": 0.3}),
+    "HardSwish": (F[:2], (-5, 5), {}), "Mish": (F, (-5, 5), {}), "Gelu": (F[:2], (-4, 4), {}),
+    "ThresholdedRelu": (F, (-3, 3), {"alpha": 0.5}), "Shrink": (F, (-3, 3), {"lambd": 0.8, "bias": 0.2}),
+    "IsNaN": (F, (-3, 3), {}), "IsInf": (F, (-3, 3), {}), "Not": (("bool",), (0, 1), {}),
+    "BitwiseNot": (I, (-100, 100), {}), "Identity": (F + I + ("bool",), (-5, 5), {}),
+    "Swish": (F, (-4, 4), {}),
+}
+BINARY = {  # op -> dtypes
+    "Add": F + I, "Sub": F + I, "Mul": F + I, "Div": F + ("int32", "int64"), "Pow": ("float32", "float64"),
+    "Max": F + I, "Min": F + I, "Mean": F, "Sum": F, "Equal": F + I + ("bool",), "Greater": F + I,
+    "Less": F + I, "GreaterOrEqual": F + I, "LessOrEqual": F + I, "And": ("bool",), "Or": ("bool",),
+    "Xor": ("bool",), "BitwiseAnd": I, "BitwiseOr": I, "BitwiseXor": I, "PRelu": F, "Mod": ("int32", "int64"),
+}
+SHAPES = [(), (7,), (3, 5, 17), (2, 0, 3)]
+BROADCAST = [((3, 4, 5), (5,)), ((3, 1, 5), (1, 4, 1)), ((1,), (2, 3)), ((), (4,)), ((2, 3, 4, 5), (3, 1, 1)),
+             ((0, 3), (1, 3)), ((17, 65), (17, 65))]
+
+
+def rnd(dt, shape, rng, lo=-5.0, hi=5.0):
+    d = gdtype(dt)
+    if d.is_bool:
+        return rng.random(shape) < 0.5
+    if d.is_int:
+        if d.kind == "uint":
+            lo = 0
+        return rng.integers(int(lo), int(hi) + 1, size=shape).astype(d.np)
+    return rng.uniform(lo, hi, size=shape).astype(np.float32).astype(d.np)
+
+
+def _tag(shape):
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def unary_cases():
+    out = []
+    for op, (dts, (lo, hi), attrs) in UNARY.items():
+        for dt in dts:
+            for shape in SHAPES:
+                def build(rng, op=op, dt=dt, shape=shape, lo=lo, hi=hi, attrs=attrs):
+                    x = rnd(dt, shape, rng, lo, hi)
+                    if op in ("IsNaN", "IsInf") and x.size:
+                        x.reshape(-1)[::3] = np.array([np.nan, np.inf, -np.inf] * x.size)[:len(x.reshape(-1)[::3])]
+                    return one_node(op, [x], attrs)
+                out.append(model_case(f"ops/{op}/{dt}/{_tag(shape)}", "ops", op, dt, build, "op"))
+    return out
+
+
+def binary_cases():
+    out = []
+    for op, dts in BINARY.items():
+        for dt in dts:
+            for sa, sb in BROADCAST:
+                if op == "PRelu" and np.broadcast_shapes(sa, sb) != sa:
+                    continue  # the slope broadcasts to X (unidirectional)
+
+                def build(rng, op=op, dt=dt, sa=sa, sb=sb):
+                    a = rnd(dt, sa, rng)
+                    b = rnd(dt, sb, rng)
+                    if op == "Pow":
+                        a = rnd(dt, sa, rng, 0.2, 3)
+                        b = rnd(dt, sb, rng, -2, 2)
+                    if op in ("Div", "Mod") and gdtype(dt).is_int:
+                        b = np.where(b == 0, 3, b).astype(b.dtype)
+                    if op == "Div" and gdtype(dt).is_float:
+                        b = np.where(np.abs(b.astype(np.float64)) < 0.3, 1.5, b).astype(b.dtype)
+                    return one_node(op, [a, b], {"fmod": 0} if op == "Mod" else {})
+                out.append(model_case(f"ops/{op}/{dt}/{_tag(sa)}_{_tag(sb)}", "ops", op, dt, build, "op"))
+    return out
+
+
+def _c(arr, dt="int64"):
+    return Init(np.asarray(arr, dtype=dt))
+
+
+# (op, variant, dtypes, builder(rng, dt) -> (model, feeds))
+def _structured():
+    S = []
+
+    def add(op, variant, dts, fn):
+        S.append((op, variant, dts, fn))
+    add("MatMul", "2d", F + ("int32", "int64"), lambda r, d: one_node("MatMul", [rnd(d, (5, 7), r), rnd(d, (7, 3), r)]))
+    add("MatMul", "batched_broadcast", F, lambda r, d: one_node("MatMul", [rnd(d, (2, 1, 4, 6), r),
+                                                                          rnd(d, (3, 6, 5), r)]))
+    add("MatMul", "vec_mat", F, lambda r, d: one_node("MatMul", [rnd(d, (6,), r), rnd(d, (2, 6, 3), r)]))
+    add("MatMul", "mat_vec", F, lambda r, d: one_node("MatMul", [rnd(d, (4, 6), r), rnd(d, (6,), r)]))
+    for ta in (0, 1):
+        for tb in (0, 1):
+            add("Gemm", f"tA{ta}_tB{tb}", F, lambda r, d, ta=ta, tb=tb: one_node(
+                "Gemm", [rnd(d, (5, 4)[::-1] if ta else (5, 4), r), rnd(d, (6, 4) if tb else (4, 6), r),
+                         rnd(d, (6,), r)], {"transA": ta, "transB": tb, "alpha": 0.5, "beta": 2.0}))
+    add("Gemm", "C_scalar_broadcast", F, lambda r, d: one_node("Gemm", [rnd(d, (3, 4), r), rnd(d, (4, 2), r),
+                                                                       rnd(d, (1,), r)]))
+    conv = {
+        "basic": ((1, 3, 7, 7), (4, 3, 3, 3), {}),
+        "pads_strides": ((2, 2, 9, 8), (3, 2, 3, 3), {"pads": [1, 0, 2, 1], "strides": [2, 2]}),
+        "same_upper": ((1, 2, 6, 7), (3, 2, 3, 2), {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),
+        "group_dilation": ((1, 4, 9, 9), (4, 2, 3, 3), {"group": 2, "dilations": [2, 2]}),
+        "1d": ((1, 2, 11), (3, 2, 4), {"pads": [1, 2]}),
+    }
+    for v, (xs, ws, at) in conv.items():
+        add("Conv", v, F, lambda r, d, xs=xs, ws=ws, at=at: one_node(
+            "Conv", [rnd(d, xs, r), rnd(d, ws, r), rnd(d, (ws[0],), r)], at))
+    add("ConvTranspose", "stride2", ("float32",), lambda r, d: one_node(
+        "ConvTranspose", [rnd(d, (1, 2, 4, 5), r), rnd(d, (2, 3, 3, 3), r)], {"strides": [2, 2]}))
+    add("ConvTranspose", "pads_output_padding", ("float32",), lambda r, d: one_node(
+        "ConvTranspose", [rnd(d, (1, 2, 4, 4), r), rnd(d, (2, 2, 3, 3), r)],
+        {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}))
+    pools = {"k2s2": {"kernel_shape": [2, 2], "strides": [2, 2]},
+             "k3_pads_ceil": {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+             "same_upper": {"kernel_shape": [3, 2], "auto_pad": "SAME_UPPER"}}
+    for v, at in pools.items():
+        add("MaxPool", v, F + ("int8", "uint8"), lambda r, d, at=at: one_node("MaxPool", [rnd(d, (1, 3, 9, 8), r)], at))
+        add("AveragePool", v, F, lambda r, d, at=at: one_node("AveragePool", [rnd(d, (1, 3, 9, 8), r)], at))
+    add("AveragePool", "count_include_pad", F, lambda r, d: one_node(
+        "AveragePool", [rnd(d, (1, 2, 7, 7), r)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                                                   "count_include_pad": 1}))
+    for op in ("GlobalAveragePool", "GlobalMaxPool"):
+        add(op, "4d", F, lambda r, d, op=op: one_node(op, [rnd(d, (2, 3, 5, 7), r)]))
+    for op in ("Softmax", "LogSoftmax", "Hardmax"):
+        for axis in (-1, 0, 1):
+            add(op, f"axis{axis}", F, lambda r, d, op=op, axis=axis: one_node(op, [rnd(d, (3, 4, 17), r)],
+                                                                               {"axis": axis}))
+    reds = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+            "ReduceLogSumExp", "ReduceSumSquare", "ReduceLogSum")
+    for op in reds:
+        for axes, kd in (([1], 1), ([0, 2], 0), (None, 1), ([-1], 0)):
+            tag = f"axes{'_'.join(map(str, axes)) if axes else 'all'}_kd{kd}"
+            dts = F + (("int32", "int64") if op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd") else ())
+
+            def b(r, d, op=op, axes=axes, kd=kd):
+                lo, hi = (0.1, 3) if op in ("ReduceLogSum", "ReduceProd") else (-3, 3)
+                ops = [rnd(d, (3, 4, 5), r, lo, hi)] + ([_c(axes)] if axes is not None else [])
+                return one_node(op, ops, {"keepdims": kd})
+            add(op, tag, dts, b)
+    for op in ("ArgMax", "ArgMin"):
+        for axis, kd, last in ((0, 1, 0), (1, 0, 1), (-1, 1, 1)):
+            add(op, f"axis{axis}_kd{kd}_last{last}", F + ("int32",), lambda r, d, op=op, axis=axis, kd=kd, last=last:
+                one_node(op, [rnd(d, (3, 4, 5), r, 0, 2).round().astype(gdtype(d).np)],
+                         {"axis": axis, "keepdims": kd, "select_last_index": last}))
+    mv = F + ("int64", "int8", "bool")
+    add("Transpose", "perm021", mv, lambda r, d: one_node("Transpose", [rnd(d, (2, 3, 4), r)], {"perm": [0, 2, 1]}))
+    add("Transpose", "default", mv, lambda r, d: one_node("Transpose", [rnd(d, (2, 3, 4), r)]))
+    add("Reshape", "minus1_zero", mv, lambda r, d: one_node("Reshape", [rnd(d, (2, 3, 4), r), _c([0, -1])]))
+    add("Flatten", "axis2", mv, lambda r, d: one_node("Flatten", [rnd(d, (2, 3, 4, 5), r)], {"axis": 2}))
+    add("Squeeze", "axes", mv, lambda r, d: one_node("Squeeze", [rnd(d, (1, 3, 1, 4), r), _c([0, 2])]))
+    add("Unsqueeze", "axes", mv, lambda r, d: one_node("Unsqueeze", [rnd(d, (3, 4), r), _c([0, 3])]))
+    add("Concat", "axis1", mv, lambda r, d: one_node("Concat", [rnd(d, (2, 3), r), rnd(d, (2, 5), r),
+                                                                rnd(d, (2, 1), r)], {"axis": 1}))
+    add("Concat", "axis_neg", mv, lambda r, d: one_node("Concat", [rnd(d, (2, 3, 4), r), rnd(d, (2, 3, 2), r)],
+                                                        {"axis": -1}))
+    add("Split", "uneven", mv, lambda r, d: one_node("Split", [rnd(d, (7, 3), r), _c([2, 5])], {"axis": 0}, n_out=2))
+    add("Split", "equal3", mv, lambda r, d: one_node("Split", [rnd(d, (2, 9), r)], {"axis": 1}, n_out=3))
+    add("Slice", "steps", mv, lambda r, d: one_node("Slice", [rnd(d, (9, 8), r), _c([1, -1]), _c([8, 0]), _c([0, 1]),
+                                                              _c([3, -2])]))
+    add("Slice", "clamped", mv, lambda r, d: one_node("Slice", [rnd(d, (5, 6), r), _c([-100]), _c([100]), _c([1])]))
+    add("Gather", "axis1", mv, lambda r, d: one_node("Gather", [rnd(d, (3, 7), r), Init(np.array([[0, 6], [-1, 2]]))],
+                                                     {"axis": 1}))
+    add("Gather", "runtime_indices", mv, lambda r, d: one_node("Gather", [rnd(d, (5, 3), r), r.integers(0, 5, (4,))]))
+    add("GatherElements", "axis0", mv, lambda r, d: one_node("GatherElements", [rnd(d, (3, 4), r),
+                                                                               r.integers(0, 3, (2, 4))]))
+    add("GatherND", "k2", mv, lambda r, d: one_node("GatherND", [rnd(d, (3, 4, 2), r), _c([[0, 1], [2, 3]])]))
+    add("ScatterND", "rows", ("float32", "int64"), lambda r, d: one_node(
+        "ScatterND", [rnd(d, (5, 3), r), _c([[4], [0]]), rnd(d, (2, 3), r)]))
+    add("ScatterElements", "axis1", ("float32", "int64"), lambda r, d: one_node(
+        "ScatterElements", [rnd(d, (3, 5), r), _c([[1, 3], [0, 4], [2, 2]]), rnd(d, (3, 2), r)], {"axis": 1}))
+    for mode in ("constant", "reflect", "edge", "wrap"):
+        add("Pad", mode, ("float32", "int32") if mode != "constant" else mv, lambda r, d, mode=mode: one_node(
+            "Pad", [rnd(d, (3, 4), r), _c([1, 2, 2, 1])], {"mode": mode}))
+    add("Tile", "2x3", mv, lambda r, d: one_node("Tile", [rnd(d, (2, 3), r), _c([2, 3])]))
+    add("Expand", "broadcast", mv, lambda r, d: one_node("Expand", [rnd(d, (3, 1), r), _c([2, 3, 4])]))
+    add("Where", "broadcast", F + ("int32",), lambda r, d: one_node("Where", [rnd("bool", (3, 1), r), rnd(d, (4,), r),
+                                                                             rnd(d, (3, 4), r)]))
+    add("Clip", "min_max", F + ("int32",), lambda r, d: one_node("Clip", [rnd(d, (4, 5), r), Init(np.array(-1).astype(
+        gdtype(d).np)), Init(np.array(2).astype(gdtype(d).np))]))
+    for to in ("float32", "float16", "int32", "int8", "uint8", "bool", "float64", "bfloat16"):
+        add("Cast", f"to_{to}", ("float32", "int32", "float16"), lambda r, d, to=to: one_node(
+            "Cast", [rnd(d, (4, 6), r, -100, 100)], {"to": gdtype(to).onnx}))
+    add("LayerNormalization", "last_axis", F, lambda r, d: one_node(
+        "LayerNormalization", [rnd(d, (2, 3, 8), r), rnd(d, (8,), r), rnd(d, (8,), r)], {"axis": -1}))
+    add("LayerNormalization", "axis1", ("float32",), lambda r, d: one_node(
+        "LayerNormalization", [rnd(d, (2, 3, 4), r), rnd(d, (3, 4), r), rnd(d, (3, 4), r)], {"axis": 1}))
+    add("BatchNormalization", "inference", F, lambda r, d: one_node(
+        "BatchNormalization", [rnd(d, (2, 3, 4, 5), r), rnd(d, (3,), r), rnd(d, (3,), r), rnd(d, (3,), r),
+                               rnd(d, (3,), r, 0.5, 2)]))
+    add("InstanceNormalization", "4d", ("float32",), lambda r, d: one_node(
+        "InstanceNormalization", [rnd(d, (2, 3, 4, 5), r), rnd(d, (3,), r), rnd(d, (3,), r)]))
+    add("GroupNormalization", "g2", ("float32",), lambda r, d: one_node(
+        "GroupNormalization", [rnd(d, (2, 4, 3, 3), r), rnd(d, (4,), r), rnd(d, (4,), r)], {"num_groups": 2}))
+    add("LpNormalization", "l2", ("float32",), lambda r, d: one_node("LpNormalization", [rnd(d, (3, 5), r)]))
+    add("MeanVarianceNormalization", "default", ("float32",), lambda r, d: one_node(
+        "MeanVarianceNormalization", [rnd(d, (2, 3, 4, 5), r)]))
+    for mode, extra in (("nearest", {}), ("linear", {}), ("linear", {"coordinate_transformation_mode": "align_corners"}),
+                        ("cubic", {})):
+        tag = mode + ("_align" if extra else "")
+        add("Resize", tag, ("float32",), lambda r, d, mode=mode, extra=extra: one_node(
+            "Resize", [rnd(d, (1, 2, 4, 5), r), None, Init(np.array([1, 1, 2, 1.5], np.float32))],
+            dict(mode=mode, **extra)))
+    add("DepthToSpace", "DCR", ("float32", "int32"), lambda r, d: one_node("DepthToSpace", [rnd(d, (1, 8, 2, 3), r)],
+                                                                          {"blocksize": 2}))
+    add("DepthToSpace", "CRD", ("float32",), lambda r, d: one_node("DepthToSpace", [rnd(d, (1, 8, 2, 3), r)],
+                                                                  {"blocksize": 2, "mode": "CRD"}))
+    add("SpaceToDepth", "b2", ("float32", "int32"), lambda r, d: one_node("SpaceToDepth", [rnd(d, (1, 2, 4, 6), r)],
+                                                                         {"blocksize": 2}))
+    add("CumSum", "axis1", ("float32", "int32"), lambda r, d: one_node("CumSum", [rnd(d, (3, 5), r), _c(1)]))
+    add("CumSum", "reverse_exclusive", ("float32",), lambda r, d: one_node("CumSum", [rnd(d, (3, 5), r), _c(0)],
+                                                                          {"reverse": 1, "exclusive": 1}))
+    add("Einsum", "bij_bjk", ("float32",), lambda r, d: one_node("Einsum", [rnd(d, (2, 3, 4), r), rnd(d, (2, 4, 5), r)],
+                                                                {"equation": "bij,bjk->bik"}))
+    add("Trilu", "upper_k1", ("float32", "int64"), lambda r, d: one_node("Trilu", [rnd(d, (4, 5), r), _c(1)]))
+    add("Trilu", "lower", ("float32",), lambda r, d: one_node("Trilu", [rnd(d, (2, 4, 4), r)], {"upper": 0}))
+    add("OneHot", "depth5", ("int64",), lambda r, d: one_node("OneHot", [r.integers(0, 5, (3,)), _c(5),
+                                                                         _c([0.0, 1.0], "float32")]))
+    add("Range", "float", ("float32",), lambda r, d: one_node("Range", [_c(1.0, "float32"), _c(5.5, "float32"),
+                                                                        _c(0.5, "float32")]))
+    add("Shape", "4d", ("float32",), lambda r, d: one_node("Shape", [rnd(d, (2, 3, 4, 5), r)]))
+    add("Size", "3d", ("float32",), lambda r, d: one_node("Size", [rnd(d, (2, 3, 4), r)]))
+    add("ConstantOfShape", "2x3", ("float32",), lambda r, d: one_node("ConstantOfShape", [_c([2, 3])]))
+    add("EyeLike", "k1", ("float32", "int32"), lambda r, d: one_node("EyeLike", [rnd(d, (3, 4), r)], {"k": 1}))
+    add("TopK", "k3", ("float32",), lambda r, d: one_node("TopK", [rnd(d, (3, 7), r), _c([3])], n_out=2))
+    add("ReverseSequence", "batch", ("float32",), lambda r, d: one_node(
+        "ReverseSequence", [rnd(d, (4, 3), r), _c([4, 2, 1])], {"batch_axis": 1, "time_axis": 0}))
+    add("QuantizeLinear", "uint8", ("float32",), lambda r, d: one_node(
+        "QuantizeLinear", [rnd(d, (3, 4), r), _c(0.05, "float32"), _c(128, "uint8")]))
+    add("DequantizeLinear", "int8", ("int8",), lambda r, d: one_node(
+        "DequantizeLinear", [rnd(d, (3, 4), r, -100, 100), _c(0.05, "float32"), _c(3, "int8")]))
+    add("QLinearMatMul", "uint8", ("uint8",), lambda r, d: one_node(
+        "QLinearMatMul", [rnd(d, (3, 4), r, 0, 255), _c(0.02, "float32"), _c(128, "uint8"),
+                          rnd(d, (4, 2), r, 0, 255), _c(0.03, "float32"), _c(120, "uint8"), _c(0.1, "float32"),
+                          _c(100, "uint8")]))
+    add("MatMulInteger", "uint8", ("uint8",), lambda r, d: one_node(
+        "MatMulInteger", [rnd(d, (3, 4), r, 0, 255), rnd(d, (4, 2), r, 0, 255), _c(12, "uint8"), _c(7, "uint8")]))
+    add("ConvInteger", "uint8", ("uint8",), lambda r, d: one_node(
+        "ConvInteger", [rnd(d, (1, 2, 5, 5), r, 0, 255), rnd(d, (3, 2, 3, 3), r, 0, 255), _c(100, "uint8")]))
+    add("BitShift", "left", ("uint8", "uint32"), lambda r, d: one_node(
+        "BitShift", [rnd(d, (7,), r, 0, 200), rnd(d, (7,), r, 0, 7)], {"direction": "LEFT"}))
+    add("BitShift", "right", ("uint16", "uint64"), lambda r, d: one_node(
+        "BitShift", [rnd(d, (7,), r, 0, 200), rnd(d, (7,), r, 0, 7)], {"direction": "RIGHT"}))
+    add("Dropout", "inference", ("float32",), lambda r, d: one_node("Dropout", [rnd(d, (3, 4), r)]))
+    add("CastLike", "to_int32", ("float32",), lambda r, d: one_node("CastLike", [rnd(d, (3, 4), r, -50, 50),
+                                                                                 _c([1], "int32")]))
+    add("RMSNormalization", "last", ("float32",), lambda r, d: one_node(
+        "RMSNormalization", [rnd(d, (2, 3, 8), r), rnd(d, (8,), r)], opset=23))
+    return S
+
+
+QUANT = {"QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "MatMulInteger", "ConvInteger"}
+
+
+def _lrn_oracle(feeds, size=3, alpha=1e-4, beta=0.75, bias=1.0):
+    """LRN by its ONNX definition (onnx.reference's LRN disagrees with the spec's window/scale)."""
+    x = feeds["x0"].astype(np.float64)
+    sq, C = x ** 2, x.shape[1]
+    ss = np.zeros_like(x)
+    for c in range(C):
+        lo, hi = max(0, c - (size - 1) // 2), min(C - 1, c + (size - 1) - (size - 1) // 2)
+        ss[:, c] = sq[:, lo:hi + 1].sum(1)
+    return [(x / (bias + alpha / size * ss) ** beta).astype(feeds["x0"].dtype)]
+
+
+def structured_cases():
+    from .cases import profiles_for
+    out = [model_case(f"ops/LRN/{dt}/size3", "ops", "LRN", dt,
+                      lambda r, dt=dt: one_node("LRN", [rnd(dt, (1, 5, 4, 4), r)], {"size": 3}), "op",
+                      oracle=_lrn_oracle) for dt in ("float32", "float64")]
+    for op, variant, dts, fn in _structured():
+        for dt in dts:
+            prof = profiles_for(dt, quantized=op in QUANT)
+            out.append(model_case(f"ops/{op}/{dt}/{variant}", "ops", op, dt, lambda r, fn=fn, dt=dt: fn(r, dt), "op",
+                                  profiles=prof))
+    return out
+
+
+def covered() -> set[str]:
+    return set(UNARY) | set(BINARY) | {s[0] for s in _structured()}
+
+
+def uncovered() -> list[str]:
+    """ONNX ops the importer accepts that this tier does not exercise yet."""
+    return sorted(set(OPS) - covered())
+
+
+def cases():
+    return unary_cases() + binary_cases() + structured_cases()
