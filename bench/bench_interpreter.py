@@ -56,26 +56,28 @@ def median_times(runners: dict, reps: int, slow: str, slow_reps: int) -> dict:
 
 def profile_interpreter(cm, feeds, reps):
     """Milliseconds per run spent in each primitive's kernel (the rest is the interpreter's own overhead)."""
-    import glow_interpreter.kernels as kernels
+    fn = cm.last.compiled
     spent, calls = {}, {}
-    original = kernels.run_primitive
+    original = fn.steps
 
-    def timed(name, *args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return original(name, *args, **kwargs)
-        finally:
-            spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
-            calls[name] = calls.get(name, 0) + 1
+    def timed(op, run):
+        def wrapper(*args):
+            t = time.perf_counter()
+            try:
+                return run(*args)
+            finally:
+                spent[op] = spent.get(op, 0.0) + time.perf_counter() - t
+                calls[op] = calls.get(op, 0) + 1
+        return wrapper
 
-    kernels.run_primitive = timed
+    fn.steps = [(ins, timed(ins.op, run), args, outs) for ins, run, args, outs in original]
     try:
         t = time.perf_counter()
         for _ in range(reps):
             cm.run(feeds)
         total = time.perf_counter() - t
     finally:
-        kernels.run_primitive = original
+        fn.steps = original
     parts = ", ".join(f"{k} x{calls[k] // reps} {v / reps * 1e3:.2f}" for k, v in
                       sorted(spent.items(), key=lambda kv: -kv[1]))
     return f"{total / reps * 1e3:.2f} ms per run: {parts}"

@@ -1,0 +1,144 @@
+"""Whole networks for the "models" tier, built with onnx.helper (small, seeded): MLP, MobileNet-style
+depthwise-separable CNN, BERT-style encoder layer, LSTM-style recurrence unrolled over time steps, and a
+U-Net-style encoder/decoder with Resize and Concat skip connections. ResNet, the CNN of Glow's docs and
+Linear+Sigmoid come from ``glow_core.models``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+from glow_core.types import dtype as gdtype
+
+
+class G:
+    """A tiny graph builder: ``g.op("Conv", [x, w], kernel_shape=[3, 3])`` returns the output name."""
+
+    def __init__(self, seed, dt="float32"):
+        self.rng = np.random.default_rng(seed)
+        self.dt = gdtype(dt)
+        self.nodes, self.inits, self.k = [], [], 0
+
+    def w(self, *shape, scale=None):
+        self.k += 1
+        scale = scale if scale is not None else 1.0 / np.sqrt(max(1, int(np.prod(shape[1:])) or 1))
+        arr = (self.rng.standard_normal(shape) * scale).astype(self.dt.np)
+        nm = f"w{self.k}"
+        self.inits.append(numpy_helper.from_array(arr, nm))
+        return nm
+
+    def const(self, arr, dt=None):
+        self.k += 1
+        nm = f"c{self.k}"
+        self.inits.append(numpy_helper.from_array(np.asarray(arr, dtype=dt or self.dt.np), nm))
+        return nm
+
+    def op(self, op, ins, n_out=1, **attrs):
+        self.k += 1
+        outs = [f"{op.lower()}{self.k}_{i}" for i in range(n_out)]
+        self.nodes.append(helper.make_node(op, ins, outs, name=f"{op.lower()}{self.k}", **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def model(self, name, inputs, outputs, opset=21):
+        ins = [helper.make_tensor_value_info(n, self.dt.onnx, list(s)) for n, s in inputs]
+        outs = [helper.make_tensor_value_info(n, self.dt.onnx, None) for n in outputs]
+        g = helper.make_graph(self.nodes, name, ins, outs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow-conformance")
+        m.ir_version = min(m.ir_version, 10)
+        return m
+
+
+def mlp(seed=0, dt="float32", batch=4, sizes=(33, 64, 17, 10)):
+    g = G(seed, dt)
+    x = "input"
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        x = g.op("Gemm", [x, g.w(b, a), g.w(b, scale=0.1)], transB=1)
+        if i < len(sizes) - 2:
+            x = g.op("Relu", [x])
+    g.op("Softmax", [x], axis=-1)
+    return g.model("mlp", [("input", (batch, sizes[0]))], [g.nodes[-1].output[0]])
+
+
+def mobilenet(seed=0, dt="float32", size=16):
+    g = G(seed, dt)
+    x = g.op("Conv", ["input", g.w(8, 3, 3, 3), g.w(8, scale=0.1)], kernel_shape=[3, 3], strides=[2, 2],
+             pads=[1, 1, 1, 1])
+    x = g.op("Clip", [x, g.const(0.0), g.const(6.0)])
+    for cin, cout, stride in ((8, 16, 1), (16, 24, 2), (24, 24, 1)):
+        d = g.op("Conv", [x, g.w(cin, 1, 3, 3), g.w(cin, scale=0.1)], kernel_shape=[3, 3], strides=[stride] * 2,
+                 pads=[1, 1, 1, 1], group=cin)
+        d = g.op("Clip", [d, g.const(0.0), g.const(6.0)])
+        p = g.op("Conv", [d, g.w(cout, cin, 1, 1), g.w(cout, scale=0.1)], kernel_shape=[1, 1])
+        x = g.op("Add", [p, x]) if cin == cout and stride == 1 else p
+    x = g.op("GlobalAveragePool", [x])
+    x = g.op("Flatten", [x], axis=1)
+    g.op("Gemm", [x, g.w(10, 24), g.w(10, scale=0.1)], transB=1)
+    return g.model("mobilenet", [("input", (1, 3, size, size))], [g.nodes[-1].output[0]])
+
+
+def bert_encoder(seed=0, dt="float32", batch=2, seq=7, hidden=32, heads=4):
+    g = G(seed, dt)
+    hd = hidden // heads
+
+    def ln(x):
+        return g.op("LayerNormalization", [x, g.w(hidden, scale=1.0), g.w(hidden, scale=0.1)], axis=-1,
+                    epsilon=1e-5)
+
+    def proj(x, n_out):
+        return g.op("Add", [g.op("MatMul", [x, g.w(hidden, n_out)]), g.w(n_out, scale=0.1)])
+
+    def heads_(x):
+        r = g.op("Reshape", [x, g.const([batch, seq, heads, hd], np.int64)])
+        return g.op("Transpose", [r], perm=[0, 2, 1, 3])
+    x = "input"
+    q, k, v = heads_(proj(x, hidden)), heads_(proj(x, hidden)), heads_(proj(x, hidden))
+    s = g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    s = g.op("Mul", [s, g.const(1.0 / np.sqrt(hd))])
+    s = g.op("Add", [s, "mask"])
+    a = g.op("MatMul", [g.op("Softmax", [s], axis=-1), v])
+    a = g.op("Reshape", [g.op("Transpose", [a], perm=[0, 2, 1, 3]), g.const([batch, seq, hidden], np.int64)])
+    x = ln(g.op("Add", [x, proj(a, hidden)]))
+    h = g.op("Add", [g.op("MatMul", [x, g.w(hidden, 4 * hidden)]), g.w(4 * hidden, scale=0.1)])
+    h = g.op("Mul", [h, g.op("Sigmoid", [g.op("Mul", [h, g.const(1.702)])])])  # GELU (sigmoid approximation)
+    h = g.op("Add", [g.op("MatMul", [h, g.w(4 * hidden, hidden)]), g.w(hidden, scale=0.1)])
+    ln(g.op("Add", [x, h]))
+    return g.model("bert_encoder", [("input", (batch, seq, hidden)), ("mask", (batch, 1, 1, seq))],
+                   [g.nodes[-1].output[0]])
+
+
+def lstm_unrolled(seed=0, dt="float32", batch=3, steps=5, inp=6, hidden=8):
+    """An LSTM cell written out with MatMul/Add/Sigmoid/Tanh/Mul/Slice over ``steps`` time steps."""
+    g = G(seed, dt)
+    W, R, B = g.w(inp, 4 * hidden), g.w(hidden, 4 * hidden), g.w(4 * hidden, scale=0.1)
+    h, c = "h0", "c0"
+    outs = []
+    for t in range(steps):
+        xt = g.op("Squeeze", [g.op("Slice", ["input", g.const([t], np.int64), g.const([t + 1], np.int64),
+                                             g.const([0], np.int64)]), g.const([0], np.int64)])
+        z = g.op("Add", [g.op("Add", [g.op("MatMul", [xt, W]), g.op("MatMul", [h, R])]), B])
+        i, f, o, u = g.op("Split", [z, g.const([hidden] * 4, np.int64)], n_out=4, axis=1)
+        i, f, o, u = g.op("Sigmoid", [i]), g.op("Sigmoid", [f]), g.op("Sigmoid", [o]), g.op("Tanh", [u])
+        c = g.op("Add", [g.op("Mul", [f, c]), g.op("Mul", [i, u])])
+        h = g.op("Mul", [o, g.op("Tanh", [c])])
+        outs.append(g.op("Unsqueeze", [h, g.const([0], np.int64)]))
+    g.op("Concat", outs, axis=0)
+    return g.model("lstm_unrolled", [("input", (steps, batch, inp)), ("h0", (batch, hidden)), ("c0", (batch, hidden))],
+                   [g.nodes[-1].output[0]])
+
+
+def unet(seed=0, dt="float32", size=16):
+    g = G(seed, dt)
+
+    def block(x, cin, cout):
+        y = g.op("Conv", [x, g.w(cout, cin, 3, 3), g.w(cout, scale=0.1)], kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        return g.op("Relu", [y])
+    e1 = block("input", 2, 8)
+    e2 = block(g.op("MaxPool", [e1], kernel_shape=[2, 2], strides=[2, 2]), 8, 16)
+    b = block(g.op("MaxPool", [e2], kernel_shape=[2, 2], strides=[2, 2]), 16, 16)
+    scales = g.const([1, 1, 2, 2], np.float32)
+    u2 = g.op("Resize", [b, "", scales], mode="nearest")
+    d2 = block(g.op("Concat", [u2, e2], axis=1), 32, 8)
+    u1 = g.op("Resize", [d2, "", scales], mode="linear")
+    d1 = block(g.op("Concat", [u1, e1], axis=1), 16, 8)
+    g.op("Conv", [d1, g.w(3, 8, 1, 1), g.w(3, scale=0.1)], kernel_shape=[1, 1])
+    return g.model("unet", [("input", (1, 2, size, size))], [g.nodes[-1].output[0]])
