@@ -11,8 +11,9 @@ import sys
 
 # From the source tree pytest imports this folder as the package "conformance" (for its conftest.py); make that
 # the very same module object as the installed name so that no file is ever imported twice under two names.
-if __name__ != "glow_conformance":
-    sys.modules.setdefault("glow_conformance", sys.modules[__name__])
+if __name__ != "glow_conformance" and "glow_conformance" not in sys.modules:
+    sys.modules["glow_conformance"] = sys.modules[__name__]
+    __name__ = __package__ = "glow_conformance"  # submodules ("from . import x") resolve under this name only
 
 
 def main(argv=None) -> int:

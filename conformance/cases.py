@@ -39,6 +39,8 @@ class Context:
     backend: Any
     is_reference: bool  # True: expectations come from independent oracles, never from the interpreter itself
     rerun: Callable[[str], str] = lambda case_id: f"--case '{case_id}'"
+    group_compile: bool = False  # compile all cases of one primitive and dtype as one function (fast path)
+    cache: dict = field(default_factory=dict)
 
 
 def profiles_for(dtype: str, family: str = "", quantized: bool = False) -> tuple[str, ...]:

@@ -68,6 +68,10 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(same, near, far)
 
 
+def _v(x):
+    return repr(x.item()) if hasattr(x, "item") else repr(x)
+
+
 def _fmt_idx(idx, shape):
     return str(tuple(int(i) for i in np.unravel_index(idx, shape))) if shape else "()"
 
@@ -91,12 +95,24 @@ def compare(got, want, family: str, describe: str, rerun: str, n: int = 1, magni
         else:
             bad = got != want
         if bad.any():
-            i = int(np.flatnonzero(bad.reshape(-1))[0])
+            flat = bad.reshape(-1)
+            if dt.kind in "iu":
+                diff = np.abs(got.astype(object) - want.astype(object)).reshape(-1)
+                diff = np.where(flat, diff, 0)
+                i = int(np.argmax(diff.astype(float)))
+                extra = f", max abs error {int(diff[i])}"
+            else:
+                i = int(np.flatnonzero(flat)[0])
+                extra = ""
+                if is_float:
+                    e = np.abs(got.astype(np.float64) - want.astype(np.float64)).reshape(-1)
+                    u = ulp_distance(got, want).reshape(-1)
+                    extra = (f", max abs error {np.nanmax(np.where(flat, e, 0)):.6g}, max ULP error "
+                             f"{np.nanmax(np.where(flat, u, 0)):.6g}")
             g, w = got.reshape(-1)[i], want.reshape(-1)[i]
-            err = abs(int(g) - int(w)) if dt.kind in "iu" else None
             raise CaseFailure(f"{describe}\n  {name}: {int(bad.sum())} of {got.size} elements differ (exact "
-                              f"comparison); first at index {_fmt_idx(i, got.shape)}: got {g!r}, expected {w!r}"
-                              + (f", abs error {err}" if err is not None else "") + f"\n  rerun: {rerun}")
+                              f"comparison); worst at index {_fmt_idx(i, got.shape)}: got {_v(g)}, expected {_v(w)}"
+                              f"{extra}\n  rerun: {rerun}")
         return
     bad, abs_err, ulps, allowed = _float_bad(got, want, tol, n, magnitude)
     if bad.any():

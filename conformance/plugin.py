@@ -28,6 +28,10 @@ def pytest_addoption(parser):
                 help="backend under test: an installed backend name (glowc backends) or module:attr")
     g.addoption("--case", dest="glow_cases", action="append", default=[], metavar="PATTERN",
                 help="run only cases whose id matches this fnmatch pattern (repeatable)")
+    g.addoption("--no-group-compile", dest="glow_group", action="store_false", default=True,
+                help="compile every primitive case alone (by default, for backends other than the reference "
+                     "interpreter, the cases of one primitive and dtype are first tried compiled together; a "
+                     "case failing there is always re-run, and judged, alone)")
     g.addoption("--conformance-report", dest="glow_report", default=None, metavar="PATH",
                 help="write an HTML report to PATH and its data to PATH with suffix .json")
 
@@ -61,14 +65,18 @@ def _configure(config):
     spec = config.getoption("glow_backend")
     config._glow = None
     if spec is None:
-        return
+        if config.getoption("help", False):
+            return
+        raise pytest.UsageError("the conformance suite needs --backend NAME; installed backends: "
+                                + ", ".join(_installed()) + " (or --backend module:Class)")
     backend = load_backend(spec)
     from .harness import is_reference
     name = spec
 
     def rerun(case_id):
         return f"glowc conformance --backend {shlex.quote(name)} --case {shlex.quote(case_id)}"
-    config._glow = Context(backend, is_reference(backend), rerun)
+    ref = is_reference(backend)
+    config._glow = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref)
     config._glow_known = list(backend.known_failures())
 
 
@@ -95,10 +103,13 @@ class TierFile(pytest.File):
         if pats and not any("/" not in p or fnmatch.fnmatchcase(tier, p.split("/")[0]) for p in pats):
             return
         module = importlib.import_module(f"glow_conformance.tier_{tier}")
-        for case in module.cases():
+        import inspect
+        for case in (module.cases(ctx) if inspect.signature(module.cases).parameters else module.cases()):
             if not _selected(self.config, case.id):
                 continue
             item = CaseItem.from_parent(self, name=case.id, case=case)
+            if ctx.group_compile and tier == "primitives":  # a group compiles once, on one xdist worker
+                item.add_marker(pytest.mark.xdist_group(f"{case.subject}-{case.dtype}"))
             for pat, reason in self.config._glow_known:
                 if fnmatch.fnmatchcase(case.id, pat):
                     item.add_marker(pytest.mark.xfail(strict=True, reason=f"known failure ({pat}): {reason}"))
@@ -127,7 +138,10 @@ class CaseItem(pytest.Item):
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CaseFailure):
             return f"{self.case.id}: {excinfo.value}"
-        tb = super().repr_failure(excinfo, style="short")
+        import traceback
+        frames = [f for f in traceback.extract_tb(excinfo.tb)
+                  if "/_pytest/" not in f.filename and "/pluggy/" not in f.filename]
+        tb = "".join(traceback.format_list(frames[-12:]))
         return (f"{self.case.id}: the case crashed: {type(excinfo.value).__name__}: {excinfo.value}\n"
                 f"  rerun: {self.config._glow.rerun(self.case.id)}\n{tb}")
 
@@ -147,12 +161,21 @@ class Results:
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties or [])
         if PROP not in props:
-            return
-        if not (report.when == "call" or (report.when == "setup" and report.outcome != "passed")
+            # xdist reports a case whose worker died (a crash in native code) without its properties: the
+            # case id is the node id's last part, and it spells tier/subject/dtype
+            case_id = report.nodeid.rpartition("::")[2].partition("@")[0]
+            parts = case_id.split("/")
+            if "tier_" not in report.nodeid or len(parts) < 4 or parts[0] not in TIERS:
+                return
+            props[PROP] = {"id": case_id, "tier": parts[0], "subject": parts[1], "dtype": parts[2], "profiles": []}
+        crashed = report.when not in ("setup", "call", "teardown")  # xdist: the worker died running it
+        if not (report.when == "call" or crashed or (report.when == "setup" and report.outcome != "passed")
                 or (report.when == "teardown" and report.outcome == "failed")):
             return
         if hasattr(report, "wasxfail"):
             outcome = "xfail" if report.skipped else "xpass"
+        elif report.failed and str(report.longrepr).startswith("[XPASS(strict)]"):
+            outcome = "xpass"  # a known failure that passed: strict, so it fails the run
         else:
             outcome = {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
         if report.when == "teardown":
@@ -160,6 +183,11 @@ class Results:
         detail = ""
         if outcome in ("fail", "xpass"):
             detail = report.longreprtext or "unexpectedly passed (strict xfail)"
+            if crashed:
+                detail = (f"{props[PROP]['id']}: the process running the case crashed (a native crash in the "
+                          f"backend?): {detail}")
+            if outcome == "xpass":
+                detail = f"{props[PROP]['id']}: listed in the backend's known_failures() but passed: {detail}"
         elif outcome == "skip":
             lr = report.longrepr
             detail = lr[2] if isinstance(lr, tuple) else str(lr)
@@ -174,7 +202,8 @@ class Results:
         tr = terminalreporter
         tr.section("glow conformance")
         c = data["counts"]
-        tr.write_line(f"backend {data['backend']}: {c['total']} cases: {c['pass']} passed, {c['fail']} failed, "
+        label = data["backend"] + ("" if data["backend_spec"] == data["backend"] else f" ({data['backend_spec']})")
+        tr.write_line(f"backend {label}: {c['total']} cases: {c['pass']} passed, {c['fail']} failed, "
                       f"{c['skip']} skipped (unsupported), {c['xfail']} known failures, {c['xpass']} unexpectedly "
                       f"passing")
         for p, v in data["profiles"].items():
@@ -186,7 +215,11 @@ class Results:
             tr.write_line(f"report: {html_path} (data: {json_path})")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     _configure(config)
+    if getattr(config, "_glow", None) is not None and config._glow.group_compile and \
+            getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"  # keep each compile group on one worker
     if getattr(config, "_glow", None) is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Results(config), "glow-conformance-results")

@@ -82,7 +82,9 @@ def render_html(data: dict) -> str:
     out.append("</table><p>A profile passes when every one of its cases passes; <i>partial</i>: some of its "
                "cases are unsupported (skipped) or known failures.</p>")
     for tier, rows in data["matrix"].items():
-        dts = sorted({d for cells in rows.values() for d in cells})
+        order = {d: i for i, d in enumerate(("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16",
+                                              "uint16", "int32", "uint32", "int64", "uint64", "bool"))}
+        dts = sorted({d for cells in rows.values() for d in cells}, key=lambda d: (order.get(d, 99), d))
         out.append(f"<h2>Tier {e(tier)}</h2><table class='matrix' data-tier='{e(tier)}'><tr><th class='row'>"
                    "subject</th>" + "".join(f"<th>{e(d)}</th>" for d in dts) + "</tr>")
         for subj in sorted(rows):

@@ -232,3 +232,50 @@ def test_primitives(dt):
         except AssertionError as e:
             failures.append(str(e)[:400])
     assert not failures, "\n".join(failures)
+
+
+STORAGE = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4e2m1", "int4", "uint4", "int2",
+           "uint2", "float8e8m0", "float6e2m3", "float6e3m2")
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_storage_only_casts_and_movement(saturate):
+    """Casts to and from the storage-only 1-byte types (all sources), and moving them, match the reference."""
+    rng = np.random.default_rng(7)
+    fn = Function("storage")
+    b = Builder(fn, where="test", fold=False)
+    outs, names, feed, cases = [], [], {}, []
+    srcs = ("float32", "float64", "float16", "bfloat16", "int32", "uint8")
+    for k, st in enumerate(STORAGE):
+        for j, src in enumerate(srcs):
+            x = make_input("cast", (64,), src, rng)
+            if src in FLOATS:
+                x = (x.astype(np.float64) * rng.choice([1e-3, 1e-1, 1, 1e2, 1e5], 64)).astype(x.dtype)
+            v = fn.add_input(f"s{k}_{j}", TensorType(src, x.shape))
+            feed[v.name] = x
+            cases.append((f"{src}->{st}", "cast", [x], {"to": st, "saturate": saturate}))
+            outs.append(b.emit("cast", v, to=st, saturate=saturate))
+            names.append(f"o{len(names)}")
+        codes = np.arange(256, dtype=np.uint8)
+        valid = np.asarray(run_primitive("cast", [codes.view(TensorType(st, ()).dtype.np)], {"to": st})[0])
+        v = fn.add_input(f"b{k}", TensorType(st, (256,)))
+        feed[v.name] = valid
+        for to in ("float32", "float16", "int32", "bool", STORAGE[(k + 1) % len(STORAGE)]):
+            cases.append((f"{st}->{to}", "cast", [valid], {"to": to, "saturate": saturate}))
+            outs.append(b.emit("cast", v, to=to, saturate=saturate))
+            names.append(f"o{len(names)}")
+        r = b.emit("reshape", v, shape=[16, 16])
+        cases.append((f"transpose {st}", "transpose", [valid.reshape(16, 16)], {"perm": [1, 0]}))
+        outs.append(b.emit("transpose", r, perm=[1, 0]))
+        names.append(f"o{len(names)}")
+    fn.set_outputs(outs, names)
+    _, cf = compile_cpu(fn)
+    got = cf.execute(feed)
+    bad = []
+    for name, (cid, op, arrays, attrs) in zip(names, cases):
+        want = run_primitive(op, arrays, attrs, [got[name].dtype])[0]
+        g, w = got[name].view(np.uint8) if got[name].dtype.itemsize == 1 else got[name], want
+        w = w.view(np.uint8) if w.dtype.itemsize == 1 else w
+        if not np.array_equal(g, w, equal_nan=g.dtype.kind == "f"):
+            bad.append(f"{cid}: {int((g != w).sum())} differ")
+    assert not bad, bad

@@ -11,6 +11,11 @@ from . import toolchain
 from .bundle import write_bundle
 from .codegen import Codegen, prelude_text
 from .ctypes_map import supported
+from .storage_cast import ONE_BYTE_STORAGE
+
+#: Primitives that run on storage-only 1-byte types (data movement, select, and casts).
+BYTE_OPS = {"cast", "copy", "reshape", "transpose", "broadcast", "slice", "concat", "pad", "gather", "gather_nd",
+            "scatter_nd", "select", "bitcast"}
 from .runtime import CPUFunction
 
 
@@ -26,7 +31,15 @@ class CPUBackend(Backend):
             return False
         if node_info.in_dtypes and node_info.in_dtypes[0] not in p.dtypes:
             return False
-        return all(supported(d) for d in node_info.in_dtypes + node_info.out_dtypes)
+        dts = node_info.in_dtypes + node_info.out_dtypes
+        if all(supported(d) for d in dts):
+            return True
+        # Storage-only 1-byte types: moved as bytes, and cast from or to with tables (see storage_cast.py).
+        if not all(supported(d) or d in ONE_BYTE_STORAGE for d in dts):
+            return False
+        if node_info.op == "scatter_nd":
+            return node_info.attrs.get("reduction", "none") == "none"
+        return node_info.op in BYTE_OPS
 
     @staticmethod
     def _threads(options) -> int:
@@ -45,8 +58,11 @@ class CPUBackend(Backend):
                                    export='__attribute__((visibility("default"))) ')
         flags = options.get("cflags")
         flags = list(flags.split() if isinstance(flags, str) else flags) if flags else toolchain.default_flags(nt)
-        if nt > 1 and "-fopenmp" not in flags:
-            flags.append("-fopenmp")
+        # Whatever the user's flags, the library must be position-independent and shared, and integer
+        # arithmetic must wrap as numpy's does.
+        for required in ("-fPIC", "-shared", "-fwrapv") + (("-fopenmp",) if nt > 1 else ()):
+            if required not in flags:
+                flags.append(required)
         lib = toolchain.build_shared(source, {"glow_prelude.h": prelude_text()}, flags)
         return CPUFunction(function, lib, cg.instr_of_code, source)
 

@@ -16,8 +16,8 @@ import numpy as np
 from glow_core.errors import BackendError
 from glow_core.types import dtype as to_dtype
 
-from .ctypes_map import INT_LIMITS, ctype
-from . import kernels_ew
+from .ctypes_map import INT_LIMITS, ctype, supported
+from . import kernels_ew, storage_cast
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 _ENV: jinja2.Environment | None = None
@@ -45,7 +45,7 @@ ERR_KINDS = {ERR_INDEX: "index out of range", ERR_DIV0: "integer division or rem
 
 
 def prelude_text() -> str:
-    with open(os.path.join(TEMPLATES, "glow_prelude.h")) as f:
+    with open(os.path.join(TEMPLATES, "glow_prelude.h.j2")) as f:
         return f.read()
 
 
@@ -76,6 +76,8 @@ def c_ident(text: str) -> str:
 def literal(value, dt: str) -> str:
     """A C expression of ``dt``'s storage type holding ``value`` converted as numpy would."""
     arr = np.array(value).astype(to_dtype(dt).np)
+    if not supported(dt):  # storage-only 1-byte types: the byte
+        return f"(uint8_t){int(arr.reshape(1).view(np.uint8)[0])}u"
     if dt == "bool":
         return "1" if bool(arr) else "0"
     if dt == "bfloat16":
@@ -163,7 +165,7 @@ class Codegen:
         op = ins.op
         method = getattr(self, "k_" + op, None)
         if method is None:
-            if op in kernels_ew.UNARY or op in kernels_ew.BINARY or op in ("select", "cast", "mod"):
+            if op in kernels_ew.UNARY or op in kernels_ew.BINARY or op in ("select", "mod"):
                 method = self.k_elementwise
             else:
                 raise BackendError(f"cpu backend: no kernel for op {op!r} (instruction {ins.name!r})")
@@ -183,6 +185,41 @@ class Codegen:
         return template("elementwise.c.j2").render(
             comment=comment, fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=n,
             parallel=self.num_threads > 1, checks=checks, err=err + ERR_DIV0)
+
+    def k_cast(self, ins, fn, comment, err):
+        """Casts between computable types are elementwise expressions; those from or to a storage-only type
+        use tables derived from the reference cast (see storage_cast.py)."""
+        x, out = ins.ins[0], ins.outs[0]
+        src, dst = x.type.dtype.name, out.type.dtype.name
+        if supported(src) and supported(dst):
+            return self.k_elementwise(ins, fn, comment, err)
+        sat, rm = ins.attrs.get("saturate", 1), ins.attrs.get("round_mode", "up")
+        sct, dct = ctype(src), ctype(dst)
+        decls = [f"{dct.storage} *out = {self.tptr(out)}", f"const {sct.storage} *in0 = {self.tptr(x, True)}"]
+        pre = ""
+        if x.type.dtype.itemsize == 1:
+            table = storage_cast.byte_table(src, dst, sat, rm)
+            lits = [str(int(v)) for v in table.view(np.uint8)] if not supported(dst) else \
+                [literal(v, dst) for v in table]
+            decls.append(f"static const {dct.storage} lut[256] = {{ {', '.join(lits)} }}")
+            expr = "lut[(uint8_t)in0[i]]"
+        elif dst in storage_cast.INT_STORAGE:
+            mask = storage_cast.INT_STORAGE[dst]
+            v = f"glow_f2i_wrap((double)({sct.ld('in0[i]')}))" if sct.is_float else sct.ld("in0[i]")
+            expr = f"(uint8_t)((uint64_t)({v}) & {mask}u)"
+        else:
+            width = 32 if src in ("float32", "float16", "bfloat16") or dst == "float8e8m0" else 64
+            (pos, neg), nans = storage_cast.threshold_tables(width, dst, sat, rm)
+            sfx = "u" if width == 32 else "ull"
+            ft = "float" if width == 32 else "double"
+            pre = template("storage_cast.c.j2").render(
+                fn=fn, ut=f"uint{width}_t", ft=ft, width=width, pos_starts=[f"{b}{sfx}" for b in pos[0]],
+                pos_codes=pos[1], neg_starts=[f"{b}{sfx}" for b in neg[0]], neg_codes=neg[1], nan_pos=nans[0],
+                nan_neg=nans[1])
+            expr = f"{fn}_cvt(({ft})({sct.ld('in0[i]')}))"
+        return pre + template("elementwise.c.j2").render(
+            comment=comment, fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=out.type.numel,
+            parallel=self.num_threads > 1, checks=[], err=err)
 
     # -- movement -----------------------------------------------------------------------------------
     def _strided(self, fn, comment, out, pieces, fill=None):
@@ -425,7 +462,7 @@ class Codegen:
         store = ct.st(f"({ct.compute})(drow[q] + bv)")
         return template("conv.c.j2").render(
             comment=comment, fn=fn, t=ct.storage, acc_t=acc_t, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
-            w_ptr=self.ptr(w), b_ptr=self.ptr(bias), direct=direct, convert_w=not native, ck=cg * kk, p=p, f=F,
+            w_ptr=self.ptr(w), b_ptr=self.ptr(bias), direct=direct, convert_w=not native, native=native, ck=cg * kk, p=p, f=F,
             fg=fg, cg=cg, c=C, batch=N, group=group, in_size=in_size, dims=dims, kk=kk, kidx=kidx, pidx=pidx,
             inb=inb, load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
             load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=fast, sfx=sfx, store=store,
@@ -456,7 +493,9 @@ class Codegen:
     k_max_pool = k_avg_pool = _pool
 
 
-_GEMM_TILES = {"f32": dict(kc=256, mc=96, nc=4096, mr_wide=12),
-               "f64": dict(kc=256, mc=96, nc=2048, mr_wide=12)}
+# Cache blocking (kc x mc panel of A in L2, kc x nc of B in L3) and the micro-tile height with 512-bit vectors
+# (mr_wide x 2 vectors; 6 x 2 with narrower vectors); mc is a multiple of both heights.
+_GEMM_TILES = {"f32": dict(kc=384, mc=144, nc=4096, mr_wide=8),
+               "f64": dict(kc=256, mc=144, nc=2048, mr_wide=8)}
 
 __all__ = ["Codegen", "c_comment", "c_ident", "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]

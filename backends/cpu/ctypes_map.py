@@ -51,9 +51,14 @@ INT_LIMITS = {
 }
 
 
+#: Storage-only 1-byte types (float8, float6, float4, int4/uint4, int2/uint2): raw bytes to this backend.
+BYTE = CType("uint8_t", "uint8_t", "{x}", "{x}", False, 8, False)
+
+
 def supported(dtype_name: str) -> bool:
+    """Whether the backend computes with this dtype (storage-only types are only moved and cast)."""
     return dtype_name in CTYPES
 
 
 def ctype(dtype_name: str) -> CType:
-    return CTYPES[dtype_name]
+    return CTYPES.get(dtype_name, BYTE)

@@ -160,23 +160,15 @@ def reduce_parts(op, dt) -> tuple[str, str, str]:
     """(accumulator C type, initial value, update statement with ``acc`` and ``v``) for a reduction."""
     ct = ctype(dt)
     if op in ("reduce_sum", "reduce_prod"):
-        if ct.is_float:
-            acc = "double"
-        elif dt == "bool":
-            acc = "uint64_t"
-        else:
-            acc = "uint64_t"
-        init = "0" if op == "reduce_sum" else "1"
-        upd = "acc += v" if op == "reduce_sum" else "acc *= v"
-        if acc == "uint64_t":
-            return acc, init, upd
-        return acc, init, upd
+        # Floats accumulate in double; integers in uint64 (wrap-around, then truncated to the type, as numpy).
+        acc = "double" if ct.is_float else "uint64_t"
+        return acc, ("0" if op == "reduce_sum" else "1"), ("acc += v" if op == "reduce_sum" else "acc *= v")
     hi = op == "reduce_min"
     if ct.is_float:
         acc = ct.compute
         init = "INFINITY" if hi else "(-INFINITY)"
         cmp = "<" if hi else ">"
-        return acc, init, f"if (v {cmp} acc || v != v) acc = v; else if (acc != acc) acc = acc"
+        return acc, init, f"if (v {cmp} acc || v != v) acc = v"
     acc = ct.storage
     lo_v, hi_v = INT_LIMITS[dt]
     cmp = "<" if hi else ">"

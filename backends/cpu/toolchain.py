@@ -62,12 +62,30 @@ def _compiler_identity(cc: list[str]) -> str:
         return " ".join(cc)
 
 
+def _host_identity(flags) -> str:
+    """With -march=native the library depends on the host CPU: its model and feature flags join the key."""
+    if not any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags):
+        return ""
+    import platform
+    ident = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "flags", "Features")):
+                    ident += "|" + line.strip()
+                if line.startswith(("flags", "Features")):
+                    break
+    except OSError:
+        ident += "|" + platform.processor()
+    return ident
+
+
 def build_shared(source: str, headers: dict[str, str], flags: list[str]) -> str:
     """Path of a shared library built from ``source`` (with ``headers`` beside it), cached by content hash."""
     cc = find_compiler()
     h = hashlib.sha256()
     for part in (source, *[f"{k}\0{v}" for k, v in sorted(headers.items())], "\0".join(flags),
-                 _compiler_identity(cc)):
+                 _compiler_identity(cc), _host_identity(flags)):
         h.update(part.encode())
         h.update(b"\0\1")
     key = h.hexdigest()[:32]

@@ -4,7 +4,7 @@
 # Usage: ci/conformance.sh [extra pytest args]     (BOARDS=4 runs four workers: one per board)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --no-deps --no-build-isolation -e .
+python -m pip install --quiet --no-deps -e .
 glowc backends
 python -m pytest -q tests
 mkdir -p reports

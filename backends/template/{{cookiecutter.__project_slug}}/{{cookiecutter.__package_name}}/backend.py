@@ -53,6 +53,11 @@ class DeviceFunction(CompiledFunction):
             outs = [self._view(b) for b in ins.outs]
             self.steps.append((ins, kern, outs, [self._view(b) for b in ins.ins], attrs))
 
+    def memory_regions(self) -> dict[str, bytearray]:
+        """The device memory by buffer kind: the conformance suite's memory tier fills the gaps between
+        buffers with canaries and checks that no kernel wrote outside its output buffers."""
+        return {"mutable": self.device.regions["mutable"], "activation": self.device.regions["activations"]}
+
     def _view(self, b: Buffer) -> np.ndarray:
         t = b.type
         return self.device.view(REGIONS[b.region], b.address, t.dtype.np, t.shape)
@@ -88,7 +93,7 @@ class {{ cookiecutter.__class_name }}(Backend):
     #: e.g. ("float32", "float16", "int8", "int32", "int64", "bool")
     SUPPORTED_DTYPES = None
 
-    #: High-level ops kept whole (not lowered); each needs a kernel in kernels.WHOLE_OPS.
+    #: ONNX op types kept whole (not lowered); each needs a kernel registered with @whole_op in kernels.py.
     KEEP_WHOLE = frozenset()
 
     #: (primitive, activation) pairs the device runs as one kernel; see transform_post_lowering.
@@ -96,9 +101,6 @@ class {{ cookiecutter.__class_name }}(Backend):
 
     #: Bytes of on-chip activation memory; None = no limit (see memory_capacity).
     ACTIVATION_MEMORY = None
-
-    def __init__(self):
-        self.device = SimulatedDevice()
 
     # -- required ------------------------------------------------------------------------------------------
     def is_op_supported(self, node_info: NodeInfo) -> bool:
@@ -115,14 +117,17 @@ class {{ cookiecutter.__class_name }}(Backend):
         return d is not None and d.is_extended and d.kernel is not None
 
     def compile(self, function: IRFunction, options: dict[str, Any]) -> CompiledFunction:
-        """Bind the planned IR to the device. A code generator would emit device code here."""
+        """Bind the planned IR to a device. A code generator would emit device code here. The simulation gives
+        each compiled function a device of its own; a driver would allocate its regions on the board."""
         return DeviceFunction(function, SimulatedDevice(f"{self.name}0"))
 
     # -- optional hooks: defaults shown; override when the comment says so -----------------------------
     def should_lower(self, node: Node) -> bool:
         """Override to keep a high-level op whole when the device has a native kernel for it (Softmax,
         LayerNormalization, ...) that beats the lowered primitives. Default: lower everything."""
-        return node.op not in self.KEEP_WHOLE
+        keep = node.op in self.KEEP_WHOLE and node.op in kernels.WHOLE_OPS \
+            and node.opset >= kernels.WHOLE_OPS_SINCE.get(node.op, 1)
+        return not keep
 
     def transform_post_lowering(self, function: Function) -> bool:
         """Override for backend-specific graph rewrites after lowering; here: fuse an activation into the

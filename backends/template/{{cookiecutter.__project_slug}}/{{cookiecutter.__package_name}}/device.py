@@ -61,7 +61,9 @@ class SimulatedDevice:
 
     def copy_in(self, region: str, offset: int, data: bytes | memoryview | np.ndarray) -> None:
         """DMA host -> device: write ``data`` at ``offset`` of ``region``."""
-        raw = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+        if isinstance(data, np.ndarray):  # any dtype (bfloat16, float8, int4...), any shape (empty too): bytes
+            data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        raw = memoryview(data)
         mem = self._check(region, offset, raw.nbytes)
         mem[offset:offset + raw.nbytes] = raw
         self.stats.bytes_in += raw.nbytes

@@ -25,6 +25,9 @@ KERNELS: dict = {}
 WHOLE_OPS: dict = {}
 """High-level (ONNX) op type -> kernel, for the ops ``should_lower`` keeps whole. Same calling convention."""
 
+WHOLE_OPS_SINCE: dict = {}
+"""ONNX op type -> the first opset whose semantics its WHOLE_OPS kernel implements (older nodes are lowered)."""
+
 
 def kernel(name: str):
     """Register the device implementation of primitive ``name`` (replaces its reference kernel)."""
@@ -34,10 +37,13 @@ def kernel(name: str):
     return deco
 
 
-def whole_op(op_type: str):
-    """Register a kernel for a high-level op kept whole (``should_lower`` returns False for it)."""
+def whole_op(op_type: str, since_opset: int = 1):
+    """Register a kernel for a high-level op kept whole (list it in the backend's KEEP_WHOLE too). It runs
+    for nodes of opset ``since_opset`` and later (ONNX changes some ops' semantics between opsets: Softmax
+    flattens to 2-D before opset 13); older nodes are still lowered."""
     def deco(fn):
         WHOLE_OPS[op_type] = fn
+        WHOLE_OPS_SINCE[op_type] = since_opset
         return fn
     return deco
 

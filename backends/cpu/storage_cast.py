@@ -1,0 +1,72 @@
+"""Casts from and to the storage-only 1-byte types (float8, float6, float4, int4/uint4, int2/uint2, float8e8m0).
+
+Every such cast is derived from the reference kernel itself (``glow_interpreter.kernels.cast``), so it matches
+it by construction:
+- from any 1-byte type: a 256-entry lookup table of the results for every byte;
+- float/int -> a storage float type: rounding is monotone, so each output code is produced by one contiguous
+  range of input bit patterns; the ranges' starts are found by bisection over the reference and the C code
+  binary-searches them (one table per sign, NaN handled apart);
+- -> int4/uint4/int2/uint2: like any integer cast (truncate, clip to int64, wrap), keeping the low bits.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from glow_core.types import STORAGE_ONLY
+from glow_core.types import dtype as to_dtype
+
+ONE_BYTE_STORAGE = tuple(n for n in STORAGE_ONLY if to_dtype(n).itemsize == 1)
+INT_STORAGE = {"int4": 0xF, "uint4": 0xF, "int2": 0x3, "uint2": 0x3}
+
+
+def _cast(x, dst, saturate, round_mode):
+    from glow_interpreter.kernels import cast
+    with np.errstate(all="ignore"):
+        return cast(x, dst, saturate=saturate, round_mode=round_mode)
+
+
+@lru_cache(maxsize=None)
+def byte_table(src: str, dst: str, saturate: int, round_mode: str) -> np.ndarray:
+    """The results of casting every byte pattern of 1-byte ``src`` to ``dst``."""
+    x = np.arange(256, dtype=np.uint8).view(to_dtype(src).np)
+    return np.asarray(_cast(x, dst, saturate, round_mode)).astype(to_dtype(dst).np)
+
+
+@lru_cache(maxsize=None)
+def threshold_tables(width: int, dst: str, saturate: int, round_mode: str):
+    """For a float source of ``width`` bits (32 or 64): per sign, (range starts over magnitude bits, codes),
+    and the codes of +NaN and -NaN."""
+    fnp, unp = (np.float32, np.uint32) if width == 32 else (np.float64, np.uint64)
+    inf_bits = int(np.array(np.inf, fnp).view(unp))
+    sign = 1 << (width - 1)
+
+    def f(s, m):
+        v = np.array([s | m], dtype=unp).view(fnp)
+        return int(np.asarray(_cast(v, dst, saturate, round_mode)).view(np.uint8)[0])
+
+    tables = []
+    for s in (0, sign):
+        starts, codes = [0], [f(s, 0)]
+        stack = [(0, inf_bits, codes[0], f(s, inf_bits))]
+        found = []
+        while stack:
+            lo, hi, flo, fhi = stack.pop()
+            if flo == fhi:
+                continue
+            if hi == lo + 1:
+                found.append((hi, fhi))
+                continue
+            mid = (lo + hi) // 2
+            fm = f(s, mid)
+            stack.append((lo, mid, flo, fm))
+            stack.append((mid, hi, fm, fhi))
+        for b, c in sorted(found):
+            starts.append(b)
+            codes.append(c)
+        tables.append((starts, codes))
+    nan = np.array(np.nan, fnp).view(unp)
+    nan_codes = [int(np.asarray(_cast(np.array([int(nan) | s], unp).view(fnp), dst, saturate, round_mode))
+                     .view(np.uint8)[0]) for s in (0, sign)]
+    return tables, nan_codes
