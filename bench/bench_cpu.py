@@ -1,25 +1,184 @@
-"""Benchmark of the CPU backend: matmul GFLOP/s against numpy, and model latency against the interpreter.
+"""Benchmark of the CPU backend against onnxruntime.
 
-    OPENBLAS_NUM_THREADS=1 python bench/bench_cpu.py [--n 1024] [--reps 5] [--threads 1] [--models cnn,resnet]
+    python bench/bench_cpu.py [--quick] [--models cnn,linear_sigmoid,...] [--threads 1,2] [--rounds 5]
 
-Measure numpy single-threaded (OPENBLAS_NUM_THREADS=1) for the matmul ratio; the target is >= 60% of numpy.
-Also prints the CNN's compile time cold (empty cache directory) and cached.
+1. Checks every model's CPU-backend output against onnxruntime (max relative difference; exits non-zero if
+   any is above --tol).
+2. Latency: for each model and thread count, ``--rounds`` rounds alternating glow-cpu / onnxruntime, each
+   measurement in a fresh process (same thread count: ``num_threads`` for glow, ``intra_op_num_threads`` for
+   onnxruntime, OMP_NUM_THREADS too); each process reports the median of its timed runs, and the table shows
+   the median over rounds, and the ratio cpu/ort. Then the geometric mean of the ratios at 1 thread (target
+   <= 2.0).
+3. The matmul kernel's GFLOP/s at --n^3 against numpy single-threaded (OPENBLAS_NUM_THREADS=1; target >= 60%).
+4. The per-call latency of linear_sigmoid against ort ``session.run`` (target: faster than ort).
+5. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
+   (target < 1 s) of the ResNet-18-style model, each in a fresh process.
+
+Models (glow_core.models, seeded weights): cnn, linear_sigmoid, mlp (784-512-512-10, batch 64), resnet18
+(224x224), mobilenetv2 (224x224), bert_encoder (2 layers, hidden 256, 4 heads, seq 128). ``--quick`` is a
+smoke mode (small models, 1 thread, one round, matmul 256, compile times of the cnn).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
-import numpy as np
-from onnx import TensorProto, helper
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # before numpy is imported: numpy is the single-threaded matmul reference
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
-import glow_core  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
 from glow_core import models  # noqa: E402
+
+#: name: (builder, seconds of timed runs per process, min runs, max runs)
+MODELS = {
+    "cnn": (lambda: models.cnn(seed=0), 0.5, 20, 20000),
+    "linear_sigmoid": (lambda: models.linear_sigmoid(seed=0), 0.5, 1000, 20000),
+    "mlp": (lambda: models.mlp(seed=0, batch=64), 0.7, 10, 5000),
+    "resnet18": (lambda: models.resnet18(seed=0), 1.5, 5, 200),
+    "mobilenetv2": (lambda: models.mobilenetv2(seed=0), 1.5, 5, 200),
+    "bert_encoder": (lambda: models.bert_encoder(seed=0), 1.5, 5, 500),
+}
+SMALL = ("cnn", "linear_sigmoid", "mlp")
+ORT_IR_VERSION = 8  # onnx.helper writes the newest IR version; onnxruntime may not read it yet
+
+
+def build(name):
+    m = MODELS[name][0]()
+    m.ir_version = min(m.ir_version, ORT_IR_VERSION)
+    return m
+
+
+def feed_of(model, seed=1):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for vi in model.graph.input:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        out[vi.name] = rng.standard_normal(shape).astype(np.float32)
+    return out
+
+
+def ort_session(model, threads):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def glow_compile(model, threads):
+    import glow_core
+    return glow_core.compile(model, "cpu", num_threads=threads)
+
+
+def timed_runs(fn, budget, lo, hi):
+    """Per-call seconds: warm-up, then runs until ``budget`` seconds (at least ``lo``, at most ``hi``)."""
+    for _ in range(3):
+        fn()
+    ts, start = [], time.perf_counter()
+    while len(ts) < hi and (len(ts) < lo or time.perf_counter() - start < budget):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return ts
+
+
+# ----------------------------------------------------------------------------------------------- workers
+def worker_latency(runtime, name, threads):
+    model = build(name)
+    feed = feed_of(model)
+    _, budget, lo, hi = MODELS[name]
+    if runtime == "glow":
+        cm = glow_compile(model, threads)
+        fn = lambda: cm.run(feed)  # noqa: E731
+    else:
+        sess = ort_session(model, threads)
+        fn = lambda: sess.run(None, feed)  # noqa: E731
+    ts = timed_runs(fn, budget, lo, hi)
+    return {"median": statistics.median(ts), "min": min(ts), "n": len(ts)}
+
+
+def worker_compile(name, threads):
+    import glow_core
+    model = build(name)
+    t = time.perf_counter()
+    glow_core.compile(model, "cpu", num_threads=threads)
+    return {"seconds": time.perf_counter() - t}
+
+
+def spawn(args, threads, env_extra=None):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               **(env_extra or {}))
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", *args], env=env,
+                       capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"worker {args} failed (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------------------------------------ phases
+def check(names, tol):
+    """Max relative difference of glow-cpu against onnxruntime for each model; False if any is off."""
+    ok = True
+    print("correctness (glow-cpu vs onnxruntime, 1 thread): max |cpu - ort| / max |ort|")
+    for name in names:
+        model = build(name)
+        feed = feed_of(model)
+        try:
+            got = glow_compile(model, 1).run(feed)
+        except Exception as e:  # noqa: BLE001 - report and fail loudly below
+            print(f"  {name:15s} FAILED: {type(e).__name__}: {e}")
+            ok = False
+            continue
+        want = ort_session(model, 1).run(None, feed)
+        worst = 0.0
+        for vi, w in zip(model.graph.output, want):
+            g = np.asarray(got[vi.name])
+            if g.shape != w.shape:
+                print(f"  {name:15s} WRONG SHAPE {vi.name}: {g.shape} vs {w.shape}")
+                ok = False
+                worst = math.inf
+                continue
+            worst = max(worst, float(np.abs(g - w).max() / max(float(np.abs(w).max()), 1e-30)))
+        bad = not worst <= tol
+        ok &= not bad
+        print(f"  {name:15s} {worst:.2e}{'   <-- WRONG (tol %.0e)' % tol if bad else ''}")
+    return ok
+
+
+def latency(names, thread_list, rounds):
+    """{(name, threads): (glow median s, ort median s)}, alternating fresh glow / ort processes."""
+    res = {}
+    for name in names:
+        for th in thread_list:
+            g, o = [], []
+            for r in range(rounds):
+                pair = (("glow", g), ("ort", o)) if r % 2 == 0 else (("ort", o), ("glow", g))
+                for rt, acc in pair:
+                    acc.append(spawn(["latency", rt, name, str(th)], th)["median"])
+            res[name, th] = (statistics.median(g), statistics.median(o))
+            gm, om = res[name, th]
+            print(f"  {name:15s} {th:7d} {gm * 1e3:12.3f} {om * 1e3:12.3f} {gm / om:8.2f}", flush=True)
+    return res
+
+
+def matmul_model(n):
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "mm",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [n, n])],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def best(fn, reps):
@@ -32,65 +191,86 @@ def best(fn, reps):
     return min(ts)
 
 
-def matmul_model(n):
-    g = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "mm",
-                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [n, n]),
-                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [n, n])],
-                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+def matmul(n, reps):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+    cm = glow_compile(matmul_model(n), 1)
+    feed = {"a": x, "b": y}
+    np.testing.assert_allclose(cm.run(feed)["c"], x @ y, rtol=1e-3, atol=1e-3)
+    tg, tn = best(lambda: cm.run(feed), reps), best(lambda: x @ y, reps)
+    fl = 2.0 * n ** 3
+    print(f"matmul {n}^3 float32 (best of {reps}): cpu backend {fl / tg / 1e9:.1f} GFLOP/s, numpy "
+          f"{fl / tn / 1e9:.1f} GFLOP/s ({100 * tn / tg:.0f}% of numpy; threads=1, OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; target >= 60%)")
+
+
+def compile_times(name):
+    with tempfile.TemporaryDirectory() as d:
+        env = {"GLOW_CACHE_DIR": d}
+        cold = spawn(["compile", name, "1"], 1, env)["seconds"]
+        cached = spawn(["compile", name, "1"], 1, env)["seconds"]
+    print(f"{name} compile (fresh processes, 1 thread): cold {cold:.2f} s (empty GLOW_CACHE_DIR, C compiler "
+          f"included; target < 15 s), cached {cached:.3f} s (target < 1 s)")
+    return cold, cached
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--models", default="cnn,resnet")
+    ap.add_argument("--quick", action="store_true", help="smoke mode: small models, 1 thread, 1 round")
+    ap.add_argument("--models", default=None, help="comma-separated, from: " + ",".join(MODELS))
+    ap.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2)")
+    ap.add_argument("--rounds", type=int, default=None, help="fresh-process rounds per runtime (default 5)")
+    ap.add_argument("--n", type=int, default=None, help="matmul size (default 1024)")
+    ap.add_argument("--reps", type=int, default=5, help="matmul repetitions")
+    ap.add_argument("--tol", type=float, default=1e-3, help="max relative difference against onnxruntime")
+    ap.add_argument("--compile-model", default=None, help="model of the compile-time measurement")
+    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    n = a.n
-    rng = np.random.default_rng(0)
-    x, y = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
-    cm = glow_core.compile(matmul_model(n), "cpu", num_threads=a.threads)
-    feed = {"a": x, "b": y}
-    np.testing.assert_allclose(cm.run(feed)["c"], x @ y, rtol=1e-3, atol=1e-3)
-    tg, tn = best(lambda: cm.run(feed), a.reps), best(lambda: x @ y, a.reps)
-    fl = 2.0 * n ** 3
-    print(f"matmul {n}^3 float32: cpu backend {fl / tg / 1e9:.1f} GFLOP/s, numpy {fl / tn / 1e9:.1f} GFLOP/s "
-          f"({100 * tn / tg:.0f}% of numpy; threads={a.threads}, OPENBLAS_NUM_THREADS="
-          f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset')})")
+    if a.worker:
+        kind, *rest = a.worker
+        out = worker_latency(rest[0], rest[1], int(rest[2])) if kind == "latency" else \
+            worker_compile(rest[0], int(rest[1]))
+        print(json.dumps(out))
+        return 0
 
-    with tempfile.TemporaryDirectory() as d:
-        old = os.environ.get("GLOW_CACHE_DIR")
-        os.environ["GLOW_CACHE_DIR"] = d
-        try:
-            t = time.perf_counter()
-            glow_core.compile(models.cnn(seed=0), "cpu", num_threads=a.threads)
-            cold = time.perf_counter() - t
-            t = time.perf_counter()
-            glow_core.compile(models.cnn(seed=0), "cpu", num_threads=a.threads)
-            cached = time.perf_counter() - t
-        finally:
-            if old is None:
-                os.environ.pop("GLOW_CACHE_DIR")
-            else:
-                os.environ["GLOW_CACHE_DIR"] = old
-    print(f"cnn compile: cold {cold:.2f} s, cached {cached:.3f} s")
+    names = (a.models.split(",") if a.models else list(SMALL if a.quick else MODELS))
+    names = [m for m in names if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        ap.error(f"unknown models {unknown}; known: {list(MODELS)}")
+    thread_list = [int(t) for t in (a.threads or ("1" if a.quick else "1,2")).split(",") if t]
+    rounds = a.rounds or (1 if a.quick else 5)
+    n = a.n or (256 if a.quick else 1024)
+    cmodel = a.compile_model or ("cnn" if a.quick else "resnet18")
+    import onnxruntime as ort
+    print(f"glow-cpu vs onnxruntime {ort.__version__}; {os.cpu_count()} cores; models {names}; threads "
+          f"{thread_list}; {rounds} round(s)", flush=True)
+    t0 = time.perf_counter()
 
-    builders = {"cnn": (lambda: models.cnn(seed=0), (1, 3, 28, 28)),
-                "resnet": (lambda: models.resnet(seed=0, batch=1, size=32), (1, 3, 32, 32))}
-    for name in [m for m in a.models.split(",") if m]:
-        build, shape = builders[name]
-        model = build()
-        inp = model.graph.input[0].name
-        xin = rng.standard_normal(shape).astype(np.float32)
-        c = glow_core.compile(model, "cpu", num_threads=a.threads)
-        i = glow_core.compile(model, "interpreter")
-        np.testing.assert_allclose(c.run({inp: xin})[model.graph.output[0].name],
-                                   i.run({inp: xin})[model.graph.output[0].name], rtol=1e-4, atol=1e-4)
-        tc = best(lambda: c.run({inp: xin}), a.reps * 4)
-        ti = best(lambda: i.run({inp: xin}), a.reps)
-        print(f"{name}: cpu {tc * 1e3:.3f} ms, interpreter {ti * 1e3:.3f} ms ({ti / tc:.1f}x)")
+    if not check(names, a.tol):
+        print("FAIL: glow-cpu output differs from onnxruntime (see above)", file=sys.stderr)
+        return 1
+
+    print("\nlatency: median over rounds of per-process medians (fresh process each, alternating glow/ort)")
+    print(f"  {'model':15s} {'threads':>7s} {'glow-cpu ms':>12s} {'ort ms':>12s} {'cpu/ort':>8s}")
+    res = latency(names, thread_list, rounds)
+    if 1 in thread_list:
+        ratios = [res[m, 1][0] / res[m, 1][1] for m in names]
+        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        print(f"geometric mean of cpu/ort at 1 thread over {len(ratios)} models: {gm:.2f} (target <= 2.0)")
+
+    print()
+    matmul(n, a.reps)
+
+    if "linear_sigmoid" in names and 1 in thread_list:
+        g, o = res["linear_sigmoid", 1]
+        print(f"linear_sigmoid per call (1 thread): glow-cpu cm.run {g * 1e6:.1f} us, ort session.run "
+              f"{o * 1e6:.1f} us -> {'faster' if g < o else 'SLOWER'} than ort ({o / g:.2f}x)")
+
+    compile_times(cmodel)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
