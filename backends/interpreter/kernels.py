@@ -230,27 +230,30 @@ def _offset_slices(off, strides, dilations, out_sp):
 
 
 def conv(x, w, bias, strides, dilations, pads, group=1):
-    """im2col with one strided slice copy per kernel offset into columns [C*K, N*out] (C-major, like w's
-    [F, C/group, *k] layout), then one matrix product per group and the bias."""
+    """im2col, then one batched matrix product and the bias.
+
+    The columns hold, for every input channel c and kernel offset k, the padded input as seen through that
+    offset at every output position (one strided slice copy per offset): cols [N, C, K, *out], C-major like
+    w's [F, C/group, *k]. Then w [group, F/group, C/group * K] @ cols [N, group, C/group * K, P] is the
+    output [N, F, P] directly."""
     n = x.ndim - 2
     k = tuple(w.shape[2:])
     out_sp = _out_sp(x.shape[2:], k, strides, dilations, pads)
     acc = np.int64 if x.dtype.kind in "iu" else x.dtype
     N, C = x.shape[:2]
     F = w.shape[0]
-    cg, fg = C // group, F // group
+    K = math.prod(k)
     if min(out_sp + (N, F), default=1) <= 0:
         return np.zeros((N, F) + out_sp, x.dtype)
     xp = _pad_spatial(x.astype(acc, copy=False), pads, 0)
-    xt = xp.transpose((1, 0) + tuple(range(2, 2 + n)))  # [C, N, *sp]
-    K = math.prod(k)
-    cols = np.empty((C, K, N) + out_sp, dtype=acc)
+    cols = np.empty((N, C, K) + out_sp, dtype=acc)
     for j, off in enumerate(itertools.product(*(range(kk) for kk in k))):
-        cols[:, j] = xt[np.s_[:, :] + _offset_slices(off, strides, dilations, out_sp)]
-    cols = cols.reshape(group, cg * K, N * math.prod(out_sp))
-    y = np.matmul(w.astype(acc, copy=False).reshape(group, fg, cg * K), cols).reshape((F, N) + out_sp)
-    y += bias.astype(acc, copy=False).reshape((F, 1) + (1,) * n)
-    return np.moveaxis(y, 0, 1).astype(x.dtype, copy=False)
+        cols[:, :, j] = xp[np.s_[:, :] + _offset_slices(off, strides, dilations, out_sp)]
+    cols = cols.reshape(N, group, C // group * K, math.prod(out_sp))
+    y = np.matmul(w.astype(acc, copy=False).reshape(group, F // group, C // group * K), cols)
+    y = y.reshape((N, F) + out_sp)
+    y += bias.astype(acc, copy=False).reshape((F,) + (1,) * n)
+    return y.astype(x.dtype, copy=False)
 
 
 def max_pool(x, kernel, strides, dilations, pads):
