@@ -451,6 +451,8 @@ class Codegen:
         if fast:
             self.gemms.add(sfx)
         native = dt in ("float32", "float64")
+        if native and cg == 1 and fg == 1:
+            return self._depthwise(ins, fn, comment, x, w, bias, out, dims)
         direct = native and all(d["k"] == 1 and d["s"] == 1 and d["p"] == 0 for d in dims)
         istr = row_strides(x.type.shape[2:])
         ost = row_strides(out.type.shape[2:])
@@ -467,6 +469,32 @@ class Codegen:
             inb=inb, load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
             load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=fast, sfx=sfx, store=store,
             err_nomem=err + ERR_NOMEM)
+
+    def _depthwise(self, ins, fn, comment, x, w, bias, out, dims):
+        """One filter per channel (group == C == F): a direct convolution per (n, c) plane. For every kernel
+        offset and dim, the output range [lo, hi) whose input index is inside the unpadded input is computed
+        here, so the inner loop runs without bounds checks."""
+        ct = ctype(x.type.dtype.name)
+        for d in dims:
+            los, his = [], []
+            for k in range(d["k"]):
+                shift = k * d["dil"] - d["p"]  # input index = o * s + shift
+                los.append(min(d["o"], max(0, -(shift // d["s"]))))  # ceil(-shift / s)
+                his.append(max(0, min(d["o"], (d["size"] - 1 - shift) // d["s"] + 1)))
+            d.update(lo=los, hi=his)
+        n = len(dims)
+        istr = row_strides(x.type.shape[2:])
+        ost = row_strides(out.type.shape[2:])
+        kst = row_strides(w.type.shape[2:])
+        xidx = " + ".join(f"(o{i} * {d['s']} + k{i} * {d['dil']} - {d['p']}) * {istr[i]}"
+                          for i, d in enumerate(dims)) or "0"
+        return template("depthwise.c.j2").render(
+            comment=comment, fn=fn, t=ct.storage, out_ptr=self.ptr(out), x_ptr=self.ptr(x), w_ptr=self.ptr(w),
+            b_ptr=self.ptr(bias), dims=dims, nc=prod(x.type.shape[:2]), c=x.type.shape[1],
+            kk=prod(w.type.shape[2:]), in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]),
+            work=out.type.numel * prod(w.type.shape[2:]),
+            kidx=" + ".join(f"k{i} * {kst[i]}" for i in range(n)) or "0",
+            oidx=" + ".join(f"o{i} * {ost[i]}" for i in range(n)) or "0", xidx=xidx)
 
     def _pool(self, ins, fn, comment, err):
         x, out = ins.ins[0], ins.outs[0]

@@ -27,9 +27,8 @@ class CPUFunction(CompiledFunction):
         self.lib_path = lib_path
         self.source = source
         self._instrs = instrs
-        # OpenMP threads sleep rather than spin between parallel regions (libgomp reads this when first
-        # loaded); a user's setting wins.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # OMP_WAIT_POLICY is left to libgomp's default (spin briefly, then sleep): PASSIVE made every parallel
+        # region pay a futex wake-up, and 2 threads ran ResNet-18 no faster than 1 (bench/bench_cpu.py).
         self.lib = ctypes.CDLL(lib_path)
         self.fn = self.lib.glow_run
         self.fn.restype = ctypes.c_int
