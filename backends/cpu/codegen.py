@@ -24,7 +24,7 @@ _ENV: jinja2.Environment | None = None
 
 #: Least work (elements, or multiply-adds for GEMM blocks) for which a kernel's loop runs as an OpenMP parallel
 #: region; smaller loops stay serial (waking a second thread costs a few microseconds). Tuned on 2 cores with
-#: bench/bench_cpu.py (BERT-style encoder at 2 threads: 9.1 -> 6.9 ms going from 131072/262144/2097152).
+#: bench/bench_cpu.py (BERT-style encoder at 2 threads: 12.0 -> 9.8 ms, from 131072/262144/2097152).
 PARALLEL_MIN_WORK = {"elementwise": 32768, "window": 65536, "gemm": 524288}
 
 
@@ -458,7 +458,7 @@ class Codegen:
             self.gemms.add(sfx)
         native = dt in ("float32", "float64")
         if native and cg == 1 and fg == 1:
-            return self._depthwise(ins, fn, comment, x, w, bias, out, dims)
+            return self._depthwise(fn, comment, x, w, bias, out, dims)
         direct = native and all(d["k"] == 1 and d["s"] == 1 and d["p"] == 0 for d in dims)
         istr = row_strides(x.type.shape[2:])
         ost = row_strides(out.type.shape[2:])
@@ -476,7 +476,7 @@ class Codegen:
             load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=fast, sfx=sfx, store=store,
             err_nomem=err + ERR_NOMEM)
 
-    def _depthwise(self, ins, fn, comment, x, w, bias, out, dims):
+    def _depthwise(self, fn, comment, x, w, bias, out, dims):
         """One filter per channel (group == C == F): a direct convolution per (n, c) plane. For every kernel
         offset and dim, the output range [lo, hi) whose input index is inside the unpadded input is computed
         here, so the inner loop runs without bounds checks."""
