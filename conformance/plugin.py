@@ -38,27 +38,12 @@ def pytest_addoption(parser):
 
 def load_backend(spec: str):
     """The Backend instance for ``spec`` (entry-point name or module:attr); pytest.UsageError if unknown."""
-    from glow_core.backend import Backend
     from glow_core.errors import GlowError
-    from glow_core.registry import available_backends, get_backend
-    installed = sorted(available_backends())
-    if spec in installed:
-        try:
-            return get_backend(spec)
-        except GlowError as e:
-            raise pytest.UsageError(f"--backend {spec}: {e}") from None
-    if ":" in spec:
-        mod, _, attr = spec.partition(":")
-        try:
-            obj = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise pytest.UsageError(f"--backend {spec}: cannot load {attr} from {mod}: {e}") from None
-        inst = obj if isinstance(obj, Backend) else obj()
-        if not isinstance(inst, Backend):
-            raise pytest.UsageError(f"--backend {spec}: {type(inst).__name__} is not a glow_core Backend")
-        return inst
-    raise pytest.UsageError(f"unknown backend '{spec}'; installed backends: {', '.join(installed) or 'none'} "
-                            f"(or give module:Class)")
+    from glow_core.registry import get_backend
+    try:
+        return get_backend(spec)
+    except GlowError as e:
+        raise pytest.UsageError(f"--backend {spec}: {e}") from None
 
 
 def _configure(config):

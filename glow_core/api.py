@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from .backend import Backend, NodeInfo
+from .backend import Backend, NodeInfo, refusal_reason
 from .errors import GlowError, InputError, MemoryLimitError, NeedsSpecialization, UnsupportedOpError
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
-from .ir import IRFunction, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
+from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .lower import lower
 from .passes import run_pipeline
 from .registry import get_backend
@@ -62,10 +62,11 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
         stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
     fn.toposort()
     fn.verify()
-    bad = [n for n in fn.nodes if not backend.is_op_supported(NodeInfo.of(n))]
+    answers = [(n, backend.is_op_supported(NodeInfo.of(n))) for n in fn.nodes]
+    bad = [(n, a) for n, a in answers if not a]
     if bad:
         lines = [f"node '{n.name}': op {n.op} with dtypes {', '.join(v.dtype.name for v in n.inputs if v)}"
-                 for n in bad[:10]]
+                 + (f" ({refusal_reason(a)})" if refusal_reason(a) else "") for n, a in bad[:10]]
         raise UnsupportedOpError(f"backend '{backend.name}' does not support: " + "; ".join(lines)
                                  + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""))
     irf = generate_ir(fn)
@@ -76,6 +77,7 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     problems = backend.verify(irf)
     if problems:
         raise UnsupportedOpError("; ".join(problems[:10]))
+    attach_scratch(irf, backend.scratch_bytes)
     plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
     if before_compile is not None:
         before_compile(irf)

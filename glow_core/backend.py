@@ -37,12 +37,56 @@ class NodeInfo:
                    dict(ins.attrs), ins.name)
 
 
+class Unsupported:
+    """A refusal with its reason: ``is_op_supported`` may return ``Unsupported("no int8 conv yet")``.
+
+    It is falsy, so every caller that tests ``if backend.is_op_supported(info)`` reads it as False; the
+    partitioner and the error messages show ``reason``."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str = ""):
+        self.reason = str(reason)
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"Unsupported({self.reason!r})"
+
+    __str__ = __repr__
+
+
+def refusal_reason(answer, default: str = "") -> str:
+    """The reason carried by an ``is_op_supported`` answer (``Unsupported.reason``), or ``default``."""
+    return answer.reason if isinstance(answer, Unsupported) and answer.reason else default
+
+
+@dataclass
+class MemoryRegion:
+    """One region of device memory a compiled function runs in, exposed for checking (guard bytes).
+
+    ``array`` is a writable uint8 numpy view of the whole region as the device sees it; ``buffers`` maps each
+    buffer placed in it to its (byte offset, byte size). The conformance suite fills unplanned bytes with a
+    guard pattern before a run and checks them after."""
+
+    name: str  # "constant" | "mutable" | "activations" (or a vendor's own)
+    array: np.ndarray
+    buffers: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
 class CompiledFunction(abc.ABC):
     """A function compiled for one backend; ``execute`` maps input arrays by name to output arrays by name."""
 
     @abc.abstractmethod
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once. Inputs are already checked against the function's types by the caller."""
+
+    def memory_regions(self) -> list[MemoryRegion] | None:
+        """The memory regions this function runs in, for observability (guard bytes in the conformance suite's
+        memory tier). Default None: the backend cannot expose its memory, and those checks are skipped with
+        that reason."""
+        return None
 
 
 class Backend(abc.ABC):
@@ -52,8 +96,9 @@ class Backend(abc.ABC):
     name: str = ""
 
     @abc.abstractmethod
-    def is_op_supported(self, node_info: NodeInfo) -> bool:
-        """Whether this backend can execute ``node_info.op`` with these dtypes (after lowering)."""
+    def is_op_supported(self, node_info: NodeInfo) -> "bool | Unsupported":
+        """Whether this backend can execute ``node_info.op`` with these dtypes (after lowering). A refusal may
+        be ``Unsupported("reason")`` (falsy) naming what is missing; the reason reaches the user."""
 
     @abc.abstractmethod
     def compile(self, function: IRFunction, options: dict[str, Any]) -> CompiledFunction:
@@ -77,15 +122,24 @@ class Backend(abc.ABC):
         bad = []
         for ins in function.code:
             info = NodeInfo.of(ins)
-            if not self.is_op_supported(info):
+            answer = self.is_op_supported(info)
+            if not answer:
+                why = refusal_reason(answer)
                 bad.append(f"instruction '{ins.name}': op {info.op} with input dtypes "
-                           f"{', '.join(info.in_dtypes) or '-'} is not supported by backend '{self.name}'")
+                           f"{', '.join(info.in_dtypes) or '-'} is not supported by backend '{self.name}'"
+                           + (f": {why}" if why else ""))
         return bad
 
     def optimization_pipeline(self) -> list[str]:
         """Names of the graph passes to run (see ``glow_core.passes.PASSES``), in order."""
         from .passes import DEFAULT_PIPELINE
         return list(DEFAULT_PIPELINE)
+
+    def scratch_bytes(self, instr) -> int:
+        """Bytes of scratch memory instruction ``instr`` (an ``ir.Instr``) needs while it runs (im2col columns,
+        packed panels, partial sums). The memory planner places it as an ``@scratch`` operand with every other
+        buffer, so the device allocates nothing at run time. Default 0."""
+        return 0
 
     def should_share_buffers(self) -> bool:
         """Whether IR buffer sharing (in-place reuse) may run for this backend."""

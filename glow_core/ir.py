@@ -66,7 +66,7 @@ class Instr:
     """One instruction: opcode (a primitive, extended op or pseudo-instruction), operands, attributes."""
 
     op: str
-    operands: list[tuple[Buffer, str]]  # (buffer, "in" | "out" | "inout")
+    operands: list[tuple[Buffer, str]]  # (buffer, "in" | "out" | "inout" | "scratch")
     attrs: dict[str, Any] = field(default_factory=dict)
     name: str = ""
 
@@ -77,6 +77,11 @@ class Instr:
     @property
     def ins(self) -> list[Buffer]:
         return [b for b, k in self.operands if k in ("in", "inout")]
+
+    @property
+    def scratch(self) -> "Buffer | None":
+        """The instruction's scratch buffer (live only while it runs), if the backend asked for one."""
+        return next((b for b, k in self.operands if k == "scratch"), None)
 
 
 @dataclass
@@ -219,6 +224,30 @@ def insert_deallocs(irf: IRFunction):
     irf.instrs = out
     live = {id(b) for i in out for b, _ in i.operands} | {id(b.base) for b in irf.buffers if b.base is not None}
     irf.buffers = [b for b in irf.buffers if id(b) in live or b.kind == "mutable"]
+
+
+def attach_scratch(irf: IRFunction, scratch_bytes) -> int:
+    """Give every instruction for which ``scratch_bytes(instr)`` is positive an ``@scratch`` operand: a uint8
+    activation of that many bytes, live only during the instruction, planned with every other buffer.
+    Returns the total scratch bytes requested."""
+    names = {b.name for b in irf.buffers}
+    total = 0
+    for ins in irf.code:
+        n = int(scratch_bytes(ins) or 0)
+        if n <= 0 or ins.scratch is not None:
+            continue
+        name, k = f"{ins.name}__scratch", 0
+        while name in names:
+            k += 1
+            name = f"{ins.name}__scratch{k}"
+        names.add(name)
+        buf = Buffer(name, TensorType("uint8", (n,)), "activation")
+        irf.buffers.append(buf)
+        ins.operands.append((buf, "scratch"))
+        total += n
+    if total:
+        insert_deallocs(irf)
+    return total
 
 
 # -- IR passes ------------------------------------------------------------------------------------------
