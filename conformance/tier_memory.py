@@ -54,12 +54,9 @@ def spread(irf):
 
 
 def regions_of(compiled):
-    if hasattr(compiled, "memory_regions"):
-        return compiled.memory_regions()
-    if isinstance(getattr(compiled, "mutable", None), bytearray) and \
-            isinstance(getattr(compiled, "activations", None), bytearray):
-        return {"mutable": compiled.mutable, "activation": compiled.activations}
-    return None
+    """The compiled function's memory regions (``CompiledFunction.memory_regions()``), or None."""
+    fn = getattr(compiled, "memory_regions", None)
+    return fn() if fn is not None else None
 
 
 def _occupied(irf, region):

@@ -62,19 +62,6 @@ def refusal_reason(answer, default: str = "") -> str:
     return answer.reason if isinstance(answer, Unsupported) and answer.reason else default
 
 
-@dataclass
-class MemoryRegion:
-    """One region of device memory a compiled function runs in, exposed for checking (guard bytes).
-
-    ``array`` is a writable uint8 numpy view of the whole region as the device sees it; ``buffers`` maps each
-    buffer placed in it to its (byte offset, byte size). The conformance suite fills unplanned bytes with a
-    guard pattern before a run and checks them after."""
-
-    name: str  # "constant" | "mutable" | "activations" (or a vendor's own)
-    array: np.ndarray
-    buffers: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-
 class CompiledFunction(abc.ABC):
     """A function compiled for one backend; ``execute`` maps input arrays by name to output arrays by name."""
 
@@ -82,10 +69,12 @@ class CompiledFunction(abc.ABC):
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once. Inputs are already checked against the function's types by the caller."""
 
-    def memory_regions(self) -> list[MemoryRegion] | None:
-        """The memory regions this function runs in, for observability (guard bytes in the conformance suite's
-        memory tier). Default None: the backend cannot expose its memory, and those checks are skipped with
-        that reason."""
+    def memory_regions(self) -> "dict[str, bytearray | np.ndarray] | None":
+        """The device memory this function runs in, for observability: ``{"mutable": ..., "activation": ...}``
+        (optionally ``"constant"``), each a writable byte buffer (bytearray or uint8 array) laid out exactly as
+        the memory plan says (``Buffer.region`` names the key, ``Buffer.address`` the offset). The conformance
+        suite's memory tier fills every unplanned byte with guard bytes before a run and checks them after.
+        Default None: the backend cannot expose its memory, and those checks are skipped with that reason."""
         return None
 
 

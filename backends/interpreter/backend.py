@@ -50,6 +50,10 @@ class InterpreterFunction(CompiledFunction):
             self._views[id(b)] = arr
         return self._views[id(b)]
 
+    def memory_regions(self):
+        """The three byte arrays every buffer is a view into (guard bytes in the conformance memory tier)."""
+        return {"constant": self.constant, "mutable": self.mutable, "activation": self.activations}
+
     def execute(self, inputs):
         for name, b in self.irf.inputs.items():
             self._view(b)[...] = inputs[name]
