@@ -21,6 +21,7 @@ from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_
 from .lower import lower
 from .passes import run_pipeline
 from .registry import get_backend
+from .timing import stage
 from .types import dtype
 
 POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
@@ -39,50 +40,61 @@ class CompileResult:
 def compile_function(model, backend: Backend, input_shapes=None, constants=None, options=None) -> CompileResult:
     """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
     options = dict(options or {})
-    m, _ = load_model(model)
-    try:
-        fn = import_model(m, input_shapes=input_shapes, constants=constants)
-    except MemoryError:
-        raise MemoryLimitError("out of host memory while importing the model (a value computed at compile "
-                               "time is too large)") from None
-    stats = {"imported_nodes": len(fn.nodes)}
+    stats: dict = {}
+    with stage(stats, "import"):
+        m, _ = load_model(model)
+        try:
+            fn = import_model(m, input_shapes=input_shapes, constants=constants)
+        except MemoryError:
+            raise MemoryLimitError("out of host memory while importing the model (a value computed at compile "
+                                   "time is too large)") from None
+    stats["imported_nodes"] = len(fn.nodes)
     if options.get("optimize", True):
-        stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
+        with stage(stats, "graph-passes"):
+            stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
     return compile_graph(fn, backend, options, stats)
 
 
 def compile_graph(fn: Function, backend: Backend, options=None, stats=None, before_compile=None) -> CompileResult:
     """The back half of the pipeline on a graph Function: lowering, post-lowering passes, backend checks, IR,
-    memory plan and ``backend.compile`` (``before_compile(irf)`` may inspect or adjust the planned IR)."""
+    memory plan and ``backend.compile`` (``before_compile(irf)`` may inspect or adjust the planned IR).
+    ``stats["times"]`` gives the seconds of each stage (``glow_core.timing.stage``)."""
     options = dict(options or {})
     stats = {} if stats is None else stats
-    stats["lowered"] = lower(fn, backend.should_lower)
-    backend.transform_post_lowering(fn)
-    if options.get("optimize", True):
-        stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
-    fn.toposort()
-    fn.verify()
-    answers = [(n, backend.is_op_supported(NodeInfo.of(n))) for n in fn.nodes]
+    with stage(stats, "lowering"):
+        stats["lowered"] = lower(fn, backend.should_lower)
+    with stage(stats, "post-lowering"):
+        backend.transform_post_lowering(fn)
+        if options.get("optimize", True):
+            stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
+    with stage(stats, "verify"):
+        fn.toposort()
+        fn.verify()
+        answers = [(n, backend.is_op_supported(NodeInfo.of(n))) for n in fn.nodes]
     bad = [(n, a) for n, a in answers if not a]
     if bad:
         lines = [f"node '{n.name}': op {n.op} with dtypes {', '.join(v.dtype.name for v in n.inputs if v)}"
                  + (f" ({refusal_reason(a)})" if refusal_reason(a) else "") for n, a in bad[:10]]
         raise UnsupportedOpError(f"backend '{backend.name}' does not support: " + "; ".join(lines)
                                  + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""))
-    irf = generate_ir(fn)
-    stats["dead_instructions"] = remove_dead_allocations(irf)
-    stats["shared_buffers"] = share_buffers(irf) if backend.should_share_buffers() else 0
-    stats["copies_removed"] = eliminate_copies(irf)
-    verify_ir(irf)
-    problems = backend.verify(irf)
+    with stage(stats, "ir-gen"):
+        irf = generate_ir(fn)
+    with stage(stats, "ir-passes"):
+        stats["dead_instructions"] = remove_dead_allocations(irf)
+        stats["shared_buffers"] = share_buffers(irf) if backend.should_share_buffers() else 0
+        stats["copies_removed"] = eliminate_copies(irf)
+        verify_ir(irf)
+        problems = backend.verify(irf)
     if problems:
         raise UnsupportedOpError("; ".join(problems[:10]))
-    attach_scratch(irf, backend.scratch_bytes)
-    plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
+    with stage(stats, "memory-plan"):
+        attach_scratch(irf, backend.scratch_bytes)
+        plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
     if before_compile is not None:
         before_compile(irf)
     try:
-        compiled = backend.compile(irf, options)
+        with stage(stats, "backend-compile"):
+            compiled = backend.compile(irf, options)
     except MemoryError:
         p = irf.plan
         raise MemoryLimitError(f"backend '{backend.name}': out of host memory for the memory plan of "
