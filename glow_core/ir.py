@@ -86,13 +86,20 @@ class Instr:
 
 @dataclass
 class MemoryPlan:
-    """Sizes of the three regions and the activation allocator's statistics."""
+    """Sizes of the three regions and the activation allocator's statistics.
+
+    ``activations_size`` includes the scratch buffers: ``scratch_size`` bytes in all, at most ``scratch_peak``
+    (aligned) live at once, as each lives only while its instruction runs. ``unscheduled_size`` is the
+    activations size the node order before scheduling needs (None when the scheduler did not run)."""
 
     constant_size: int
     mutable_size: int
     activations_size: int
     alignment: int
     allocation: Allocation
+    scratch_size: int = 0
+    scratch_peak: int = 0
+    unscheduled_size: int | None = None
 
     @property
     def peak(self) -> int:
@@ -436,7 +443,9 @@ def plan_memory(irf: IRFunction, alignment: int = ALIGNMENT, capacity: int | Non
     for b in irf.buffers:
         if b.kind == "view":
             b.offset = None
-    irf.plan = MemoryPlan(const_off, mut_off, alloc.peak, alignment, alloc)
+    scratch = [ins.scratch.size for ins in irf.code if ins.scratch is not None]
+    irf.plan = MemoryPlan(const_off, mut_off, alloc.peak, alignment, alloc, sum(scratch),
+                          max((align_up(n, alignment) for n in scratch), default=0))
     return irf.plan
 
 
@@ -511,9 +520,12 @@ def dump_ir(irf: IRFunction) -> str:
     if irf.plan is not None:
         p = irf.plan
         lines.append("")
+        notes = ([f"scratch {p.scratch_size} B in all, {p.scratch_peak} B at most at once"] if p.scratch_size else [])
+        notes += [f"before scheduling {p.unscheduled_size} B"] if p.unscheduled_size is not None else []
+        notes += [f"lower bound {p.allocation.lower_bound} B", f"efficiency {p.allocation.efficiency:.2f}",
+                  f"strategy {p.allocation.strategy}"]
         lines.append(f"; memory: constant {p.constant_size} B, mutable {p.mutable_size} B, activations "
-                     f"{p.activations_size} B (lower bound {p.allocation.lower_bound} B, efficiency "
-                     f"{p.allocation.efficiency:.2f}, strategy {p.allocation.strategy}), alignment {p.alignment}")
+                     f"{p.activations_size} B ({', '.join(notes)}), alignment {p.alignment}")
     return "\n".join(lines)
 
 
