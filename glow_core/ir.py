@@ -125,12 +125,12 @@ class IRFunction:
 
     def constant_blob(self) -> bytes:
         """The constant region as bytes (weights at their planned offsets)."""
-        blob = bytearray(self.plan.constant_size)
+        blob = np.zeros(self.plan.constant_size, np.uint8)
         for b in self.buffers:
             if b.kind == "constant":
-                raw = np.ascontiguousarray(b.data).tobytes()
-                blob[b.offset:b.offset + len(raw)] = raw
-        return bytes(blob)
+                raw = np.ascontiguousarray(b.data).reshape(-1).view(np.uint8)
+                blob[b.offset:b.offset + raw.size] = raw
+        return blob.tobytes()
 
     def dump(self) -> str:
         return dump_ir(self)
