@@ -23,7 +23,7 @@ from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_
 from .lower import lower
 from .passes import run_pipeline
 from .registry import get_backend
-from .schedule import schedule
+from .schedule import peak_bytes, schedule
 from .timing import stage
 from .types import dtype
 
@@ -97,11 +97,13 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
                  + (f" ({refusal_reason(a)})" if refusal_reason(a) else "") for n, a in bad[:10]]
         raise UnsupportedOpError(f"backend '{backend.name}' does not support: " + "; ".join(lines)
                                  + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""))
-    imported = list(fn.nodes)
-    with stage(stats, "schedule"):
-        scheduled = schedule(fn) if options.get("schedule", True) else imported
-    # Plan the imported order and, when the scheduler changed it, the scheduled one; keep the smaller peak.
-    orders = [imported] + ([scheduled] if any(a is not b for a, b in zip(imported, scheduled)) else [])
+    orders = [list(fn.nodes)]
+    if options.get("schedule", True):
+        with stage(stats, "schedule"):
+            scheduled = schedule(fn)
+            if peak_bytes(fn, scheduled) < peak_bytes(fn, orders[0]):
+                orders.append(scheduled)
+    # Plan the imported order and, when the scheduler's order promises less memory, that one too: keep the smaller.
     plans = []
     for nodes in orders:
         fn.nodes = nodes

@@ -5,8 +5,9 @@ Each node gets ``result`` (bytes of its outputs) and ``need`` (bytes live at the
 and everything it depends on, as if those formed a tree). Starting from the nodes nobody reads, the scheduler
 walks depth-first through inputs, taking the input whose ``need - result`` is largest first: the subtree that
 needs the most memory runs while the fewest finished results wait (Sethi and Ullman's order, optimal on
-trees). IR generation follows the order; ``api.compile_graph`` plans both this order and the imported one and
-keeps the smaller peak, so scheduling never makes a plan worse.
+trees, among depth-first orders). ``peak_bytes`` measures an order in the same model. IR generation follows
+the order; when the model says the scheduled order is better, ``api.compile_graph`` plans both it and the
+imported one and keeps the smaller plan, so scheduling never makes a plan worse.
 """
 from __future__ import annotations
 
@@ -56,3 +57,24 @@ def schedule(fn: Function) -> list[Node]:
                 stack.pop()
                 order.append(node)
     return order
+
+
+def peak_bytes(fn: Function, order: list[Node]) -> int:
+    """Bytes live at the worst step of ``order`` in the scheduler's model: each node's results from its step to
+    its last reader's (results nobody reads die at once; function outputs count nothing). O(nodes + edges)."""
+    outputs = {v.id for v in fn.outputs}
+    last = {}
+    for i, n in enumerate(order):
+        for v in n.inputs:
+            if v is not None:
+                last[v.id] = i
+    freed: dict[int, int] = {}  # step -> bytes whose last reader runs at that step
+    live = peak = 0
+    for i, n in enumerate(order):
+        for v in n.outputs:
+            if v.id not in outputs:
+                live += v.type.nbytes
+                freed[last.get(v.id, i)] = freed.get(last.get(v.id, i), 0) + v.type.nbytes
+        peak = max(peak, live)
+        live -= freed.pop(i, 0)
+    return peak

@@ -21,7 +21,7 @@ from glow_core.importer.onnx_import import import_model
 from glow_core.ir import PSEUDO, generate_ir, remove_dead_allocations, share_buffers
 from glow_core.lower import lower
 from glow_core.memory import align_up
-from glow_core.schedule import schedule
+from glow_core.schedule import peak_bytes, schedule
 from glow_core.types import TensorType, dtype
 from glow_interpreter.backend import InterpreterBackend
 
@@ -114,7 +114,8 @@ def random_tree(rng, n):
 
 def model_peak(fn, order):
     """Bytes live at the worst step of ``order`` in the scheduler's cost model: a node's results live from its
-    step to the step of its last reader (function outputs live elsewhere and count nothing)."""
+    step to the step of its last reader, results nobody reads only during their step (function outputs live
+    elsewhere and count nothing)."""
     outputs = {v.id for v in fn.outputs}
     last = {}
     for i, n in enumerate(order):
@@ -126,8 +127,8 @@ def model_peak(fn, order):
             if v.id not in outputs:
                 live[v.id] = v.type.nbytes
         peak = max(peak, sum(live.values()))
-        for v in n.inputs:
-            if last.get(v.id) == i:
+        for v in list(n.inputs) + n.outputs:
+            if last.get(v.id, i) == i:
                 live.pop(v.id, None)
     return peak
 
@@ -159,7 +160,7 @@ def test_schedule_of_a_tree_is_the_best_depth_first_order(seed):
     assert model_peak(fn, order) == min(model_peak(fn, o) for o in depth_first_orders(fn))
 
 
-def test_schedule_of_a_dag_is_topological():
+def test_schedule_of_a_dag_is_topological_and_measured():
     for seed in range(20):
         rng = np.random.default_rng(seed)
         fn = Function("dag")
@@ -169,7 +170,10 @@ def test_schedule_of_a_dag_is_topological():
                                                         replace=False)]
             vals.append(fn.add_node("add", ins, {}, [TensorType(F32, (int(rng.integers(1, 9)),))]).outputs[0])
         fn.set_outputs([vals[-1], vals[len(vals) // 2]], ["a", "b"])
-        assert is_topological(fn, schedule(fn))
+        order = schedule(fn)
+        assert is_topological(fn, order)
+        for o in (order, fn.nodes):
+            assert peak_bytes(fn, o) == model_peak(fn, o)
 
 
 # -- plan soundness -----------------------------------------------------------------------------------------
