@@ -70,6 +70,25 @@ class Node:
         return f"{outs} = {self.op}({ins}) {self.attrs or ''}".rstrip()
 
 
+class NameTable:
+    """Unique names: ``base`` if free, else ``base + sep + k`` with the smallest free k. Names are never given
+    back, so the k last found for a base is where the next search starts (amortized O(1) per name)."""
+
+    def __init__(self, taken=()):
+        self.taken = set(taken)
+        self._next: dict[str, int] = {}
+
+    def unique(self, base: str, sep: str = "__") -> str:
+        k = self._next.get(base, 0)
+        name = base if k == 0 else f"{base}{sep}{k}"
+        while name in self.taken:
+            k += 1
+            name = f"{base}{sep}{k}"
+        self._next[base] = k
+        self.taken.add(name)
+        return name
+
+
 class Function:
     """A graph function: placeholders, constants, nodes (topologically ordered), outputs."""
 
@@ -79,21 +98,12 @@ class Function:
         self.outputs: list[Value] = []
         self.output_names: list[str] = []
         self.nodes: list[Node] = []
-        self._names: set[str] = set()
-        self._next_suffix: dict[str, int] = {}  # base -> every ``base__k`` below it is taken (names only grow)
+        self._names = NameTable()
 
     # -- construction -------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
-        """``base``, or ``base__k`` with the smallest k that is free (amortized O(1) per name)."""
-        base = base or "v"
-        k = self._next_suffix.get(base, 0)
-        name = base if k == 0 else f"{base}__{k}"
-        while name in self._names:
-            k += 1
-            name = f"{base}__{k}"
-        self._next_suffix[base] = k
-        self._names.add(name)
-        return name
+        """``base``, or ``base__k`` with the smallest k that is free."""
+        return self._names.unique(base or "v")
 
     def add_input(self, name: str, type: TensorType) -> Value:
         v = Value(self.unique_name(name), type, "placeholder")

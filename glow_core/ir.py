@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .errors import VerifyError
-from .graph import Function, Value
+from .graph import Function, NameTable, Value
 from .memory import ALIGNMENT, Allocation, Interval, align_up, allocate
 from .ops.registry import get_primitive
 from .types import TensorType
@@ -137,29 +137,11 @@ class IRFunction:
 
 
 # -- generation ---------------------------------------------------------------------------------------
-class _Names:
-    """Unique names: ``base``, then ``base + sep + k`` with the smallest free k (O(1) amortized per name)."""
-
-    def __init__(self, taken=()):
-        self.taken = set(taken)
-        self.next_k: dict[str, int] = {}
-
-    def unique(self, base: str, sep: str = "__") -> str:
-        k = self.next_k.get(base, 0)
-        name = base if k == 0 else f"{base}{sep}{k}"
-        while name in self.taken:
-            k += 1
-            name = f"{base}{sep}{k}"
-        self.next_k[base] = k
-        self.taken.add(name)
-        return name
-
-
 def generate_ir(fn: Function, ident=None) -> IRFunction:
     """Low-level IR from a (lowered) graph Function: one instruction per node, views for reshapes."""
     ident = ident or (lambda s: s)
     buffers: list[Buffer] = []
-    names = _Names()
+    names = NameTable()
 
     def new_buffer(name, type, kind, **kw):
         b = Buffer(names.unique(name), type, kind, **kw)
@@ -248,7 +230,7 @@ def attach_scratch(irf: IRFunction, scratch_bytes) -> int:
     """Give every instruction for which ``scratch_bytes(instr)`` is positive an ``@scratch`` operand: a uint8
     activation of that many bytes, live only during the instruction, planned with every other buffer.
     Returns the total scratch bytes requested."""
-    names = _Names(b.name for b in irf.buffers)
+    names = NameTable(b.name for b in irf.buffers)
     total = 0
     for ins in irf.code:
         n = int(scratch_bytes(ins) or 0)
