@@ -171,7 +171,7 @@ def bench(model, backend: str = "interpreter", threads: int | None = None, budge
     glow = time_runs(lambda: cm.run(feed), budget, f"glow {cm.backend.name}")
     checked = cm.check_inputs(feed)
     wall = profile_op_kinds(res.compiled, {nm: a for nm, a in checked.items() if nm in res.ir.inputs}, kinds,
-                            budget / 2, f"glow {cm.backend.name} per instruction")
+                            budget / 2, f"glow {cm.backend.name}")
     report = BenchReport(label, cm.backend.name, threads, budget, feed, compile_seconds, len(res.ir.code), total,
                          glow, kinds, wall)
     if wall is None:
