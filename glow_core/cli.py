@@ -8,6 +8,7 @@ import sys
 import numpy as np
 
 from .errors import GlowError
+from .progress import Progress
 
 
 def _parse_inputs(items, model):
@@ -23,6 +24,13 @@ def _parse_inputs(items, model):
     return out
 
 
+def _compile(args, **options):
+    """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while)."""
+    from .api import compile as glow_compile
+    with Progress(f"compiling {os.path.basename(args.model)} for {args.backend}", tick=True):
+        return glow_compile(args.model, args.backend, **options)
+
+
 def cmd_backends(args):
     from .registry import available_backends
     for name, target in sorted(available_backends().items()):
@@ -30,9 +38,8 @@ def cmd_backends(args):
 
 
 def cmd_run(args):
-    from .api import compile as glow_compile
     from .bench import random_inputs
-    cm = glow_compile(args.model, args.backend)
+    cm = _compile(args)
     inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
     outs = cm.run(inputs)
     os.makedirs(args.output_dir, exist_ok=True)
@@ -44,8 +51,7 @@ def cmd_run(args):
 
 
 def cmd_dump(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend)
+    cm = _compile(args)
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
     if args.graph or not (args.ir or args.dot or args.onnx):
@@ -89,8 +95,7 @@ def cmd_demo(args):
 
 
 def cmd_compile(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend, **({"target_cpu": args.target} if args.target else {}))
+    cm = _compile(args, **({"target_cpu": args.target} if args.target else {}))
     if cm.last is None:
         raise GlowError("the model has symbolic input shapes; bundles need static shapes")
     if args.emit_bundle:
