@@ -156,6 +156,8 @@ def ort_session(model, threads: int):
 def bench(model, backend: str = "interpreter", threads: int | None = None, budget: float = 3.0,
           inputs: dict | None = None, compare: str | None = None, seed: int = 0, label: str = "") -> BenchReport:
     """Compile ``model`` for ``backend`` with ``num_threads=threads`` (default: every core) and measure it."""
+    if compare not in (None, "onnxruntime"):
+        raise GlowError(f"--compare {compare!r} is not known; accepted: onnxruntime")
     threads = threads or os.cpu_count() or 1
     label = label or (model if isinstance(model, str) else "model")
     with Progress(f"compiling {os.path.basename(label)} for {backend}", tick=True):
@@ -187,8 +189,6 @@ def bench(model, backend: str = "interpreter", threads: int | None = None, budge
                  for nm in ours if nm in theirs and ours[nm].size]
         report.max_diff = max(diffs) if diffs else 0.0
         report.ort = time_runs(lambda: sess.run(None, ort_feed), budget, "onnxruntime")
-    elif compare is not None:
-        raise GlowError(f"--compare {compare!r} is not known; accepted: onnxruntime")
     return report
 
 

@@ -144,6 +144,18 @@ def _sub(sub, name, help):
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
+def _positive(kind):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = 0
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+        return v
+    return parse
+
+
 class _Parser(argparse.ArgumentParser):
     """Usage errors on one line, pointing at the command's help (subcommand parsers are of this class too)."""
 
@@ -173,10 +185,10 @@ def build_parser():
     b = _sub(sub, "bench", "measure latency, throughput and GFLOP/s, per op kind, optionally against onnxruntime")
     b.add_argument("model")
     b.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
-    b.add_argument("--threads", type=int, metavar="N", help="threads of the backend and of onnxruntime "
+    b.add_argument("--threads", type=_positive(int), metavar="N", help="threads of the backend and of onnxruntime "
                    "(default: every core)")
     b.add_argument("--compare", choices=["onnxruntime"], help="also run onnxruntime in this process")
-    b.add_argument("--seconds", type=float, default=3.0, metavar="S", help="time budget per runtime (default 3)")
+    b.add_argument("--seconds", type=_positive(float), default=3.0, metavar="S", help="time budget per runtime (default 3)")
     b.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="inputs (default: random)")
     dm = _sub(sub, "demo", "compile and run the built-in CNN")
     dm.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
