@@ -106,6 +106,4 @@ def to_onnx(model, example_inputs=None) -> onnx.ModelProto:
         first = " ".join(str(e).split())[:400]
         raise GlowError(f"torch.onnx.export could not export {name}: {type(e).__name__}: {first} (export it "
                         f"yourself with torch.onnx.export(model, args) to see the exporter's full report)") from None
-    if program is None:
-        raise GlowError(f"torch.onnx.export returned no program for {name}")
     return program.model_proto
