@@ -56,19 +56,27 @@ class Timing:
         return len(self.samples) / sum(self.samples)
 
 
-def time_runs(fn, budget: float, label: str, min_runs: int = 5, warmup: int = 1) -> Timing:
-    """Call ``fn`` ``warmup`` times, then until ``budget`` seconds have passed (at least ``min_runs`` times)."""
-    for _ in range(warmup):
+def time_runs(fns: dict, budget: float, rounds: int = 5, min_runs: int = 5) -> dict[str, Timing]:
+    """Time each callable of ``fns`` (label -> fn) for ``budget`` seconds, after one warm-up call each. With
+    several, they take turns in ``rounds`` slices of ``budget / rounds`` seconds, so a change of machine load
+    during the measurement hits all of them alike (the ratio of medians stays fair on a shared machine)."""
+    for fn in fns.values():
         fn()
-    samples: list[float] = []
-    with Progress(f"timing {label}", total=budget, unit="s") as p:
+    samples: dict[str, list[float]] = {label: [] for label in fns}
+    rounds = rounds if len(fns) > 1 else 1
+    total = budget * len(fns)
+    with Progress(f"timing {', '.join(fns)}", total=total, unit="s") as p:
         start = time.perf_counter()
-        while len(samples) < min_runs or time.perf_counter() - start < budget:
-            t = time.perf_counter()
-            fn()
-            samples.append(time.perf_counter() - t)
-            p.update(time.perf_counter() - start, note=f"{len(samples)} runs")
-    return Timing(label, samples)
+        for r in range(rounds):
+            for label, fn in fns.items():
+                slice_end = time.perf_counter() + budget / rounds
+                runs = samples[label]
+                while time.perf_counter() < slice_end or (r == rounds - 1 and len(runs) < min_runs):
+                    t = time.perf_counter()
+                    fn()
+                    runs.append(time.perf_counter() - t)
+                    p.update(time.perf_counter() - start, note=f"{label}: {len(runs)} runs")
+    return {label: Timing(label, s) for label, s in samples.items()}
 
 
 @dataclass
@@ -159,8 +167,8 @@ def bench(model, backend: str = "interpreter", threads: int | None = None, budge
     if compare not in (None, "onnxruntime"):
         raise GlowError(f"--compare {compare!r} is not known; accepted: onnxruntime")
     threads = threads or os.cpu_count() or 1
-    label = label or (model if isinstance(model, str) else "model")
-    with Progress(f"compiling {os.path.basename(label)} for {backend}", tick=True):
+    model_label = label or (model if isinstance(model, str) else "model")
+    with Progress(f"compiling {os.path.basename(model_label)} for {backend}", tick=True):
         t = time.perf_counter()
         cm = glow_compile(model, backend, num_threads=threads)
         feed = inputs if inputs is not None else random_inputs(cm, seed)
@@ -170,25 +178,27 @@ def bench(model, backend: str = "interpreter", threads: int | None = None, budge
     kinds = op_kinds(res.ir)
     known = [k.flops for k in kinds.values()]
     total = None if any(f is None for f in known) else sum(known)
-    glow = time_runs(lambda: cm.run(feed), budget, f"glow {cm.backend.name}")
+    label = f"glow {cm.backend.name}"
+    fns = {label: lambda: cm.run(feed)}
     checked = cm.check_inputs(feed)
     wall = profile_op_kinds(res.compiled, {nm: a for nm, a in checked.items() if nm in res.ir.inputs}, kinds,
-                            budget / 2, f"glow {cm.backend.name}")
-    report = BenchReport(label, cm.backend.name, threads, budget, feed, compile_seconds, len(res.ir.code), total,
-                         glow, kinds, wall)
-    if wall is None:
-        report.notes.append(f"backend '{cm.backend.name}' does not time single instructions "
-                            f"(CompiledFunction.execute_timed returns None): the table shows FLOPs by op kind")
+                            budget / 2, label)
+    max_diff = None
     if compare == "onnxruntime":
         sess = ort_session(cm.model, threads)
-        names = [i.name for i in sess.get_inputs()]
-        ort_feed = {nm: feed[nm] for nm in names}
+        ort_feed = {i.name: feed[i.name] for i in sess.get_inputs()}
         ours = cm.run(feed)
         theirs = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, ort_feed)))
         diffs = [float(np.max(np.abs(ours[nm].astype(np.float64) - np.asarray(theirs[nm], np.float64))))
                  for nm in ours if nm in theirs and ours[nm].size]
-        report.max_diff = max(diffs) if diffs else 0.0
-        report.ort = time_runs(lambda: sess.run(None, ort_feed), budget, "onnxruntime")
+        max_diff = max(diffs) if diffs else 0.0
+        fns["onnxruntime"] = lambda: sess.run(None, ort_feed)
+    timings = time_runs(fns, budget)
+    report = BenchReport(model_label, cm.backend.name, threads, budget, feed, compile_seconds, len(res.ir.code),
+                         total, timings[label], kinds, wall, timings.get("onnxruntime"), max_diff)
+    if wall is None:
+        report.notes.append(f"backend '{cm.backend.name}' does not time single instructions "
+                            f"(CompiledFunction.execute_timed returns None): the table shows FLOPs by op kind")
     return report
 
 
@@ -222,7 +232,7 @@ def format_report(r: BenchReport) -> str:
     lines += _table(rows, "lrrrrrr")
     if r.ort:
         ratio = r.glow.median / r.ort.median
-        lines.append(f"ratio glow/onnxruntime (median latency): {ratio:.2f} "
+        lines.append(f"ratio glow/onnxruntime (median latency, timed in alternating rounds): {ratio:.2f} "
                      f"({'glow' if ratio < 1 else 'onnxruntime'} faster); outputs: max |glow - onnxruntime| = "
                      f"{r.max_diff:.3g}")
     lines.append("")
