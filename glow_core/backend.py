@@ -69,6 +69,15 @@ class CompiledFunction(abc.ABC):
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once. Inputs are already checked against the function's types by the caller."""
 
+    def execute_timed(self, inputs: dict[str, np.ndarray]) -> "tuple[dict[str, np.ndarray], list] | None":
+        """Run once like ``execute`` and time every instruction: returns ``(outputs, timings)``, ``timings`` a
+        list of ``(instr, start, seconds)`` in execution order (``instr`` an ``ir.Instr``; ``start`` in seconds
+        from the run's start, both from ``time.perf_counter`` or a device clock converted to seconds). ``glowc
+        bench`` builds its per-op-kind table from it, traces their per-instruction events. Default None: this
+        backend cannot time single instructions (a backend that runs the whole function in one native call
+        needs instrumented code for it)."""
+        return None
+
     def memory_regions(self) -> "dict[str, bytearray | np.ndarray] | None":
         """The device memory this function runs in, for observability: ``{"mutable": ..., "activation": ...}``
         (optionally ``"constant"``), each a writable byte buffer (bytearray or uint8 array) laid out exactly as

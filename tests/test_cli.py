@@ -84,7 +84,11 @@ def test_usage_errors_exit_2(argv, capsys):
         cli.main(argv)
     assert ei.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: glowc" in err and "Traceback" not in err
+    assert "Traceback" not in err
+    if argv:  # one line that points at the command's help
+        assert len(err.splitlines()) == 1 and err.startswith("glowc") and "--help'" in err
+    else:  # bare ``glowc``: the help itself, with its examples
+        assert "usage: glowc" in err and "examples:" in err
 
 
 def test_traceback_flag_reraises(tmp_path):

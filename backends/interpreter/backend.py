@@ -6,6 +6,8 @@ plan: two live buffers that overlapped would corrupt each other's results.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from glow_core.backend import Backend, CompiledFunction, NodeInfo
@@ -55,10 +57,22 @@ class InterpreterFunction(CompiledFunction):
         return {"constant": self.constant, "mutable": self.mutable, "activation": self.activations}
 
     def execute(self, inputs):
+        return self._run(inputs, None)
+
+    def execute_timed(self, inputs):
+        """Each bound step timed with time.perf_counter (its kernel and the copy into the planned buffer)."""
+        timings = []
+        return self._run(inputs, timings), timings
+
+    def _run(self, inputs, timings):
         for name, b in self.irf.inputs.items():
             self._view(b)[...] = inputs[name]
+        timed = timings is not None
+        clock = time.perf_counter
+        t0 = clock()
         with np.errstate(all="ignore"):
             for ins, run, args, outs in self.steps:
+                start = clock() if timed else 0.0
                 try:
                     results = run(*args)
                 except GlowError as e:
@@ -70,6 +84,8 @@ class InterpreterFunction(CompiledFunction):
                     if np.may_share_memory(r, o):
                         r = r.copy()
                     o[...] = r
+                if timed:
+                    timings.append((ins, start - t0, clock() - start))
         return {name: self._view(b).copy() for name, b in self.irf.outputs.items()}
 
 

@@ -23,6 +23,8 @@ from ..ops.registry import get_op
 from ..types import TensorType, dtype
 from .subgraph import OUTER, all_nodes, node_reads, outer_scope_names
 
+#: What to do with a file that is not an ONNX model.
+GIVE_ONNX = "give an ONNX model file (.onnx, as torch.onnx.export or onnx.save write it)"
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
 
@@ -43,19 +45,23 @@ def load_model(model) -> tuple[onnx.ModelProto, str | None]:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError as e:
-            raise ModelLoadError(f"cannot read model file '{path}': {e.strerror}") from None
+            raise ModelLoadError(f"cannot read model file '{path}': {e.strerror}; check the path") from None
         base_dir = os.path.dirname(os.path.abspath(path))
     else:
         raise ModelLoadError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     if not data:
-        raise ModelLoadError(f"{where}: empty file, expected an ONNX ModelProto")
+        raise ModelLoadError(f"{where}: empty file, expected an ONNX ModelProto; {GIVE_ONNX}")
+    if data[:4] == b"PK\x03\x04":
+        raise ModelLoadError(f"{where}: a zip archive (a PyTorch checkpoint as torch.save writes it?), not an ONNX "
+                             f"model; export it with torch.onnx.export(model, args, 'model.onnx'), or compile the "
+                             f"module itself: glow_core.compile(module, backend, example_inputs=(x, ...))")
     m = onnx.ModelProto()
     try:
         m.ParseFromString(data)
     except Exception as e:  # noqa: BLE001  (protobuf's DecodeError and friends)
-        raise ModelLoadError(f"{where}: not a valid ONNX protobuf ({type(e).__name__}: {e})") from None
+        raise ModelLoadError(f"{where}: not a valid ONNX protobuf ({type(e).__name__}: {e}); {GIVE_ONNX}") from None
     if not m.HasField("graph") or (not m.graph.node and not m.graph.output):
-        raise ModelLoadError(f"{where}: parsed, but holds no graph (truncated or not an ONNX model?)")
+        raise ModelLoadError(f"{where}: parsed, but holds no graph (truncated or not an ONNX model?); {GIVE_ONNX}")
     bad = _non_utf8_string(m)
     if bad is not None:
         raise ModelLoadError(f"{where}: string field {bad[0]} is not valid UTF-8 ({bad[1][:40]!r}); "
