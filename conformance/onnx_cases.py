@@ -64,7 +64,7 @@ def expected(model, feeds, ctx, out_names, oracle=None):
             pytest.skip(f"no oracle: onnx.reference.ReferenceEvaluator cannot run this case ({type(e).__name__}: "
                         f"{str(e)[:120]})")
         return dict(zip(out_names, [np.asarray(r) for r in res]))
-    from glow_core.registry import get_backend
+    from glow_core.discovery import get_backend
     return run_model(get_backend("interpreter"), model, feeds)
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from glow_core.ops.registry import OPS, _load
+from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
 from .onnx_cases import Init, model_case, one_node
 
-_load()
 F = ("float32", "float16", "float64")
 FB = F + ("bfloat16",)
 I = ("int32", "int64", "int8", "uint8")

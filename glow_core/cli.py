@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 
+from . import api, example_models
+from .discovery import available_backends
 from .errors import GlowError
 
 
@@ -37,14 +39,12 @@ def _random_inputs(cm, seed=0):
 
 
 def cmd_backends(args):
-    from .registry import available_backends
     for name, target in sorted(available_backends().items()):
         print(f"{name}\t{target}")
 
 
 def cmd_run(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend)
+    cm = api.compile(args.model, args.backend)
     inputs = _parse_inputs(args.input, cm) if args.input else _random_inputs(cm)
     outs = cm.run(inputs)
     os.makedirs(args.output_dir, exist_ok=True)
@@ -56,8 +56,7 @@ def cmd_run(args):
 
 
 def cmd_dump(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend)
+    cm = api.compile(args.model, args.backend)
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
     if args.graph or not (args.ir or args.dot):
@@ -71,11 +70,9 @@ def cmd_dump(args):
 
 
 def cmd_demo(args):
-    from . import models
-    from .api import compile as glow_compile
-    model = models.cnn()
+    model = example_models.cnn()
     print(f"compiling the built-in CNN (Conv 3->16, Relu, MaxPool, Flatten, Gemm to 10) for '{args.backend}'")
-    cm = glow_compile(model, args.backend)
+    cm = api.compile(model, args.backend)
     print(cm.last.ir.dump())
     x = np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)
     out = cm.run({"input": x})["output"]
@@ -86,8 +83,7 @@ def cmd_demo(args):
 
 
 def cmd_compile(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend, **({"target_cpu": args.target} if args.target else {}))
+    cm = api.compile(args.model, args.backend, **({"target_cpu": args.target} if args.target else {}))
     if cm.last is None:
         raise GlowError("the model has symbolic input shapes; bundles need static shapes")
     if args.emit_bundle:

@@ -13,8 +13,6 @@ import fnmatch
 import os
 from importlib.metadata import entry_points
 
-import pytest
-
 import glow_core
 
 ROOT = os.path.dirname(os.path.abspath(glow_core.__file__))
@@ -139,7 +137,6 @@ def layer_table(mods) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.xfail(strict=True, reason="glow_core is one import cycle today (issue 9); being untangled")
 def test_glow_core_imports_only_downward():
     mods, edges, problems = import_graph()
     table = layer_table(mods)
