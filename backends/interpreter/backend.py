@@ -18,8 +18,9 @@ from glow_core.ops.registry import get_op, get_primitive
 
 
 class InterpreterFunction(CompiledFunction):
-    """An IRFunction bound to its three memory regions. ``kernels`` (primitive name -> kernel) replaces
-    reference kernels, e.g. with a device kernel under bring-up or a deliberately broken one in a test."""
+    """An IRFunction bound to its three memory regions. ``kernels`` (primitive or kept-whole op name -> kernel)
+    replaces reference kernels: a device kernel under bring-up, a vendor's custom op, or a deliberately broken one
+    in a test."""
 
     def __init__(self, irf: IRFunction, kernels: dict | None = None):
         self.irf = irf
@@ -38,10 +39,13 @@ class InterpreterFunction(CompiledFunction):
             p = get_primitive(ins.op)
             if p is not None:
                 if kernels and ins.op in kernels:
-                    p = _replaced(p, kernels[ins.op])
+                    p = replace(p, kernel=kernels[ins.op])
                 run = p.bind(attrs, [a.dtype for a in args], [o.dtype for o in outs])
             else:
-                run = _bind_kept_whole(get_op(ins.op), attrs, ins.attrs.get("_optional"))
+                d = get_op(ins.op)
+                if kernels and ins.op in kernels:
+                    d = replace(d, kernel=kernels[ins.op])
+                run = _bind_kept_whole(d, attrs, ins.attrs.get("_optional"))
             self.steps.append((ins, run, args, outs))
 
     def _region(self, kind):
@@ -76,11 +80,6 @@ class InterpreterFunction(CompiledFunction):
                         r = r.copy()
                     o[...] = r
         return {name: self._view(b).copy() for name, b in self.irf.outputs.items()}
-
-
-def _replaced(p, kernel):
-    """Primitive record ``p`` with another kernel (same dtype rule)."""
-    return replace(p, kernel=kernel)
 
 
 def _bind_kept_whole(d, attrs, optional):

@@ -5,3 +5,6 @@
 from . import registry  # noqa: F401
 from . import primitives  # noqa: F401  (registers the primitives)
 from . import onnx_ops  # noqa: F401  (registers the ONNX ops)
+from .custom import custom_op, custom_ops  # noqa: F401
+
+__all__ = ["custom_op", "custom_ops"]
