@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-import json
 import os
 import shlex
 

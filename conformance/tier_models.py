@@ -12,7 +12,6 @@ from .onnx_cases import model_case
 
 
 def _feeds(model, rng):
-    from onnx import numpy_helper  # noqa: F401
     out = {}
     for vi in model.graph.input:
         t = vi.type.tensor_type

@@ -13,7 +13,6 @@ from glow_core.types import dtype as gdtype
 from .onnx_cases import Init, model_case, one_node
 
 F = ("float32", "float16", "float64")
-FB = F + ("bfloat16",)
 I = ("int32", "int64", "int8", "uint8")
 
 UNARY = {  # op -> (dtypes, (lo, hi), attrs)

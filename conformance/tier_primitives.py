@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from glow_core.ops.registry import PRIMITIVES
-from glow_core.types import FLOATS, INTS, NUMERIC, UNSIGNED, dtype as gdtype
+from glow_core.types import FLOATS, INTS, NUMERIC, dtype as gdtype
 
 from . import oracles as O
 from .cases import Case, CaseFailure, profiles_for

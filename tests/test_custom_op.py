@@ -16,7 +16,6 @@ import sys
 import textwrap
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
