@@ -335,7 +335,6 @@ def cast_cases():
 
 
 STORAGE_SOURCES = ("float32", "float64", "float16", "bfloat16", "int32", "uint8")
-ONE_BYTE_STORAGE = STORAGE + ("float8e8m0",)
 
 
 def _storage_values(st, n, rng):
