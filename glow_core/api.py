@@ -20,9 +20,10 @@ from .importer.onnx_import import graph_input_specs, import_model, load_model, s
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .lower import lower
 from .passes import run_pipeline
-from .registry import get_backend
+from .discovery import get_backend
 from .torch_import import is_torch_model, to_onnx
 from .types import dtype
+from .verify import verify_function
 
 POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 
@@ -62,7 +63,7 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     if options.get("optimize", True):
         stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
     fn.toposort()
-    fn.verify()
+    verify_function(fn)
     answers = [(n, backend.is_op_supported(NodeInfo.of(n))) for n in fn.nodes]
     bad = [(n, a) for n, a in answers if not a]
     if bad:

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from .errors import BackendError
 from .graph import Function, Node
 from .ir import IRFunction
+from .passes import DEFAULT_PIPELINE
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,6 @@ class Backend(abc.ABC):
 
     def optimization_pipeline(self) -> list[str]:
         """Names of the graph passes to run (see ``glow_core.passes.PASSES``), in order."""
-        from .passes import DEFAULT_PIPELINE
         return list(DEFAULT_PIPELINE)
 
     def scratch_bytes(self, instr) -> int:
@@ -153,5 +154,4 @@ class Backend(abc.ABC):
 
     def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
         """Write a standalone bundle for ``function`` into ``out_dir``; returns the files written."""
-        from .errors import BackendError
         raise BackendError(f"backend '{self.name}' cannot emit bundles")

@@ -7,7 +7,13 @@ import sys
 
 import numpy as np
 
+import onnx
+
+from . import api, example_models
+from .bench import bench, format_report, random_inputs
+from .discovery import available_backends
 from .errors import GlowError
+from .export_onnx import to_onnx
 from .progress import Progress
 
 
@@ -26,19 +32,16 @@ def _parse_inputs(items, model):
 
 def _compile(args, **options):
     """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while)."""
-    from .api import compile as glow_compile
     with Progress(f"compiling {os.path.basename(args.model)} for {args.backend}", tick=True):
-        return glow_compile(args.model, args.backend, **options)
+        return api.compile(args.model, args.backend, **options)
 
 
 def cmd_backends(args):
-    from .registry import available_backends
     for name, target in sorted(available_backends().items()):
         print(f"{name}\t{target}")
 
 
 def cmd_run(args):
-    from .bench import random_inputs
     cm = _compile(args)
     inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
     outs = cm.run(inputs)
@@ -63,8 +66,6 @@ def cmd_dump(args):
             f.write(cm.last.graph.to_dot())
         print(f"wrote {args.dot}")
     if args.onnx:
-        import onnx
-        from .export_onnx import to_onnx
         model = to_onnx(cm.last.graph, cm.backend.name)
         onnx.save(model, args.onnx)
         print(f"wrote {args.onnx} ({len(model.graph.node)} nodes in the 'glow' domain, "
@@ -72,7 +73,6 @@ def cmd_dump(args):
 
 
 def cmd_bench(args):
-    from .bench import bench, format_report
     inputs = _parse_inputs(args.input, None) if args.input else None
     report = bench(args.model, args.backend, threads=args.threads, budget=args.seconds, inputs=inputs,
                    compare=args.compare, label=args.model)
@@ -80,11 +80,9 @@ def cmd_bench(args):
 
 
 def cmd_demo(args):
-    from . import models
-    from .api import compile as glow_compile
-    model = models.cnn()
+    model = example_models.cnn()
     print(f"compiling the built-in CNN (Conv 3->16, Relu, MaxPool, Flatten, Gemm to 10) for '{args.backend}'")
-    cm = glow_compile(model, args.backend)
+    cm = api.compile(model, args.backend)
     print(cm.last.ir.dump())
     x = np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)
     out = cm.run({"input": x})["output"]

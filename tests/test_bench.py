@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 import glow_core
-from glow_core import models
+from glow_core import example_models as models
 from glow_core.bench import op_kinds
 from glow_core.progress import Progress
 

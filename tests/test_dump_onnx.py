@@ -7,7 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from glow_core import cli, models
+from glow_core import cli
+from glow_core import example_models as models
 
 
 def _dump(tmp_path, model, backend="interpreter", capsys=None):

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
-from glow_core import models
+from glow_core import example_models as models
 from glow_core.cli import build_parser
 
 GLOWC = shutil.which("glowc", path=os.path.dirname(sys.executable)) or shutil.which("glowc")
