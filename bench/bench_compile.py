@@ -3,19 +3,20 @@
     python bench/bench_compile.py [--quick] [--models cnn,bert12,chain10000,...] [--backends interpreter,cpu]
                                   [--rounds 3] [--cold-rounds 1] [--cpu-chains]
 
-Every measurement runs in a fresh process that builds the model with ``onnx.helper`` (glow_core.models), then
-times ``glow_core.compile`` on its serialized bytes: the seconds of each stage (``stats["times"]``), the
-total, and the rest ("other": what a process does once, on its first compile: loading the op registry and
-finding the backend). Tables show the median over ``--rounds`` processes (``--cold-rounds`` for cold CPU
-compiles) next to the median time onnxruntime takes to create an InferenceSession from the same bytes (1
-thread, default graph optimizations), the ratio of the two, and the process CPU seconds of the compile (less
-sensitive than wall time to other work on the machine; the C compiler's child processes are not in it). Backends: ``interpreter``; ``cpu`` cold (GLOW_CACHE_DIR a fresh
-temporary folder, the C compiler runs) and cached (the same folder again, in a new process). Then the
-activations each model's memory plan needs before and after scheduling, and how the chains' compile time grows.
+Every measurement runs in a fresh process that builds the model with ``onnx.helper``
+(glow_core.example_models), then times ``glow_core.compile`` on its serialized bytes: the seconds of each stage
+(``stats["times"]``), the total, and the rest ("other": what a process does once, on its first compile: loading
+the op registry and finding the backend). Tables show the median over ``--rounds`` processes (``--cold-rounds``
+for cold CPU compiles) next to the median time onnxruntime takes to create an InferenceSession from the same
+bytes (1 thread, default graph optimizations), the ratio of the two, and the process CPU seconds of the compile
+(less sensitive than wall time to other work on the machine; the C compiler's child processes are not in it).
+Backends: ``interpreter``; ``cpu`` cold (GLOW_CACHE_DIR a fresh temporary folder, the C compiler runs) and
+cached (the same folder again, in a new process). Then the activations each model's memory plan needs before
+and after scheduling, and how the chains' compile time grows.
 
-Models: cnn, linear_sigmoid, resnet, mlp, resnet18, mobilenetv2, bert_encoder (glow_core.models), bert12 (12
-post-LN layers, hidden 384, 6 heads, seq 128, FFN 1536), vit_tiny (patch-16 stem at 224, 12 layers, hidden
-192, 3 heads), and chainN: N elementwise nodes (glow_core.models.elementwise_chain; 2500, 5000 and 10000 by
+Models: cnn, linear_sigmoid, resnet, mlp, resnet18, mobilenetv2, bert_encoder (glow_core.example_models), bert12
+(12 post-LN layers, hidden 384, 6 heads, seq 128, FFN 1536), vit_tiny (patch-16 stem at 224, 12 layers, hidden
+192, 3 heads), and chainN: N elementwise nodes (example_models.elementwise_chain; 2500, 5000 and 10000 by
 default; the CPU backend compiles chains only with --cpu-chains, as it builds one C kernel per node).
 ``--quick`` is a smoke run (cnn and a 500-node chain, one round).
 """
@@ -34,18 +35,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.bench_cpu import ORT_IR_VERSION, ort_session  # noqa: E402
-from glow_core import models  # noqa: E402
+from glow_core import example_models  # noqa: E402
 
 MODELS = {
-    "cnn": models.cnn,
-    "linear_sigmoid": models.linear_sigmoid,
-    "resnet": models.resnet,
-    "mlp": models.mlp,
-    "resnet18": models.resnet18,
-    "mobilenetv2": models.mobilenetv2,
-    "bert_encoder": models.bert_encoder,
-    "bert12": lambda: models.bert_encoder(layers=12, hidden=384, heads=6, ffn=1536),
-    "vit_tiny": models.vit_tiny,
+    "cnn": example_models.cnn,
+    "linear_sigmoid": example_models.linear_sigmoid,
+    "resnet": example_models.resnet,
+    "mlp": example_models.mlp,
+    "resnet18": example_models.resnet18,
+    "mobilenetv2": example_models.mobilenetv2,
+    "bert_encoder": example_models.bert_encoder,
+    "bert12": lambda: example_models.bert_encoder(layers=12, hidden=384, heads=6, ffn=1536),
+    "vit_tiny": example_models.vit_tiny,
 }
 CHAINS = (2500, 5000, 10000)
 SHORT = {"import": "import", "graph-passes": "passes", "lowering": "lower", "post-lowering": "post", "verify": "verify",
@@ -54,7 +55,7 @@ SHORT = {"import": "import", "graph-passes": "passes", "lowering": "lower", "pos
 
 
 def build(name):
-    m = models.elementwise_chain(int(name[5:])) if name.startswith("chain") else MODELS[name]()
+    m = example_models.elementwise_chain(int(name[5:])) if name.startswith("chain") else MODELS[name]()
     m.ir_version = min(m.ir_version, ORT_IR_VERSION)  # onnxruntime may not read the newest IR version yet
     return m
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import glow_core
-from glow_core import api, models, timing
+from glow_core import api, example_models, timing
 
 #: A stage may grow by this factor when the model doubles (a linear stage grows by at most 2: fixed costs).
 MAX_GROWTH = 2.1
@@ -49,9 +49,10 @@ def calls_per_stage(model, backend="interpreter") -> dict[str, int]:
 
 
 SIZES = {
-    "elementwise_chain": lambda k: models.elementwise_chain(400 * k),
-    "bert_encoder": lambda k: models.bert_encoder(seq=4, hidden=16, heads=2, ffn=32, layers=2 * k),
-    "vit_tiny": lambda k: models.vit_tiny(size=16, patch=4, hidden=16, heads=2, mlp=32, classes=4, layers=2 * k),
+    "elementwise_chain": lambda k: example_models.elementwise_chain(400 * k),
+    "bert_encoder": lambda k: example_models.bert_encoder(seq=4, hidden=16, heads=2, ffn=32, layers=2 * k),
+    "vit_tiny": lambda k: example_models.vit_tiny(size=16, patch=4, hidden=16, heads=2, mlp=32, classes=4,
+                                                  layers=2 * k),
 }
 
 
@@ -69,7 +70,7 @@ def test_every_stage_is_linear(name):
 
 
 def test_stage_times_recorded():
-    res = glow_core.compile(models.cnn()).last
+    res = glow_core.compile(example_models.cnn()).last
     times = res.stats["times"]
     assert list(times) == ["import", "graph-passes", "lowering", "post-lowering", "verify", "schedule", "ir-gen",
                            "ir-passes", "memory-plan", "backend-compile"]
@@ -94,7 +95,7 @@ def chain_reference(model, feeds):
 
 
 def test_long_chain_matches_numpy():
-    model = models.elementwise_chain(3000)
+    model = example_models.elementwise_chain(3000)
     rng = np.random.default_rng(0)
     feeds = {k: rng.standard_normal((8, 32)).astype(np.float32) for k in ("input", "second")}
     res = glow_core.compile(model)

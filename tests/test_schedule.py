@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
-from glow_core import errors, models
+from glow_core import errors, example_models
 from glow_core.graph import Function
 from glow_core.importer.onnx_import import import_model
 from glow_core.ir import PSEUDO, generate_ir, remove_dead_allocations, share_buffers
@@ -53,11 +53,11 @@ def branches(n=4, shape=(1, 8, 16, 16)):
 
 MODELS = {
     "branches": branches,
-    "cnn": lambda: models.cnn(seed=2),
-    "resnet": lambda: models.resnet(seed=3, size=16, widths=(8, 16), blocks=1),
-    "bert": lambda: models.bert_encoder(seq=8, hidden=32, heads=2, ffn=64, layers=2),
-    "vit": lambda: models.vit_tiny(size=32, patch=8, hidden=32, heads=2, mlp=64, classes=10, layers=2),
-    "chain": lambda: models.elementwise_chain(60),
+    "cnn": lambda: example_models.cnn(seed=2),
+    "resnet": lambda: example_models.resnet(seed=3, size=16, widths=(8, 16), blocks=1),
+    "bert": lambda: example_models.bert_encoder(seq=8, hidden=32, heads=2, ffn=64, layers=2),
+    "vit": lambda: example_models.vit_tiny(size=32, patch=8, hidden=32, heads=2, mlp=64, classes=10, layers=2),
+    "chain": lambda: example_models.elementwise_chain(60),
 }
 
 
