@@ -15,6 +15,7 @@ import numpy as np
 
 from .backend import Backend, NodeInfo, refusal_reason
 from .errors import GlowError, InputError, MemoryLimitError, NeedsSpecialization, UnsupportedOpError
+from .fusion import fuse_activations
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
@@ -57,6 +58,7 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     options = dict(options or {})
     stats = {} if stats is None else stats
     stats["lowered"] = lower(fn, backend.should_lower)
+    stats["fused_activations"] = fuse_activations(fn, backend.supports_fused_activation)
     backend.transform_post_lowering(fn)
     if options.get("optimize", True):
         stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)

@@ -11,7 +11,7 @@ import pytest
 
 from glow_core.builder import Builder
 from glow_core.graph import Function
-from glow_core.ir import generate_ir, plan_memory, share_buffers, verify_ir
+from glow_core.ir import attach_scratch, generate_ir, plan_memory, share_buffers, verify_ir
 from glow_core.types import FLOATS, INTS, NUMERIC, SIGNED, UNSIGNED, TensorType
 from glow_cpu.backend import CPUBackend
 from glow_interpreter.kernels import run_primitive
@@ -182,8 +182,10 @@ def compile_cpu(fn, **options):
     irf = generate_ir(fn)
     share_buffers(irf)
     verify_ir(irf)
+    backend = CPUBackend()
+    attach_scratch(irf, backend.scratch_bytes)
     plan_memory(irf)
-    return irf, CPUBackend().compile(irf, {"num_threads": 1, **options})
+    return irf, backend.compile(irf, {"num_threads": 1, **options})
 
 
 def tolerance(op, dt):
