@@ -73,8 +73,7 @@ class CPUBackend(Backend):
         for required in ("-fPIC", "-shared", "-fwrapv") + (("-fopenmp",) if nt > 1 else ()):
             if required not in flags:
                 flags.append(required)
-        libs = toolchain.build_kernels(list(program.kernels.values()), flags)
-        return CPUFunction(program, libs)
+        return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags))
 
     def emit_bundle(self, function, out_dir, options) -> list[str]:
         options = dict(options or {})

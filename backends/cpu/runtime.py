@@ -37,13 +37,14 @@ def aligned_bytes(n: int, align: int = 64) -> np.ndarray:
 class CPUFunction(CompiledFunction):
     """A compiled function bound to its memory regions: every operand address is computed once, here."""
 
-    def __init__(self, program, libs: dict[str, str]):
+    def __init__(self, program, build):
         irf = program.irf
         self.irf = irf
         self.program = program
+        self.build = build  # toolchain.Build: which kernels were compiled, in how many shards
         # OMP_WAIT_POLICY is left to libgomp's default (spin briefly, then sleep): PASSIVE made every parallel
         # region pay a futex wake-up, and 2 threads ran ResNet-18 no faster than 1 (bench/bench_cpu.py).
-        self.libs = {name: load_library(path) for name, path in libs.items()}
+        self.libs = {name: load_library(path) for name, path in build.paths.items()}
         plan = irf.plan
         self.mutable = aligned_bytes(plan.mutable_size)
         self.activations = aligned_bytes(plan.activations_size)

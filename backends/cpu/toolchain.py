@@ -14,10 +14,13 @@ import functools
 import hashlib
 import os
 import platform
+import resource
 import shlex
 import shutil
 import subprocess
 import tempfile
+import time
+from dataclasses import dataclass, field
 
 from glow_core.errors import BackendError
 
@@ -154,16 +157,31 @@ def _link(target: str, link: str):
     os.replace(tmp, link)
 
 
-def build_kernels(kernels: list[KernelCode], flags: list[str], jobs: int | None = None) -> dict[str, str]:
-    """Path of the shared library defining each kernel (by name), compiling the ones the cache lacks."""
+@dataclass
+class Build:
+    """What ``build_kernels`` did: the library of each kernel (by name), the kernels it compiled, in how many
+    shards (compiler processes), the seconds spent waiting for the compiler and the CPU seconds it used."""
+
+    paths: dict[str, str]
+    compiled: list[str] = field(default_factory=list)
+    shards: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+def build_kernels(kernels: list[KernelCode], flags: list[str], jobs: int | None = None) -> Build:
+    """The shared library defining each kernel, compiling the ones the cache lacks."""
     cc = find_compiler()
     d = cache_dir()
     keys = kernel_keys(kernels, flags, cc)
     paths = {k.name: os.path.join(d, f"glow_k_{keys[k.name]}.so") for k in kernels}
     missing = [k for k in kernels if not os.path.exists(paths[k.name])]
+    build = Build(paths, [k.name for k in missing])
     if not missing:
-        return paths
+        return build
     global COMPILER_RUNS
+    t0 = time.perf_counter()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory(prefix="glow_build_", dir=d) as work:
         with open(os.path.join(work, "glow_prelude.h"), "w") as f:
             f.write(prelude_text())
@@ -182,6 +200,7 @@ def build_kernels(kernels: list[KernelCode], flags: list[str], jobs: int | None 
             except OSError as e:
                 raise ToolchainError(f"could not run the C compiler {cc[0]!r}: {e}") from None
             procs.append((shard, src, out, proc))
+        build.shards = len(procs)
         failed = None
         for shard, src, out, proc in procs:
             _, err = proc.communicate()
@@ -196,4 +215,7 @@ def build_kernels(kernels: list[KernelCode], flags: list[str], jobs: int | None 
         if failed:
             cmd, err = failed
             raise ToolchainError(f"C compilation failed ({' '.join(cmd[:1] + flags)}):\n{err[-4000:]}")
-    return paths
+    build.seconds = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    build.cpu_seconds = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
+    return build
