@@ -60,10 +60,15 @@ def cmd_dump(args):
     cm = glow_compile(args.model, args.backend)
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
-    if args.graph or not (args.ir or args.dot):
+    if args.graph or not (args.ir or args.dot or args.source):
         print(cm.last.graph.dump())
     if args.ir:
         print(cm.last.ir.dump())
+    if args.source:
+        source = getattr(cm.last.compiled, "source", None)
+        if source is None:
+            raise GlowError(f"backend '{cm.backend.name}' does not show generated source")
+        print(source)
     if args.dot:
         with open(args.dot, "w") as f:
             f.write(cm.last.graph.to_dot())
@@ -124,6 +129,8 @@ def build_parser():
     d.add_argument("--ir", action="store_true")
     d.add_argument("--graph", action="store_true")
     d.add_argument("--dot", metavar="FILE")
+    d.add_argument("--source", action="store_true",
+                   help="print the generated code (cpu: one C unit; each call names its kernel's algorithm)")
     dm = sub.add_parser("demo", help="compile and run the built-in CNN")
     dm.add_argument("--backend", default="interpreter")
     c = sub.add_parser("compile", help="compile a model (optionally to a standalone bundle)")

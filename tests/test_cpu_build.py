@@ -216,3 +216,13 @@ def test_cflags_reach_the_compiler_and_the_cache_key(tmp_path, monkeypatch):
     assert set(other.build.paths.values()).isdisjoint(default.build.paths.values())
     for f in (default, other):
         np.testing.assert_allclose(f.execute({"input_1": x})["output_1"], want, rtol=1e-6)
+
+
+def test_dump_source_shows_the_algorithm_of_every_call(tmp_path):
+    path = tmp_path / "cnn.onnx"
+    path.write_bytes(models.cnn(seed=2).SerializeToString())
+    r = subprocess.run([sys.executable, "-m", "glow_core.cli", "dump", str(path), "--backend", "cpu", "--source"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "/* conv conv1_conv: im2col + gemm f32, relu fused */" in r.stdout
+    assert "/* max_pool pool1_max_pool: max_pool */" in r.stdout and "malloc" not in r.stdout

@@ -176,7 +176,8 @@ class KernelInstr:
 
     def __init__(self, op: str, attrs: dict, operands: list[tuple[Operand, str]]):
         self.op, self.attrs, self.operands = op, attrs, operands
-        self.signature = (op, _freeze(attrs), tuple((k, o.type, o.const) for o, k in operands))
+        self.signature = (op, _freeze(attrs), tuple((k, o.type.dtype.name, o.type.shape, o.type.scale, o.type.offset,
+                                                     o.const) for o, k in operands))
 
     @classmethod
     def of(cls, instr) -> "KernelInstr":
@@ -397,7 +398,9 @@ class _Kernel:
                 method = self.k_elementwise
             else:
                 raise BackendError(f"cpu backend: no kernel for op {ki.op!r}")
-        return method(ki, fn=fn)
+        src = method(ki, fn=fn)
+        self.choice = self.choice or ki.op
+        return src
 
     def t(self, name: str, **ctx) -> str:
         return template(name).render(nt=self.nt, **ctx)

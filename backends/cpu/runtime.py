@@ -58,8 +58,8 @@ class CPUFunction(CompiledFunction):
             part_off, raw = self._weights[bisect.bisect_right(starts, off) - 1]
             return raw.ctypes.data + off - part_off
         calls = program.calls
-        self._fns = np.array([ctypes.cast(self.libs[c.code.name][c.code.name], ctypes.c_void_p).value
-                              for c in calls], dtype=np.uint64)
+        kernel = {name: ctypes.cast(lib[name], ctypes.c_void_p).value for name, lib in self.libs.items()}
+        self._fns = np.array([kernel[c.code.name] for c in calls], dtype=np.uint64)
         self._ops = np.array([address(r, off) for c in calls for r, off in c.ptrs] or [0], dtype=np.uint64)
         self._starts = np.cumsum([0] + [len(c.ptrs) for c in calls[:-1]], dtype=np.int64)
         self._run = None
