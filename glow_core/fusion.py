@@ -134,6 +134,8 @@ def fuse_activations(fn: Function, supports) -> int:
     for p in fn.nodes:
         if p.op not in PRODUCERS or len(p.outputs) != 1 or FUSED_ACTIVATION in p.attrs or id(p) in removed:
             continue
+        if all(v is None or v.is_const for v in p.inputs):  # constant folding computes it: nothing to fuse
+            continue
         x = p.outputs[0]
         for first in users.get(x.id, []):
             found = None

@@ -189,3 +189,27 @@ def test_patterns_are_declared_as_data():
     assert {"relu", "clip", "sigmoid", "tanh", "leaky_relu"} <= set(names)
     # clip is tried before relu: relu6 (clip 0..6) is one fused clip, not a relu and a separate min
     assert names.index("clip") < names.index("relu")
+
+
+def test_only_the_pairs_a_backend_lists_are_fused():
+    """The core asks supports_fused_activation for each (producer, activation) it finds, and folds only those."""
+    from glow_core.fusion import fuse_activations
+    from glow_core.importer.onnx_import import import_model
+    from glow_core.lower import lower
+    fn = import_model(conv_relu_matmul_clip())
+    lower(fn)
+    asked = []
+
+    def supports(op, act):
+        asked.append((op, act))
+        return (op, act) == ("matmul", "clip")
+    n_before = len(fn.nodes)
+    assert fuse_activations(fn, supports) == 1
+    assert ("conv", "relu") in asked and ("matmul", "clip") in asked
+    by_op = {n.op: n for n in fn.nodes}
+    assert FUSED_ACTIVATION not in by_op["conv"].attrs and "max" in by_op
+    assert by_op["matmul"].attrs[FUSED_ACTIVATION] == "clip"
+    assert by_op["matmul"].attrs[FUSED_PARAMS] == {"min": 0.0, "max": 6.0}
+    assert by_op["matmul"].outputs[0] is fn.outputs[0]  # the matmul now computes the clip's output
+    assert len(fn.nodes) == n_before - 2  # max and min of the clip
+    fn.verify()
