@@ -6,9 +6,9 @@ Every measurement runs in a fresh process (imports excluded) with its own cache 
 empty GLOW_CACHE_DIR, ``cached`` compiles the same model again into that cache, ``changed`` then compiles a
 variant that differs in a few kernels (the feed-forward width of every layer) into the same cache. Each line
 gives the median over ``--rounds`` of: the whole ``glow_core.compile``, its backend stage (``CPUBackend.compile``:
-code generation, the C compiler, loading), the seconds spent waiting for the C compiler, and counts
-(instructions, distinct kernels, kernels compiled, compiler processes), and the compiler's CPU seconds (user +
-system, less sensitive to a loaded machine than wall time). onnxruntime's session creation for the
+code generation, the C compiler, loading), the seconds spent waiting for the C compiler, each with its CPU
+seconds beside it (the process's, and the compiler processes' user + system: less sensitive to a loaded
+machine than wall time), and counts (instructions, distinct kernels, kernels compiled, compiler processes). onnxruntime's session creation for the
 same model is timed in the same run for comparison.
 
 Models (built here with onnx.helper): bert12, a 12-layer BERT-style encoder (hidden 384, 6 heads, FFN 1536,
@@ -116,17 +116,18 @@ model = MODELS[{name!r}][{variant}]()
 timing = {{}}
 inner = cpu_backend.CPUBackend.compile
 def compile_timed(self, function, options):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     try:
         return inner(self, function, options)
     finally:
-        timing["backend"] = time.perf_counter() - t
+        timing["backend"], timing["backend_cpu"] = time.perf_counter() - t, time.process_time() - c
 cpu_backend.CPUBackend.compile = compile_timed
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 cm = glow_core.compile(model, "cpu"{threads})
-total = time.perf_counter() - t
+total, total_cpu = time.perf_counter() - t, time.process_time() - c
 f = cm.last.compiled
-print(json.dumps(dict(total=total, backend=timing["backend"], cc=f.build.seconds, cc_cpu=f.build.cpu_seconds, instructions=len(f.program.calls),
+print(json.dumps(dict(total=total, total_cpu=total_cpu, backend=timing["backend"], backend_cpu=timing["backend_cpu"],
+                      cc=f.build.seconds, cc_cpu=f.build.cpu_seconds, instructions=len(f.program.calls),
                       kernels=len(f.program.kernels), compiled=len(f.build.compiled), shards=f.build.shards)))
 """
 
@@ -137,9 +138,9 @@ from bench.bench_cpu_compile import MODELS
 m = MODELS[{name!r}][0]()
 m.ir_version = min(m.ir_version, 8)
 data = m.SerializeToString()
-t = time.perf_counter()
+t, c = time.perf_counter(), time.process_time()
 ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-print(time.perf_counter() - t)
+print(time.perf_counter() - t, time.process_time() - c)
 """
 
 
@@ -159,8 +160,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0, help="num_threads (default: all cores)")
     args = ap.parse_args(argv)
-    print(f"{'model':9} {'stage':8} {'total s':>8} {'backend s':>9} {'cc s':>6} {'cc cpu s':>8} {'instrs':>6} "
-          f"{'kernels':>7} {'compiled':>8} {'shards':>6}")
+    print(f"{'model':9} {'stage':8} {'total s':>8} {'(cpu)':>6} {'backend s':>9} {'(cpu)':>6} {'cc s':>6} {'(cpu)':>6} "
+          f"{'instrs':>6} {'kernels':>7} {'compiled':>8} {'shards':>6}")
     for name in args.models.split(","):
         runs = {"cold": [], "cached": [], "changed": []}
         ort_s = []
@@ -172,13 +173,15 @@ def main(argv=None):
             r = subprocess.run([sys.executable, "-c", _ORT.format(root=ROOT, name=name)], capture_output=True,
                                text=True)
             if r.returncode == 0:
-                ort_s.append(float(r.stdout.strip().splitlines()[-1]))
+                ort_s.append([float(v) for v in r.stdout.strip().splitlines()[-1].split()])
         for stage, rs in runs.items():
             med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-            print(f"{name:9} {stage:8} {med['total']:8.2f} {med['backend']:9.3f} {med['cc']:6.2f} {med['cc_cpu']:8.2f} "
+            print(f"{name:9} {stage:8} {med['total']:8.2f} {med['total_cpu']:6.2f} {med['backend']:9.3f} "
+                  f"{med['backend_cpu']:6.3f} {med['cc']:6.2f} {med['cc_cpu']:6.2f} "
                   f"{med['instructions']:6.0f} {med['kernels']:7.0f} {med['compiled']:8.0f} {med['shards']:6.0f}")
         if ort_s:
-            print(f"{name:9} onnxruntime session creation {statistics.median(ort_s):.2f} s")
+            print(f"{name:9} onnxruntime session creation {statistics.median(o[0] for o in ort_s):.2f} s "
+                  f"(cpu {statistics.median(o[1] for o in ort_s):.2f} s)")
 
 
 if __name__ == "__main__":
