@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
-from glow_core import models
+from glow_core import example_models
 from glow_core.errors import GlowError, MemoryLimitError
 from glow_cpu import toolchain
 from glow_cpu.backend import CPUBackend
@@ -101,7 +101,7 @@ def test_every_scratch_path_is_planned_and_matches_the_interpreter():
 def test_bundle_object_references_no_allocator(tmp_path, name):
     if shutil.which("nm") is None:
         pytest.skip("nm (binutils) is not installed: cannot list the bundle object's undefined symbols")
-    model = models.cnn(seed=3) if name == "cnn" else scratch_model()
+    model = example_models.cnn(seed=3) if name == "cnn" else scratch_model()
     cm = glow_core.compile(model, "cpu", num_threads=1)
     out = tmp_path / "bundle"
     cm.backend.emit_bundle(cm.last.ir, str(out), {"bundle_name": name})
@@ -145,7 +145,7 @@ class SmallDevice(CPUBackend):
 
 
 def test_memory_capacity_covers_scratch():
-    model = models.cnn(seed=1)
+    model = example_models.cnn(seed=1)
     without = glow_core.compile(model, "interpreter").ir.plan.activations_size  # no scratch there
     plan = glow_core.compile(model, "cpu", num_threads=1).ir.plan
     scratch = [b for b in glow_core.compile(model, "cpu", num_threads=1).ir.buffers if b.name.endswith("__scratch")]
@@ -159,9 +159,9 @@ def test_memory_capacity_covers_scratch():
 
 
 def test_identical_layers_share_kernels():
-    two = glow_core.compile(models.bert_encoder(seed=0, layers=2, hidden=64, heads=2, ffn=128, seq=16), "cpu",
+    two = glow_core.compile(example_models.bert_encoder(seed=0, layers=2, hidden=64, heads=2, ffn=128, seq=16), "cpu",
                             num_threads=1).last.compiled.program
-    three = glow_core.compile(models.bert_encoder(seed=1, layers=3, hidden=64, heads=2, ffn=128, seq=16), "cpu",
+    three = glow_core.compile(example_models.bert_encoder(seed=1, layers=3, hidden=64, heads=2, ffn=128, seq=16), "cpu",
                               num_threads=1).last.compiled.program
     assert len(three.calls) > len(two.calls) > 2 * len(two.kernels)
     assert set(three.kernels) == set(two.kernels)  # a third layer (other weights) needs no new kernel
@@ -169,16 +169,16 @@ def test_identical_layers_share_kernels():
 
 def test_changed_model_recompiles_only_its_new_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOW_CACHE_DIR", str(tmp_path))
-    a = glow_core.compile(models.bert_encoder(seed=0, layers=2, hidden=64, heads=2, ffn=128, seq=16), "cpu",
+    a = glow_core.compile(example_models.bert_encoder(seed=0, layers=2, hidden=64, heads=2, ffn=128, seq=16), "cpu",
                           num_threads=1).last.compiled
     assert sorted(a.build.compiled) == sorted(a.program.kernels) and a.build.shards >= 1
-    b = glow_core.compile(models.bert_encoder(seed=0, layers=2, hidden=64, heads=2, ffn=96, seq=16), "cpu",
+    b = glow_core.compile(example_models.bert_encoder(seed=0, layers=2, hidden=64, heads=2, ffn=96, seq=16), "cpu",
                           num_threads=1).last.compiled
     new = set(b.program.kernels) - set(a.program.kernels)
     assert 0 < len(new) < len(b.program.kernels) / 2
     assert sorted(b.build.compiled) == sorted(new)
     runs = toolchain.COMPILER_RUNS
-    again = glow_core.compile(models.bert_encoder(seed=5, layers=1, hidden=64, heads=2, ffn=96, seq=16), "cpu",
+    again = glow_core.compile(example_models.bert_encoder(seed=5, layers=1, hidden=64, heads=2, ffn=96, seq=16), "cpu",
                               num_threads=1).last.compiled
     assert again.build.compiled == [] and toolchain.COMPILER_RUNS == runs
 
@@ -201,13 +201,13 @@ def glow_cpu_kernel(i, n):
 def test_compiler_failure_is_reported_with_its_output(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOW_CACHE_DIR", str(tmp_path))
     with pytest.raises(GlowError, match="C compilation failed") as e:
-        glow_core.compile(models.linear_sigmoid(seed=2), "cpu", num_threads=1, cflags="-O2 -fno-such-flag-xyz")
+        glow_core.compile(example_models.linear_sigmoid(seed=2), "cpu", num_threads=1, cflags="-O2 -fno-such-flag-xyz")
     assert "no-such-flag-xyz" in str(e.value)
 
 
 def test_cflags_reach_the_compiler_and_the_cache_key(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOW_CACHE_DIR", str(tmp_path))
-    model = models.linear_sigmoid(seed=3)
+    model = example_models.linear_sigmoid(seed=3)
     x = np.random.default_rng(0).standard_normal((3, 10)).astype(np.float32)
     want = glow_core.compile(model, "interpreter").run({"input_1": x})["output_1"]
     default = glow_core.compile(model, "cpu", num_threads=1).last.compiled
@@ -220,7 +220,7 @@ def test_cflags_reach_the_compiler_and_the_cache_key(tmp_path, monkeypatch):
 
 def test_dump_source_shows_the_algorithm_of_every_call(tmp_path):
     path = tmp_path / "cnn.onnx"
-    path.write_bytes(models.cnn(seed=2).SerializeToString())
+    path.write_bytes(example_models.cnn(seed=2).SerializeToString())
     r = subprocess.run([sys.executable, "-m", "glow_core.cli", "dump", str(path), "--backend", "cpu", "--source"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

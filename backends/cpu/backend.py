@@ -14,12 +14,8 @@ from .codegen import KernelInstr, c_ident, prelude_text, scratch_layout
 from .ctypes_map import supported
 from .kernels_ew import ACTIVATION_PARAMS
 from .program import Program
-from .storage_cast import ONE_BYTE_STORAGE
-
-#: Primitives that run on storage-only 1-byte types (data movement, select, and casts).
-BYTE_OPS = {"cast", "copy", "reshape", "transpose", "broadcast", "slice", "concat", "pad", "gather", "gather_nd",
-            "scatter_nd", "select", "bitcast"}
 from .runtime import CPUFunction
+from .storage_cast import ONE_BYTE_STORAGE
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
 FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul") for act in ACTIVATION_PARAMS)
@@ -40,12 +36,13 @@ class CPUBackend(Backend):
         dts = node_info.in_dtypes + node_info.out_dtypes
         if all(supported(d) for d in dts):
             return True
-        # Storage-only 1-byte types: moved as bytes, and cast from or to with tables (see storage_cast.py).
+        # Storage-only 1-byte types: the movement primitives move them as bytes, casts use tables (see
+        # storage_cast.py).
         if not all(supported(d) or d in ONE_BYTE_STORAGE for d in dts):
             return False
         if node_info.op == "scatter_nd":
             return node_info.attrs.get("reduction", "none") == "none"
-        return node_info.op in BYTE_OPS
+        return p.movement
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
         """conv (im2col/direct GEMM and depthwise) and matmul apply every activation of glow_core.fusion in the
