@@ -15,7 +15,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
 from glow_core.backend import Backend
-from glow_core.fusion import ACTIVATIONS, FUSED_ACTIVATION, FUSED_PARAMS
+from glow_core.fusion import ACTIVATIONS, FUSED_ACTIVATION, FUSED_PARAMS, fuse_activations
+from glow_core.importer.onnx_import import import_model
+from glow_core.lower import lower
+from glow_core.verify import verify_function
 from glow_cpu.backend import CPUBackend
 from glow_interpreter.backend import InterpreterBackend
 
@@ -193,9 +196,6 @@ def test_patterns_are_declared_as_data():
 
 def test_only_the_pairs_a_backend_lists_are_fused():
     """The core asks supports_fused_activation for each (producer, activation) it finds, and folds only those."""
-    from glow_core.fusion import fuse_activations
-    from glow_core.importer.onnx_import import import_model
-    from glow_core.lower import lower
     fn = import_model(conv_relu_matmul_clip())
     lower(fn)
     asked = []
@@ -212,4 +212,4 @@ def test_only_the_pairs_a_backend_lists_are_fused():
     assert by_op["matmul"].attrs[FUSED_PARAMS] == {"min": 0.0, "max": 6.0}
     assert by_op["matmul"].outputs[0] is fn.outputs[0]  # the matmul now computes the clip's output
     assert len(fn.nodes) == n_before - 2  # max and min of the clip
-    fn.verify()
+    verify_function(fn)
