@@ -17,6 +17,7 @@ import numpy as np
 
 from .backend import Backend, NodeInfo, refusal_reason
 from .errors import GlowError, InputError, MemoryLimitError, NeedsSpecialization, UnsupportedOpError
+from .fusion import fuse_activations
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
@@ -85,6 +86,7 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     stats = {} if stats is None else stats
     with stage(stats, "lowering"):
         stats["lowered"] = lower(fn, backend.should_lower)
+        stats["fused_activations"] = fuse_activations(fn, backend.supports_fused_activation)
     with stage(stats, "post-lowering"):
         backend.transform_post_lowering(fn)
         if options.get("optimize", True):

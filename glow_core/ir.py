@@ -15,12 +15,15 @@ from typing import Any
 import numpy as np
 
 from .errors import VerifyError
+from .fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from .graph import Function, NameTable, Value
 from .memory import ALIGNMENT, Allocation, Interval, align_up, allocate
 from .ops.registry import get_primitive
 from .types import TensorType
 
 PSEUDO = ("allocactivation", "deallocactivation", "tensorview")
+#: Backend annotations (attributes named _x) the dump shows: they change what the instruction computes.
+SHOWN_ANNOTATIONS = (FUSED_ACTIVATION, FUSED_PARAMS)
 
 
 @dataclass(eq=False)
@@ -496,7 +499,8 @@ def dump_ir(irf: IRFunction) -> str:
             lines.append(f"  {idx} %{v.name} = tensorview @in %{src.name} {{ Ty: {v.type}, Offsets: [0] }}")
             continue
         ops = ", ".join(f"@{k} %{b.name}" for b, k in ins.operands)
-        attrs = ", ".join(f"{k}: {_fmt_attr(v)}" for k, v in ins.attrs.items() if not k.startswith("_"))
+        attrs = ", ".join(f"{k}: {_fmt_attr(v)}" for k, v in ins.attrs.items()
+                          if not k.startswith("_") or k in SHOWN_ANNOTATIONS)
         lines.append(f"  {idx} %{ins.name} = {ins.op} {ops}" + (f" {{ {attrs} }}" if attrs else ""))
     lines.append("}")
     if irf.plan is not None:
@@ -512,6 +516,8 @@ def dump_ir(irf: IRFunction) -> str:
 
 
 def _fmt_attr(v):
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_fmt_attr(x)}" for k, x in v.items()) + "}"
     if isinstance(v, np.ndarray):
         return f"array{list(v.shape)}"
     if isinstance(v, (list, tuple)):
