@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .cost import HOST, DeviceCosts
 from .graph import Function, Node
 from .ir import IRFunction
 
@@ -137,6 +138,21 @@ class Backend(abc.ABC):
     def memory_capacity(self) -> int | None:
         """Bytes of activation memory the device has, or None for no limit."""
         return None
+
+    def fallback_backends(self) -> list:
+        """Backends (names, ``module:attr`` specs or instances, in priority order) that run what this one
+        refuses when a model is compiled for it alone: ``compile(model, backend=self)`` then partitions the model
+        over ``[self, *fallback_backends()]`` with a notice naming the nodes moved, instead of failing. The
+        ``fallback=`` compile option overrides it (``fallback=False``: refuse). Default: none."""
+        return []
+
+    def cost_model(self) -> DeviceCosts:
+        """How fast the device computes and what moving a value between host memory and the device costs
+        (``glow_core.cost.DeviceCosts``). The partitioner returns a small island of nodes to the neighbouring
+        backend when moving its inputs and outputs here and computing here would take longer than computing
+        there. Default: a device computing in host memory (``glow_core.cost.HOST``: moving values is free, so
+        nothing returns); an accelerator states its figures (``glow_core.cost.ACCELERATOR`` is a PCIe card's)."""
+        return HOST
 
     def known_failures(self) -> list[tuple[str, str]]:
         """Conformance case patterns (fnmatch) expected to fail, each with its reason: they become strict xfails."""

@@ -44,7 +44,7 @@ def cmd_backends(args):
 
 def cmd_run(args):
     from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend)
+    cm = glow_compile(args.model, _backends(args.backend))
     inputs = _parse_inputs(args.input, cm) if args.input else _random_inputs(cm)
     outs = cm.run(inputs)
     os.makedirs(args.output_dir, exist_ok=True)
@@ -68,6 +68,27 @@ def cmd_dump(args):
         with open(args.dot, "w") as f:
             f.write(cm.last.graph.to_dot())
         print(f"wrote {args.dot}")
+
+
+def _backends(spec: str):
+    """``--backend a,b``: one backend, or a list in priority order (the model is partitioned across them)."""
+    names = [b.strip() for b in spec.split(",")]
+    if not all(names):
+        raise GlowError(f"--backend {spec!r}: give backend names separated by commas, e.g. 'acme_npu,cpu'")
+    return names if len(names) > 1 else names[0]
+
+
+def cmd_partition(args):
+    from .api import compile as glow_compile
+    cm = glow_compile(args.model, _backends(args.backend))
+    if cm.last is None:
+        raise GlowError("the model has symbolic or value-dependent input shapes; partitioning needs static shapes")
+    report = cm.placement()
+    print(report)
+    if args.dot:
+        with open(args.dot, "w") as f:
+            f.write(report.to_dot())
+        print(f"\nwrote {args.dot}")
 
 
 def cmd_demo(args):
@@ -115,7 +136,7 @@ def build_parser():
     sub.add_parser("backends", help="list the discovered backends")
     r = sub.add_parser("run", help="run a model and write each output as DIR/<name>.npy")
     r.add_argument("model")
-    r.add_argument("--backend", default="interpreter")
+    r.add_argument("--backend", default="interpreter", help="a backend, or B1,B2,... to partition across them")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", default=".")
     d = sub.add_parser("dump", help="print the optimized graph and/or low-level IR")
@@ -132,6 +153,16 @@ def build_parser():
     c.add_argument("--emit-bundle", metavar="DIR")
     c.add_argument("--bundle-name", default="model")
     c.add_argument("--target", metavar="CPU", help="target CPU for the bundle (-march=CPU)")
+    pt = sub.add_parser("partition", help="show where each node of a model runs across backends, and why",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Partition MODEL across backends in priority order and print the partitions "
+                                    "(backend, nodes, FLOPs, bytes in and out) and, for every node not on the first "
+                                    "backend, why, grouped by reason.",
+                        epilog="example:\n  glowc partition resnet.onnx --backend acme_npu,cpu --dot placement.dot")
+    pt.add_argument("model")
+    pt.add_argument("--backend", required=True, metavar="B1,B2,...",
+                    help="backends in priority order (names or module:attr specs), comma-separated")
+    pt.add_argument("--dot", metavar="FILE", help="write the graph, coloured by partition, as Graphviz")
     cf = sub.add_parser("conformance", help="run the conformance suite (extra args go to pytest)")
     cf.add_argument("--backend", required=True)
     return p
@@ -148,7 +179,7 @@ def main(argv=None):
             cmd_conformance(args, rest)
         else:
             {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
-             "compile": cmd_compile}[args.cmd](args)
+             "compile": cmd_compile, "partition": cmd_partition}[args.cmd](args)
     except GlowError as e:
         if args.traceback:
             raise

@@ -49,3 +49,7 @@ class NeedsSpecialization(ImportError_):
     def __init__(self, message: str, inputs: set[str]):
         super().__init__(message)
         self.inputs = inputs
+
+
+class RequestRefused(GlowError):
+    """The runtime refused a request at once: its queue is full (``max_queue``) or the host is closed."""

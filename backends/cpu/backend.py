@@ -41,6 +41,10 @@ class CPUBackend(Backend):
             return node_info.attrs.get("reduction", "none") == "none"
         return node_info.op in BYTE_OPS
 
+    def fallback_backends(self) -> list:
+        """Extended ops (TopK, RoiAlign, GridSample, ...) have no C kernels: they run on the interpreter."""
+        return ["interpreter"]
+
     @staticmethod
     def _threads(options) -> int:
         n = options.get("num_threads")
