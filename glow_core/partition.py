@@ -157,8 +157,20 @@ class Partitioning:
         old, fn.nodes = fn.nodes, []
         remap: dict[int, Value] = {}
         units: list[Unit] = []
+        seen: set[str] = set()
+
+        def unique(n: Node) -> Node:  # the report, transfers and backends' refusals name nodes: one name each
+            base, k = n.name or n.op, 0
+            n.name = base
+            while n.name in seen:
+                k += 1
+                n.name = f"{base}__{k}"
+            seen.add(n.name)
+            return n
+
         for n in old:
             n.inputs = [None if v is None else remap.get(v.id, v) for v in n.inputs]
+            unique(n)
             d = None if is_primitive(n.op) else get_op(n.op)
             if d is not None and not d.is_extended:
                 keeper, _ = self._choose(n, n, self._forced(n.name, n.op), whole=True)
@@ -168,7 +180,8 @@ class Partitioning:
                     remap.update((a.id, b) for a, b in zip(n.outputs, outs))
                     forced = self._forced(n.name, n.op)
                     for m in fn.nodes[start:]:
-                        units.append(self._place_unit(m, n, forced if forced is not None else self._forced(m.op)))
+                        units.append(self._place_unit(unique(m), n, forced if forced is not None
+                                                      else self._forced(m.op)))
                     continue
                 fn.nodes.append(n)
                 units.append(keeper)
@@ -182,13 +195,6 @@ class Partitioning:
                             f"of the model; give a node name, an op type (e.g. 'Softmax') or a primitive (e.g. 'add')")
         dce(fn)
         live = {id(n) for n in fn.nodes}
-        seen: set[str] = set()
-        for n in fn.nodes:  # unique names: the report, the dot file and transfers refer to nodes by name
-            base, k = n.name or n.op, 0
-            while n.name in seen or not n.name:
-                k += 1
-                n.name = f"{base}__{k}"
-            seen.add(n.name)
         return [u for u in units if id(u.node) in live]
 
     def _choose(self, n: Node, origin: Node, forced: int | None, whole: bool):
