@@ -57,16 +57,20 @@ def cmd_run(args):
 
 def cmd_dump(args):
     from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend)
+    cm = glow_compile(args.model, _backends(args.backend))
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
-    if args.graph or not (args.ir or args.dot):
-        print(cm.last.graph.dump())
-    if args.ir:
-        print(cm.last.ir.dump())
+    parts = getattr(cm.last, "parts", None)
+    for i, res in enumerate(parts or [cm.last]):
+        if parts:
+            print(f"# partition {i}: {cm.last.plan.names[cm.last.plan.partitions[i].backend]}")
+        if args.graph or not (args.ir or args.dot):
+            print(res.graph.dump())
+        if args.ir:
+            print(res.ir.dump())
     if args.dot:
         with open(args.dot, "w") as f:
-            f.write(cm.last.graph.to_dot())
+            f.write(cm.placement().to_dot() if parts else cm.last.graph.to_dot())
         print(f"wrote {args.dot}")
 
 
@@ -111,6 +115,9 @@ def cmd_compile(args):
     cm = glow_compile(args.model, args.backend, **({"target_cpu": args.target} if args.target else {}))
     if cm.last is None:
         raise GlowError("the model has symbolic input shapes; bundles need static shapes")
+    if cm.ir is None:
+        raise GlowError(f"backend '{args.backend}' does not run every node of the model (glowc partition shows "
+                        f"which and why); a bundle needs the whole model on one backend")
     if args.emit_bundle:
         files = cm.backend.emit_bundle(cm.last.ir, args.emit_bundle,
                                        {"bundle_name": args.bundle_name, **cm.options,
