@@ -238,7 +238,7 @@ class Partitioning:
     def _why_not(self, b: Backend, info: NodeInfo, answer) -> tuple[str, str]:
         """(reason, detail) of backend ``b`` refusing ``info``: a dtype refusal when it runs the op with another
         dtype, an op refusal otherwise; the detail carries the backend's own reason when it gave one."""
-        key = (b.name, info.op, info.in_dtypes, info.out_dtypes)
+        key = (id(b), info.op, info.in_dtypes, info.out_dtypes)
         if key not in self._refusals:
             main = (info.in_dtypes or info.out_dtypes or ("",))[0]
             kind = "op-refused"

@@ -13,7 +13,8 @@ priority=0)`` returns a ``concurrent.futures.Future``:
 * a running request's partitions run as soon as their inputs exist, each on the least busy device holding it, so
   independent partitions and consecutive requests overlap across devices;
 * an unknown network, bad inputs, a network evicted while the request waited, a device error or a closed host
-  end the future with a ``GlowError``: a request never hangs.
+  end the future with a ``GlowError``: a request never hangs. A waiting request can be cancelled
+  (``future.cancel()``); a running one cannot.
 
 Every state change happens under one lock; devices are called and futures resolved after it is released.
 """
@@ -191,7 +192,7 @@ class Host:
         self._queue: list = []  # heap of (priority, arrival, request)
         self._arrival = itertools.count()
         self._active = 0
-        self._counts = {"completed": 0, "failed": 0, "refused": 0}
+        self._counts = {"completed": 0, "failed": 0, "refused": 0, "cancelled": 0}
         self._closed = False
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -306,6 +307,9 @@ class Host:
         actions = []
         while self._queue and self._active < self.max_active_requests:
             req = heapq.heappop(self._queue)[2]
+            if not req.future.set_running_or_notify_cancel():  # cancelled while it waited
+                self._counts["cancelled"] += 1
+                continue
             net = req.net
             self._active += 1
             net.active += 1
@@ -327,6 +331,8 @@ class Host:
         for a in actions:
             if len(a) == 2:
                 fut, value = a
+                if fut.cancelled():  # a waiting request the caller cancelled
+                    continue
                 if isinstance(value, BaseException):
                     fut.set_exception(value)
                 else:
@@ -402,7 +408,7 @@ class Host:
         with self._lock:
             out = {"queue_depth": len(self._queue), "active_requests": self._active,
                    "completed_requests": self._counts["completed"], "failed_requests": self._counts["failed"],
-                   "refused_requests": self._counts["refused"],
+                   "refused_requests": self._counts["refused"], "cancelled_requests": self._counts["cancelled"],
                    "networks": {n: {"partitions": len(net.parts), "active": net.active}
                                 for n, net in self._networks.items()}}
             devices = list(self.devices)

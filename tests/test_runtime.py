@@ -113,6 +113,24 @@ def test_priorities_under_load(net):
         assert order == sorted(order), "requests must run by priority (lower first), then arrival"
 
 
+def test_a_waiting_request_can_be_cancelled(net):
+    m, xs, want = net
+    gate = threading.Event()
+    with gated_host(gate, max_active_requests=1, max_queue=8) as h:
+        h.add_network("resnet", m)
+        running = h.run("resnet", {"input": xs[0]})
+        waiting = [h.run("resnet", {"input": xs[i]}) for i in range(1, 4)]
+        assert not running.cancel(), "a running request cannot be cancelled"
+        assert waiting[1].cancel()
+        gate.set()
+        check(running.result(T), want[0])
+        check(waiting[0].result(T), want[1])
+        check(waiting[2].result(T), want[3])
+        s = h.stats()
+        assert (s["completed_requests"], s["cancelled_requests"]) == (3, 1)
+        assert s["devices"]["cpu0"]["runs"] == 3
+
+
 def test_max_queue_refuses_at_once(net):
     m, xs, want = net
     gate = threading.Event()
