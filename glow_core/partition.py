@@ -42,7 +42,7 @@ from .errors import GlowError, UnsupportedOpError
 from .graph import Function, Node, Value
 from .memory import ALIGNMENT, align_up
 from .ops.registry import get_op, is_primitive
-from .passes.basic import dce
+from .passes import run_pipeline
 from .placement import REASONS, NodePlacement, PartitionInfo, PlacementReport
 
 #: dtypes tried when classifying a refusal (does the backend run this op with another dtype?)
@@ -193,7 +193,7 @@ class Partitioning:
         if unused:
             raise GlowError(f"force: {', '.join(map(repr, sorted(unused)))} names no node, ONNX op type or primitive "
                             f"of the model; give a node name, an op type (e.g. 'Softmax') or a primitive (e.g. 'add')")
-        dce(fn)
+        run_pipeline(fn, ("dce",))  # a lowering may leave outputs nobody reads
         live = {id(n) for n in fn.nodes}
         return [u for u in units if id(u.node) in live]
 
