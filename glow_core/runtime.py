@@ -192,6 +192,7 @@ class Host:
         self._queue: list = []  # heap of (priority, arrival, request)
         self._arrival = itertools.count()
         self._active = 0
+        self._outstanding: dict[DeviceManager, int] = {}  # runs given to each device and not finished
         self._counts = {"completed": 0, "failed": 0, "refused": 0, "cancelled": 0}
         self._closed = False
         self._lock = threading.Lock()
@@ -316,14 +317,16 @@ class Host:
             req.env = dict(req.inputs)
             req.waiting = [len(p.deps) for p in net.parts]
             req.left = len(net.parts)
-            if not net.parts:
-                actions += self._finish(req, None)
+            if not net.parts:  # every output is an input or a constant
+                actions += self._finish(req, gather_outputs(net.outputs, req.env, req.inputs))
             actions += [self._submission(req, i) for i, p in enumerate(net.parts) if not p.deps]
         return actions
 
     def _submission(self, req: _Request, i: int):
+        """A run of partition ``i`` on the device holding it with the fewest runs outstanding (lock held)."""
         p = req.net.parts[i]
-        device = min(p.devices, key=lambda d: d.pending)
+        device = min(p.devices, key=lambda d: self._outstanding.get(d, 0))
+        self._outstanding[device] = self._outstanding.get(device, 0) + 1
         return (device, p.key, {ph: req.env[src] for ph, src in p.feeds}, req, i)
 
     def _act(self, actions):
@@ -345,10 +348,11 @@ class Host:
                     f = Future()
                     f.set_exception(GlowError(f"device {device.name} refused a run of '{key}': "
                                               f"{type(e).__name__}: {e}"))
-                f.add_done_callback(lambda f, req=req, i=i: self._done(req, i, f))
+                f.add_done_callback(lambda f, req=req, i=i, device=device: self._done(req, i, device, f))
 
-    def _done(self, req: _Request, i: int, f: Future):
+    def _done(self, req: _Request, i: int, device: DeviceManager, f: Future):
         with self._lock:
+            self._outstanding[device] -= 1
             if req.finished:
                 return
             err = f.exception()

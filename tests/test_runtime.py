@@ -272,3 +272,17 @@ def test_add_network_needs_room(net):
         h.add_network("resnet", m)
         assert tight.memory_used() == 0 and roomy.memory_used() > 0
         check(h.run("resnet", {"input": xs[3]}).result(T), want[3])
+
+
+def test_network_without_nodes():
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "id",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with Host() as h:
+        h.add_device("cpu", num_threads=1)
+        assert h.add_network("id", m).partitions == []
+        x = np.array([1, 2], np.float32)
+        y = h.run("id", {"x": x}).result(T)["y"]
+        np.testing.assert_array_equal(y, x)
+        assert not np.shares_memory(x, y)
