@@ -441,3 +441,19 @@ def test_glowc_partition(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["partition", "--help"])
     assert "example:" in capsys.readouterr().out
+
+
+def test_glowc_run_and_dump_across_backends(tmp_path, capsys):
+    m = models.cnn(seed=4)
+    path = tmp_path / "cnn.onnx"
+    onnx.save(m, path)
+    x = feeds(m)
+    np.save(tmp_path / "x.npy", x["input"])
+    assert cli.main(["run", str(path), "--backend", "glow_conformance.subset:conv_matmul_add,cpu",
+                     "--input", f"input={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "out")]) == 0
+    got = np.load(tmp_path / "out" / "output.npy")
+    compare(got, glow_core.compile(m, "interpreter").run(x)["output"], "model", "glowc run", rerun="")
+    capsys.readouterr()
+    assert cli.main(["dump", str(path), "--backend", "glow_conformance.subset:conv_matmul_add,cpu", "--ir"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("# partition ") >= 2 and "# partition 0: cma_npu" in out and "code {" in out
