@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -185,8 +186,11 @@ def main(argv=None):
         if args.cmd == "conformance":
             cmd_conformance(args, rest)
         else:
-            {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
-             "compile": cmd_compile, "partition": cmd_partition}[args.cmd](args)
+            with warnings.catch_warnings():  # notices (FallbackWarning) on one line each, like errors
+                warnings.showwarning = lambda message, category, *_, **__: print(
+                    f"glowc: {category.__name__}: {message}", file=sys.stderr)
+                {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
+                 "compile": cmd_compile, "partition": cmd_partition}[args.cmd](args)
     except GlowError as e:
         if args.traceback:
             raise
