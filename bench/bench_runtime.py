@@ -3,9 +3,10 @@ against two, every device at one thread (ctypes releases the GIL during the gene
 truly in parallel on two cores).
 
 Both hosts live in one process and take turns, ``--rounds`` times: each round sends ``--requests`` requests to one
-host, waits for all, then the same to the other. Reported: the median wall time per batch for each, the ratio of
-medians (throughput of 2 devices / 1 device), the spread, per-device busy time and runs, and the machine's load
-average before and after (other processes share the cores: read the ratio with it).
+host, waits for all, then the same to the other. Reported: the median wall time per batch for each, the ratio
+of medians (throughput of 2 devices / 1 device), the spread, per-device busy time and runs, the cores the
+process used (CPU time / wall time) and the machine's load average before and after (other processes share
+the cores: read the ratio with them).
 
     python bench/bench_runtime.py [--rounds 9] [--requests 64] [--size 32] [--active 4] [--json FILE]
 """
@@ -26,11 +27,12 @@ from glow_core.runtime import Host
 
 
 def batch(host, x, n):
-    t0 = time.perf_counter()
+    """Wall and process CPU seconds for ``n`` requests sent at once."""
+    t0, c0 = time.perf_counter(), time.process_time()
     futs = [host.run("resnet", {"input": x}) for _ in range(n)]
     for f in futs:
         f.result(600)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main(argv=None):
@@ -55,9 +57,12 @@ def main(argv=None):
         hosts[n] = h
     load0 = os.getloadavg()
     times = {1: [], 2: []}
+    cpu = {1: [], 2: []}
     for _ in range(args.rounds):
         for n in (1, 2):
-            times[n].append(batch(hosts[n], x, args.requests))
+            wall, used = batch(hosts[n], x, args.requests)
+            times[n].append(wall)
+            cpu[n].append(used / wall)
     load1 = os.getloadavg()
     med = {n: statistics.median(t) for n, t in times.items()}
     result = {
@@ -65,6 +70,7 @@ def main(argv=None):
         "max_active_requests": args.active, "cpu_count": os.cpu_count(),
         "median_s": med, "min_s": {n: min(t) for n, t in times.items()}, "max_s": {n: max(t) for n, t in times.items()},
         "throughput_rps": {n: args.requests / m for n, m in med.items()}, "ratio_2_over_1": med[1] / med[2],
+        "cores_used_median": {n: statistics.median(c) for n, c in cpu.items()},
         "load_avg_before": load0, "load_avg_after": load1,
         "devices": {n: h.stats()["devices"] for n, h in hosts.items()},
     }
@@ -75,7 +81,7 @@ def main(argv=None):
     for n in (1, 2):
         print(f"  {n} cpu device(s) x 1 thread: median {med[n] * 1e3:8.1f} ms per batch "
               f"(min {min(times[n]) * 1e3:.1f}, max {max(times[n]) * 1e3:.1f}), "
-              f"{args.requests / med[n]:.0f} requests/s")
+              f"{args.requests / med[n]:.0f} requests/s, process CPU / wall {statistics.median(cpu[n]):.2f}")
     print(f"  throughput ratio 2 devices / 1 device (ratio of medians): {result['ratio_2_over_1']:.2f}")
     print(f"  load average (1, 5, 15 min) before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, "
           f"after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
