@@ -193,6 +193,7 @@ class Host:
         self._arrival = itertools.count()
         self._active = 0
         self._outstanding: dict[DeviceManager, int] = {}  # runs given to each device and not finished
+        self._running: set[_Request] = set()
         self._counts = {"completed": 0, "failed": 0, "refused": 0, "cancelled": 0}
         self._closed = False
         self._lock = threading.Lock()
@@ -313,6 +314,7 @@ class Host:
                 continue
             net = req.net
             self._active += 1
+            self._running.add(req)
             net.active += 1
             req.env = dict(req.inputs)
             req.waiting = [len(p.deps) for p in net.parts]
@@ -374,6 +376,7 @@ class Host:
         """End an active request (lock held): free its slot, unload an evicted network's last use, start more."""
         req.finished = True
         req.env = {}
+        self._running.discard(req)
         self._active -= 1
         req.net.active -= 1
         self._counts["failed" if isinstance(value, BaseException) else "completed"] += 1
@@ -422,8 +425,8 @@ class Host:
         return out
 
     def close(self, timeout: float | None = 60.0):
-        """Refuse new requests, end the waiting ones with a GlowError, let the running ones finish (up to
-        ``timeout`` seconds), then stop the devices. Safe to call twice."""
+        """Refuse new requests, end the waiting ones with a GlowError, let the running ones finish (those still
+        running after ``timeout`` seconds end with a GlowError), then stop the devices. Safe to call twice."""
         with self._lock:
             self._closed = True
             gone = [r for _, _, r in self._queue]
@@ -433,6 +436,11 @@ class Host:
         self._act(actions)
         with self._lock:
             self._idle.wait_for(lambda: self._active == 0, timeout)
+            actions = []
+            for req in list(self._running):
+                actions += self._finish(req, GlowError(f"the host was closed while the request ran (still running "
+                                                       f"after {timeout} s)"))
             devices, self.devices = list(self.devices), []
+        self._act(actions)
         for d in devices:
             d.close(timeout)

@@ -256,6 +256,20 @@ def test_unknown_network_bad_inputs_and_close(net):
     h.close()  # twice is fine
 
 
+def test_close_ends_requests_stuck_on_a_device(net):
+    m, xs, want = net
+    gate = threading.Event()  # never opened before close: the device is stuck
+    h = gated_host(gate, max_active_requests=1)
+    try:
+        h.add_network("resnet", m)
+        stuck = h.run("resnet", {"input": xs[0]})
+        h.close(timeout=0.5)
+        with pytest.raises(GlowError, match="closed while the request ran"):
+            stuck.result(T)
+    finally:
+        gate.set()
+
+
 def test_add_network_needs_room(net):
     m, xs, want = net
     with Host() as h:
