@@ -8,8 +8,7 @@ float32 only (``glowc partition MODEL --backend glow_conformance.subset:conv_mat
 """
 from __future__ import annotations
 
-from glow_core.backend import Backend, Unsupported
-from glow_core.cost import ACCELERATOR
+from glow_core.backend import ACCELERATOR, Backend, Unsupported
 from glow_cpu.backend import CPUBackend
 
 
@@ -65,6 +64,6 @@ class SubsetBackend(Backend):
 
 def conv_matmul_add() -> SubsetBackend:
     """'cma_npu': claims conv, matmul and add in float32, runs them with the cpu backend's generated C, and
-    declares an accelerator's cost model (glow_core.cost.ACCELERATOR) so that tiny islands return to the host."""
+    declares an accelerator's cost model (glow_core.backend.ACCELERATOR) so that tiny islands return to the host."""
     return SubsetBackend(CPUBackend(), ops=("conv", "matmul", "add"), dtypes=("float32",), name="cma_npu",
                          costs=ACCELERATOR)

@@ -15,12 +15,12 @@ import zlib
 
 import numpy as np
 
-from glow_core import models as core_models
+from glow_core import example_models as core_models
 from glow_core.api import plan_partitions
-from glow_core.cost import DeviceCosts
+from glow_core.backend import DeviceCosts
+from glow_core.discovery import get_backend
 from glow_core.errors import UnsupportedOpError
 from glow_core.ops.registry import get_op, is_primitive
-from glow_core.registry import get_backend
 
 from . import models as M
 from .cases import Case, CaseFailure

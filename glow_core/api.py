@@ -28,8 +28,10 @@ from .lower import lower
 from .partition import PartitionedFunction, Partitioning, SplitNeeded, feeds_of, output_sources, single_report
 from .passes import run_pipeline
 from .placement import PlacementReport
-from .registry import get_backend
+from .discovery import get_backend
+from .torch_import import is_torch_model, to_onnx
 from .types import dtype
+from .verify import verify_function
 
 POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 
@@ -169,7 +171,7 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     if options.get("optimize", True):
         stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
     fn.toposort()
-    fn.verify()
+    verify_function(fn)
     answers = [(n, backend.is_op_supported(NodeInfo.of(n))) for n in fn.nodes]
     bad = [(n, a) for n, a in answers if not a]
     if bad:
@@ -240,6 +242,9 @@ class CompiledModel:
     """A model compiled for one backend; call ``run(inputs)`` (or the object) with numpy arrays by name."""
 
     def __init__(self, model, backend="interpreter", **options):
+        example_inputs = options.pop("example_inputs", None)
+        if example_inputs is not None or is_torch_model(model):
+            model = to_onnx(model, example_inputs)
         self.model, _ = load_model(model)
         self.backends = [get_backend(b) for b in (backend if isinstance(backend, (list, tuple)) else [backend])]
         if not self.backends:
@@ -326,6 +331,9 @@ class CompiledModel:
 
 
 def compile(model, backend: str | Backend = "interpreter", **options) -> CompiledModel:  # noqa: A001
-    """Compile ``model`` (a path, bytes or onnx.ModelProto) for ``backend`` (or a list of backends in priority
-    order, partitioning the model across them); returns a CompiledModel."""
+    """Compile ``model`` for ``backend`` (or a list of backends in priority order, partitioning the model across
+    them); returns a CompiledModel.
+
+    ``model`` is an ONNX model (a path, bytes or onnx.ModelProto), or a torch.nn.Module with
+    ``example_inputs=(x, ...)`` (or a torch.export.ExportedProgram), exported with torch.onnx.export first."""
     return CompiledModel(model, backend, **options)

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from .cost import HOST, DeviceCosts
+from .errors import BackendError
 from .graph import Function, Node
 from .ir import IRFunction
+from .passes import DEFAULT_PIPELINE
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,51 @@ def refusal_reason(answer, default: str = "") -> str:
     return answer.reason if isinstance(answer, Unsupported) and answer.reason else default
 
 
+
+@dataclass(frozen=True)
+class DeviceCosts:
+    """A device as the partitioner's cost model sees it (``Backend.cost_model()``).
+
+    ``flops_per_second``: sustained compute rate. ``link_bytes_per_second`` and ``transfer_latency``: the
+    host <-> device link, per value moved (a device that computes in host memory, like the CPU backend, has an
+    infinite link and no latency: moving a value to it is free)."""
+
+    flops_per_second: float
+    link_bytes_per_second: float = float("inf")
+    transfer_latency: float = 0.0
+
+    def compute_seconds(self, flops: int) -> float:
+        """Estimated time to compute ``flops`` on this device."""
+        return flops / self.flops_per_second
+
+    def transfer_seconds(self, nbytes: int, values: int) -> float:
+        """Estimated time to move ``values`` tensors of ``nbytes`` bytes in total across the link."""
+        return values * self.transfer_latency + nbytes / self.link_bytes_per_second
+
+
+#: The default cost model: a device that computes in host memory (10 GFLOP/s, moving a value to it is free), so
+#: the partitioner never returns an island from it: without figures, everything the device claims is offloaded.
+HOST = DeviceCosts(flops_per_second=1e10)
+
+#: Figures for an accelerator card on a PCIe-class link (100 GFLOP/s, 10 GB/s, 10 microseconds per transfer): a
+#: starting point for a vendor's ``cost_model()``.
+ACCELERATOR = DeviceCosts(flops_per_second=1e11, link_bytes_per_second=1e10, transfer_latency=1e-5)
+
 class CompiledFunction(abc.ABC):
     """A function compiled for one backend; ``execute`` maps input arrays by name to output arrays by name."""
 
     @abc.abstractmethod
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once. Inputs are already checked against the function's types by the caller."""
+
+    def execute_timed(self, inputs: dict[str, np.ndarray]) -> "tuple[dict[str, np.ndarray], list] | None":
+        """Run once like ``execute`` and time every instruction: returns ``(outputs, timings)``, ``timings`` a
+        list of ``(instr, start, seconds)`` in execution order (``instr`` an ``ir.Instr``; ``start`` in seconds
+        from the run's start, both from ``time.perf_counter`` or a device clock converted to seconds). ``glowc
+        bench`` builds its per-op-kind table from it, traces their per-instruction events. Default None: this
+        backend cannot time single instructions (a backend that runs the whole function in one native call
+        needs instrumented code for it)."""
+        return None
 
     def memory_regions(self) -> "dict[str, bytearray | np.ndarray] | None":
         """The device memory this function runs in, for observability: ``{"mutable": ..., "activation": ...}``
@@ -122,7 +162,6 @@ class Backend(abc.ABC):
 
     def optimization_pipeline(self) -> list[str]:
         """Names of the graph passes to run (see ``glow_core.passes.PASSES``), in order."""
-        from .passes import DEFAULT_PIPELINE
         return list(DEFAULT_PIPELINE)
 
     def scratch_bytes(self, instr) -> int:
@@ -148,10 +187,10 @@ class Backend(abc.ABC):
 
     def cost_model(self) -> DeviceCosts:
         """How fast the device computes and what moving a value between host memory and the device costs
-        (``glow_core.cost.DeviceCosts``). The partitioner returns a small island of nodes to the neighbouring
+        (``DeviceCosts``). The partitioner returns a small island of nodes to the neighbouring
         backend when moving its inputs and outputs here and computing here would take longer than computing
-        there. Default: a device computing in host memory (``glow_core.cost.HOST``: moving values is free, so
-        nothing returns); an accelerator states its figures (``glow_core.cost.ACCELERATOR`` is a PCIe card's)."""
+        there. Default: a device computing in host memory (``HOST``: moving values is free, so nothing
+        returns); an accelerator states its figures (``ACCELERATOR`` is a PCIe card's)."""
         return HOST
 
     def known_failures(self) -> list[tuple[str, str]]:
@@ -160,5 +199,4 @@ class Backend(abc.ABC):
 
     def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
         """Write a standalone bundle for ``function`` into ``out_dir``; returns the files written."""
-        from .errors import BackendError
         raise BackendError(f"backend '{self.name}' cannot emit bundles")

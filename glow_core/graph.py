@@ -1,9 +1,18 @@
-"""The high-level graph IR: typed SSA values, nodes, constants and placeholders.
+"""The high-level graph IR: typed SSA values, nodes, constants and placeholders (data only).
 
 A ``Function`` holds placeholders (its inputs), constants (weights), nodes in
 topological order and its outputs. A node's op is a high-level op (an ONNX op
 type such as ``"Conv"``) or a primitive (lower case, such as ``"conv"``); the
-registry in ``glow_core.ops`` describes both.
+registry in ``glow_core.ops`` describes both (``glow_core.verify`` checks a
+function against it).
+
+Control-flow nodes (If, Loop, Scan, ...) hold their subgraph bodies as
+``Function`` attributes. A body is closed: its inputs are its formal inputs
+followed by the outer-scope values it reads (*captures*), which the node takes
+as extra inputs, named in its ``OUTER`` attribute, so every dependency is an
+edge of the graph. In a body, a value whose type depends on values bound only
+when the body is inlined (a loop's iteration number used as a shape operand)
+has type None.
 """
 from __future__ import annotations
 
@@ -17,6 +26,14 @@ from .errors import VerifyError
 from .types import TensorType, tensor_type_of
 
 _ids = itertools.count()
+
+OUTER = "_outer"  # attribute of a node with subgraph bodies: the outer-scope names appended to its inputs
+
+
+def split_outer(inputs, attrs: dict) -> tuple[list, list]:
+    """(declared inputs, captured outer-scope values) of a node with subgraph bodies."""
+    k = len(attrs.get(OUTER) or [])
+    return (list(inputs[:len(inputs) - k]), list(inputs[len(inputs) - k:])) if k else (list(inputs), [])
 
 
 class Value:
@@ -50,7 +67,7 @@ class Value:
         return self.kind == "constant"
 
     def __repr__(self) -> str:
-        return f"%{self.name}: {self.type}"
+        return f"%{self.name}: {self.type if self.type is not None else '?'}"
 
 
 @dataclass(eq=False)
@@ -80,6 +97,9 @@ class Function:
         self.output_names: list[str] = []
         self.nodes: list[Node] = []
         self._names: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"<Function {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
 
     # -- construction -------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
@@ -170,40 +190,16 @@ class Function:
                     order.append(node)
         self.nodes = order
 
-    def verify(self):
-        """Check SSA form, definitions before uses, and every node's types against its rule."""
-        from .ops.registry import infer_types
-
-        defined = {v.id for v in self.inputs}
-        for n in self.nodes:
-            for i, v in enumerate(n.inputs):
-                if v is None or v.kind == "constant":
-                    continue
-                if v.id not in defined:
-                    raise VerifyError(f"node '{n.name}' ({n.op}) input {i} '%{v.name}' is used before it is defined")
-            expected = infer_types(n.op, [v.type if v is not None else None for v in n.inputs], n.attrs, node=n)
-            got = [v.type for v in n.outputs]
-            if expected is not None and [(t.dtype, t.shape) for t in expected] != [(t.dtype, t.shape) for t in got]:
-                raise VerifyError(f"node '{n.name}' ({n.op}) has output types {[str(t) for t in got]} "
-                                  f"but its rule gives {[str(t) for t in expected]}")
-            for v in n.outputs:
-                if v.id in defined:
-                    raise VerifyError(f"value '%{v.name}' is defined twice (node '{n.name}')")
-                defined.add(v.id)
-        for v in self.outputs:
-            if v.kind != "constant" and v.id not in defined:
-                raise VerifyError(f"function output '%{v.name}' is never defined")
-
     def dump(self) -> str:
         """A readable text form of the graph."""
         lines = [f"function {self.name}"]
         for v in self.inputs:
-            lines.append(f"  input %{v.name}: {v.type}")
+            lines.append(f"  input {v!r}")
         for v in self.constants():
-            lines.append(f"  const %{v.name}: {v.type}")
+            lines.append(f"  const {v!r}")
         for n in self.nodes:
             ins = ", ".join(f"%{v.name}" if v is not None else "-" for v in n.inputs)
-            outs = ", ".join(f"%{v.name}: {v.type}" for v in n.outputs)
+            outs = ", ".join(repr(v) for v in n.outputs)
             attrs = ", ".join(f"{k}={_fmt(v)}" for k, v in n.attrs.items())
             lines.append(f"  {outs} = {n.op}({ins})" + (f" {{{attrs}}}" if attrs else ""))
         for name, v in zip(self.output_names, self.outputs):
@@ -235,6 +231,8 @@ class Function:
 
 
 def _fmt(v):
+    if isinstance(v, Function):
+        return f"{{{v.dump()}}}".replace("\n", "\n    ")
     if isinstance(v, np.ndarray):
         return f"array{v.shape}"
     if isinstance(v, (list, tuple)) and len(v) > 8:

@@ -307,7 +307,7 @@ def share_buffers(irf: IRFunction) -> int:
         done = False
         for idx, ins in enumerate(code):
             p = get_primitive(ins.op)
-            if p is None or p.family != "elementwise" or len(ins.outs) != 1:
+            if p is None or not p.inplace or len(ins.outs) != 1:
                 continue
             out = ins.outs[0]
             # ``out`` must start its life here: after an earlier share it may also hold a value written before.

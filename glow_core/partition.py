@@ -37,8 +37,8 @@ import numpy as np
 
 from .backend import Backend, CompiledFunction, NodeInfo, refusal_reason
 from .builder import lower_node
-from .cost import node_flops
 from .errors import GlowError, UnsupportedOpError
+from .flops import node_flops as primitive_flops
 from .graph import Function, Node, Value
 from .memory import ALIGNMENT, align_up
 from .ops.registry import get_op, is_primitive
@@ -530,6 +530,22 @@ class Partitioning:
         outputs = {nm: index.get(id(v.producer)) for nm, v in zip(self.fn.output_names, self.fn.outputs)
                    if v.producer is not None}
         return PlacementReport(model_name or self.fn.name, self.names, infos, nodes, edges, inputs, outputs)
+
+
+def node_flops(node: Node) -> int:
+    """FLOPs of a node of the placement graph (``glow_core.flops`` conventions): a primitive by its family's
+    rule, a high-level node kept whole by its lowering (on a scratch function), and 0 for what has no rule (an
+    extended op such as TopK): unknown work is not guessed, so the cost model never moves it for its FLOPs."""
+    if is_primitive(node.op):
+        return primitive_flops(node) or 0
+    d = get_op(node.op)
+    if d is None or d.is_extended:
+        return 0
+    scratch = Function("flops")
+    ins = [v if (v is None or v.is_const) else scratch.add_input(v.name, v.type) for v in node.inputs]
+    lower_node(scratch, Node(node.op, ins, node.attrs, [], node.name, node.opset), fold=True,
+               n_outputs=len(node.outputs))
+    return sum(node_flops(n) for n in scratch.nodes)
 
 
 def _bits(mask: int):

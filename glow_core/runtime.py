@@ -34,7 +34,7 @@ from .errors import GlowError, MemoryLimitError, RequestRefused
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, load_model, shape_operand_inputs
 from .partition import feeds_of, gather_outputs, output_sources
-from .registry import get_backend
+from .discovery import get_backend
 
 
 class DeviceManager:

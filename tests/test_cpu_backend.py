@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
-from glow_core import models
+from glow_core import example_models
 from glow_core.errors import GlowError, UnsupportedOpError
 from glow_cpu import toolchain
 
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
                                 and not os.environ.get("CC"), reason="no C compiler")
 
 EXAMPLES = {
-    "cnn": (lambda: models.cnn(seed=3), "input", (1, 3, 28, 28), "output"),
-    "cnn_batch2": (lambda: models.cnn(seed=4, batch=2), "input", (2, 3, 28, 28), "output"),
-    "linear_sigmoid": (lambda: models.linear_sigmoid(seed=5), "input_1", (3, 10), "output_1"),
+    "cnn": (lambda: example_models.cnn(seed=3), "input", (1, 3, 28, 28), "output"),
+    "cnn_batch2": (lambda: example_models.cnn(seed=4, batch=2), "input", (2, 3, 28, 28), "output"),
+    "linear_sigmoid": (lambda: example_models.linear_sigmoid(seed=5), "input_1", (3, 10), "output_1"),
 }
 
 
@@ -72,7 +72,7 @@ def test_multithreaded_kernels_match_interpreter():
 
 def test_cached_recompile_runs_no_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOW_CACHE_DIR", str(tmp_path))
-    model = models.linear_sigmoid(seed=1)
+    model = example_models.linear_sigmoid(seed=1)
     x = np.random.default_rng(0).standard_normal((3, 10)).astype(np.float32)
     before = toolchain.COMPILER_RUNS
     first = glow_core.compile(model, "cpu", num_threads=1).run({"input_1": x})["output_1"]
@@ -92,12 +92,12 @@ def test_parallel_processes_share_an_empty_cache(tmp_path):
     cache.mkdir()
     x = np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    want = glow_core.compile(models.cnn(seed=7), "interpreter").run({"input": x})["output"]
+    want = glow_core.compile(example_models.cnn(seed=7), "interpreter").run({"input": x})["output"]
     script = textwrap.dedent(f"""
         import numpy as np, glow_core
-        from glow_core import models
+        from glow_core import example_models
         x = np.load({str(tmp_path / 'x.npy')!r})
-        out = glow_core.compile(models.cnn(seed=7), "cpu", num_threads=1).run({{"input": x}})["output"]
+        out = glow_core.compile(example_models.cnn(seed=7), "cpu", num_threads=1).run({{"input": x}})["output"]
         np.save(__import__("sys").argv[1], out)
     """)
     env = dict(os.environ, GLOW_CACHE_DIR=str(cache))
@@ -155,7 +155,7 @@ def test_hostile_names(tmp_path):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_cnn_bundle_builds_and_runs_without_python(tmp_path):
-    model = models.cnn(seed=3)
+    model = example_models.cnn(seed=3)
     onnx_path = tmp_path / "cnn.onnx"
     onnx_path.write_bytes(model.SerializeToString())
     out_dir = tmp_path / "bundle"

@@ -18,12 +18,13 @@ from onnx import TensorProto, helper, numpy_helper
 import glow_core
 from glow_conformance.checker import compare
 from glow_conformance.subset import SubsetBackend, conv_matmul_add
-from glow_core import cli, models
+from glow_core import cli
+from glow_core import example_models as models
 from glow_core.api import FallbackWarning, plan_partitions
 from glow_core.backend import Backend, CompiledFunction
-from glow_core.cost import ACCELERATOR
+from glow_core.backend import ACCELERATOR
 from glow_core.errors import GlowError, UnsupportedOpError
-from glow_core.registry import get_backend
+from glow_core.discovery import get_backend
 
 INTERP = get_backend("interpreter")
 
@@ -440,7 +441,7 @@ def test_glowc_partition(tmp_path, capsys):
     assert "comma" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["partition", "--help"])
-    assert "example:" in capsys.readouterr().out
+    assert "glowc partition resnet.onnx --backend acme_npu,cpu" in capsys.readouterr().out
 
 
 def test_glowc_run_and_dump_across_backends(tmp_path, capsys):

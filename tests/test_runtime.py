@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import glow_core
 from glow_conformance.checker import compare
-from glow_core import models
+from glow_core import example_models as models
 from glow_core.errors import GlowError, InputError, MemoryLimitError, RequestRefused
 from glow_core.runtime import DeviceManager, Host
 

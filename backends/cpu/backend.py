@@ -11,12 +11,8 @@ from . import toolchain
 from .bundle import write_bundle
 from .codegen import Codegen, prelude_text
 from .ctypes_map import supported
-from .storage_cast import ONE_BYTE_STORAGE
-
-#: Primitives that run on storage-only 1-byte types (data movement, select, and casts).
-BYTE_OPS = {"cast", "copy", "reshape", "transpose", "broadcast", "slice", "concat", "pad", "gather", "gather_nd",
-            "scatter_nd", "select", "bitcast"}
 from .runtime import CPUFunction
+from .storage_cast import ONE_BYTE_STORAGE
 
 
 class CPUBackend(Backend):
@@ -34,12 +30,13 @@ class CPUBackend(Backend):
         dts = node_info.in_dtypes + node_info.out_dtypes
         if all(supported(d) for d in dts):
             return True
-        # Storage-only 1-byte types: moved as bytes, and cast from or to with tables (see storage_cast.py).
+        # Storage-only 1-byte types: the movement primitives move them as bytes, casts use tables (see
+        # storage_cast.py).
         if not all(supported(d) or d in ONE_BYTE_STORAGE for d in dts):
             return False
         if node_info.op == "scatter_nd":
             return node_info.attrs.get("reduction", "none") == "none"
-        return node_info.op in BYTE_OPS
+        return p.movement
 
     def fallback_backends(self) -> list:
         """Extended ops (TopK, RoiAlign, GridSample, ...) have no C kernels: they run on the interpreter."""

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from .ctypes_map import INT_LIMITS, ctype
 
-_F = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
-      "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
-      "acosh": "acosh", "atanh": "atanh", "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "nearbyint"}
+#: Float primitives computed by one C math function (its double name; float compute adds the f suffix).
+C_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
+          "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
+          "acosh": "acosh", "atanh": "atanh", "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "nearbyint"}
 
-UNARY = set(_F) | {"neg", "abs", "sign", "reciprocal", "sigmoid", "isnan", "isinf", "not", "bitwise_not"}
+UNARY = set(C_MATH) | {"neg", "abs", "sign", "reciprocal", "sigmoid", "isnan", "isinf", "not", "bitwise_not"}
 BINARY = {"add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor", "bitwise_and", "bitwise_or",
           "bitwise_xor", "shl", "shr", "eq", "lt", "le", "gt", "ge", "mod"}
 
@@ -29,8 +30,8 @@ def unary(op, dt, a) -> str:
     """Expression in the compute type of ``dt`` (or a 0/1 int for predicates)."""
     ct = ctype(dt)
     c = ct.compute
-    if op in _F:
-        return f"{_F[op]}{_fsfx(ct)}({a})"
+    if op in C_MATH:
+        return f"{C_MATH[op]}{_fsfx(ct)}({a})"
     if op == "neg":
         return f"({c})(-{a})" if ct.is_float or ct.signed else f"({c})(0u - {a})"
     if op == "abs":

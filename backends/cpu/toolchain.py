@@ -37,7 +37,8 @@ def find_compiler() -> list[str]:
         p = shutil.which(name)
         if p:
             return [p]
-    raise ToolchainError("no C compiler found: the cpu backend needs cc, gcc or clang on PATH (or $CC)")
+    raise ToolchainError("no C compiler found: the cpu backend needs cc, gcc or clang on PATH (or $CC); install "
+                         "one (Debian/Ubuntu: apt-get install gcc) or use --backend interpreter")
 
 
 def default_flags(num_threads: int) -> list[str]:

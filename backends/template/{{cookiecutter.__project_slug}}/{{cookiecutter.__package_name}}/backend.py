@@ -13,8 +13,7 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
-from glow_core.cost import DeviceCosts
+from glow_core.backend import Backend, CompiledFunction, DeviceCosts, NodeInfo, Unsupported
 from glow_core.errors import GlowError
 from glow_core.graph import Function, Node
 from glow_core.ir import PSEUDO, Buffer, IRFunction
@@ -98,7 +97,7 @@ class {{ cookiecutter.__class_name }}(Backend):
     #: extended ops the CPU has no kernels for). `glowc partition MODEL --backend NAME` shows who runs what.
     FALLBACK = ("cpu", "interpreter")
 
-    #: The device's cost model for the partitioner (glow_core.cost.DeviceCosts: FLOP/s, link bytes/s, latency
+    #: The device's cost model for the partitioner (glow_core.backend.DeviceCosts: FLOP/s, link bytes/s, latency
     #: per transfer); None = the default (computes in host memory: every claimed node is offloaded).
     COSTS = None
 

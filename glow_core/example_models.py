@@ -1,4 +1,5 @@
-"""Built-in example models, built with ``onnx.helper``: the CNN from Glow's docs and Linear+Sigmoid.
+"""Example and benchmark models, built with ``onnx.helper``: the CNN from Glow's docs, Linear+Sigmoid and a small
+ResNet (``MODELS``), and MLP, ResNet-18, MobileNetV2 and BERT-style encoders for benchmarks (``BENCH_MODELS``).
 
 Each builder takes a seed so that weights are reproducible; each returns a ModelProto.
 """
