@@ -22,7 +22,7 @@ from glow_core.discovery import get_backend
 from glow_core.errors import UnsupportedOpError
 from glow_core.ops.registry import get_op, is_primitive
 
-from . import models as M
+from . import networks as M
 from .cases import Case, CaseFailure
 from .checker import compare
 from .harness import compile_model
