@@ -176,11 +176,13 @@ class Quantizer:
     def run(self) -> dict:
         old = self.fn.nodes
         self.fn.nodes = []
+        constant: set[int] = set()
         for n in old:
             if id(n) in self.skip:
                 continue
             self.node = n
-            if all(v is None or v.is_const for v in n.inputs):  # computes a constant (a lazy broadcast)
+            if all(v is None or v.is_const or v.id in constant for v in n.inputs):
+                constant.update(v.id for v in n.outputs)  # computes a constant (lazily: dequantized weights)
                 self._keep(n)
                 continue
             rule = RULES.get(n.op) if _float32(n) or n.op == "quantize" else None
