@@ -85,13 +85,11 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
     options = dict(options or {})
     stats = {} if stats is None else stats
-    with stage(stats, "lowering"):
+    with stage(stats, "lowering"):  # lowering, then quantization (when asked for), then activation fusion
         stats["lowered"] = lower(fn, backend.should_lower)
-    with stage(stats, "quantization"):
         q = quantization.run(fn, options, lambda node: _refusal(backend, node))
-    if q is not None:
-        stats["quantization"] = q
-    with stage(stats, "lowering"):
+        if q is not None:
+            stats["quantization"] = q
         stats["fused_activations"] = fuse_activations(fn, backend.supports_fused_activation)
     with stage(stats, "post-lowering"):
         backend.transform_post_lowering(fn)
