@@ -12,7 +12,9 @@ For each network (glow_core.example_models, seeded weights, input [1, 3, size, s
 2. onnxruntime: ``quantize_static`` (QDQ format, MinMax, int8 activations and weights, per-channel off and on)
    on the same calibration inputs, run by onnxruntime's CPU provider on the test inputs.
 3. The per-channel onnxruntime QDQ model imported by Glow Kit (as integer primitives: the IR's qconv/qmatmul
-   count is shown) and run on the interpreter and on the cpu backend.
+   count is shown) and run on the interpreter and on the cpu backend. A backend that refuses ``qconv`` (the cpu
+   backend until its int8 kernels land) runs the model's QDQ structure in float (dequantize, float conv,
+   quantize): the IR column shows which.
 
 Every figure is against the float32 model run by onnxruntime: output SQNR in dB (10 log10 of the summed squared
 float output over the summed squared difference, over all test inputs) and top-1 agreement (argmax equal).
@@ -127,7 +129,7 @@ def run_model(name: str, args, schemas) -> list[dict]:
             ops = ir_ops(cm)
             row(f"ORT QDQ model on glow {backend}", "per-channel on", got,
                 vs_ort_sqnr_db=round(score(ort_out, got)["sqnr"], 2),
-                ir=f"qconv {ops.get('qconv', 0)} qmatmul {ops.get('qmatmul', 0)} conv {ops.get('conv', 0)}")
+                ir=f"qconv {ops.get('qconv', 0)} qmatmul {ops.get('qmatmul', 0)} float conv {ops.get('conv', 0)}")
     return rows
 
 
