@@ -41,7 +41,8 @@ def backend_refusal_cases(ctx):
     out, seen = [], set()
     for c in P.cases():
         key = (c.subject, c.dtype)
-        if key in seen:
+        # a refused quantized primitive is no compile error: its node stays float or is emulated (quantization.md)
+        if key in seen or PRIMITIVES[c.subject].quantized == "own":
             continue
         seen.add(key)
         arrays = c.info["make"](np.random.default_rng(0))

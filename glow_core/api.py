@@ -29,16 +29,15 @@ from .importer.onnx_import import graph_input_specs, import_model, load_model, s
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .lower import lower
 from .partition import PartitionedFunction, Partitioning, SplitNeeded, feeds_of, output_sources, single_report
-from .passes import run_pipeline
+from .passes import POST_LOWERING_PIPELINE, run_pipeline
 from .placement import PlacementReport
+from . import quantization
 from .discovery import get_backend
 from .schedule import peak_bytes, schedule
 from .timing import stage
 from .torch_import import is_torch_model, to_onnx
 from .types import dtype
 from .verify import verify_function
-
-POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 
 
 @dataclass
@@ -93,6 +92,8 @@ def _import_graph(model, backend: Backend, input_shapes, constants, options, sta
     """Import ``model`` for fixed input shapes (and specialized input values) and run ``backend``'s graph passes."""
     with stage(stats, "import"):
         m, _ = load_model(model)
+        if options.get("quantize") is not None:
+            options["quantize"].check(m, input_shapes)
         try:
             fn = import_model(m, input_shapes=input_shapes, constants=constants)
         except MemoryError:
@@ -108,7 +109,7 @@ def _import_graph(model, backend: Backend, input_shapes, constants, options, sta
 @_collector_paused()
 def compile_function(model, backend: Backend, input_shapes=None, constants=None, options=None) -> CompileResult:
     """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
-    options = dict(options or {})
+    options = quantization.prepare(options or {})
     stats: dict = {}
     fn = _import_graph(model, backend, input_shapes, constants, options, stats)
     return compile_graph(fn, backend, options, stats)
@@ -118,7 +119,7 @@ def plan_partitions(model, backends, input_shapes=None, constants=None, options=
     """Import ``model`` and place it across ``backends`` (priority order; names, specs or instances) without
     compiling: the partitions, their functions and the placement report. The graph passes are the first
     backend's; ``options["force"]`` ({node name, op type or primitive: backend name}) places those nodes."""
-    options = dict(options or {})
+    options = quantization.prepare(options or {})
     backends = [get_backend(b) for b in backends]
     stats: dict = {}
     fn = _import_graph(model, backends[0], input_shapes, constants, options, stats)
@@ -191,8 +192,11 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
     options = dict(options or {})
     stats = {} if stats is None else stats
-    with stage(stats, "lowering"):
+    with stage(stats, "lowering"):  # lowering, then quantization (when asked for), then activation fusion
         stats["lowered"] = lower(fn, backend.should_lower)
+        q = quantization.run(fn, options, lambda node: _refusal(backend, node))
+        if q is not None:
+            stats["quantization"] = q
         stats["fused_activations"] = fuse_activations(fn, backend.supports_fused_activation)
     with stage(stats, "post-lowering"):
         backend.transform_post_lowering(fn)
@@ -300,6 +304,13 @@ def check_inputs(inputs, specs, dtypes, input_shapes) -> dict[str, np.ndarray]:
     return out
 
 
+def _refusal(backend: Backend, node) -> str | None:
+    """None when ``backend`` runs ``node``, else why not (its Unsupported reason, or a generic one)."""
+    answer = backend.is_op_supported(NodeInfo.of(node))
+    return None if answer else refusal_reason(answer, f"backend '{backend.name}' does not run {node.op} on "
+                                                      f"{', '.join(v.dtype.name for v in node.inputs if v)}")
+
+
 class CompiledModel:
     """A model compiled for one backend; call ``run(inputs)`` (or the object) with numpy arrays by name."""
 
@@ -319,7 +330,7 @@ class CompiledModel:
             fallback = self.backend.fallback_backends()
         self.fallbacks = [get_backend(b) for b in fallback]
         self.input_shapes = dict(options.pop("input_shapes", None) or {})
-        self.options = options
+        self.options = quantization.prepare(options)
         self.specs = graph_input_specs(self.model)
         self.input_names = [s[0] for s in self.specs]
         self.output_names = [o.name for o in self.model.graph.output]

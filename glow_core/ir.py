@@ -334,7 +334,7 @@ def remove_dead_allocations(irf: IRFunction) -> int:
 
 def share_buffers(irf: IRFunction) -> int:
     """In-place reuse: an elementwise instruction writes into an input activation whose life ends there
-    (same byte size and element size, not aliased by a view). Returns the number of buffers shared.
+    (same byte size and dtype, not aliased by a view: the buffer keeps its type). Returns the number of buffers shared.
 
     One walk in order with the live ranges computed once: sharing ``out`` into ``b`` at instruction i only
     extends ``b``'s life to ``out``'s end, which no instruction before i can use."""
@@ -358,7 +358,7 @@ def share_buffers(irf: IRFunction) -> int:
         for b, kind in ins.operands:
             if (kind == "in" and b.kind == "activation" and b is not out and id(b) not in viewed
                     and last.get(id(b)) == idx and b.size == out.size
-                    and b.type.dtype.itemsize == out.type.dtype.itemsize):
+                    and b.type.dtype == out.type.dtype):
                 uses.replace(out, b)
                 last[id(b)] = last[id(out)]
                 gone.add(id(out))

@@ -29,6 +29,8 @@ def lower(fn: Function, should_lower=lambda node: True) -> int:
         for m in fn.nodes[first_new:]:
             uses.add(m)
         for a, b in zip(n.outputs, outs):
+            if b.onnx_name is None and b.kind == "node":
+                b.onnx_name = a.onnx_name
             uses.replace(a, b)
         count += 1
     return count
