@@ -132,9 +132,11 @@ primitive("cast", "cast", ("x",), ALL, _cast,
           "wraps (two's complement); to bool is x != 0; from bool gives 0/1. To the float8 types "
           "(e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) saturate=1 clamps to the finite range (inf too; NaN stays "
           "NaN), saturate=0 overflows to inf or NaN. float4e2m1/float6 have no inf or NaN: out-of-range "
-          "values clamp (NaN is undefined). "
-          "To float8e8m0 (a power of two) the exponent rounds by `round_mode` (up, down, nearest), NaN/inf "
-          "give NaN, and saturate=1 stops at 2**127.",
+          "values clamp and NaN gives the largest value (ONNX's float4 table). "
+          "To float8e8m0 (a power of two) the exponent rounds by `round_mode` (up, down, nearest); beyond "
+          "2**127 or below 2**-127 (0 too) saturate=1 stops at the largest or smallest value and saturate=0 "
+          "gives NaN; inf gives the largest value when saturating, else NaN; NaN gives NaN (negative values "
+          "are undefined).",
           attrs={"to": REQUIRED, "saturate": 1, "round_mode": "up"})
 
 
