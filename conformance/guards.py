@@ -3,9 +3,12 @@ after it, for backends whose compiled functions expose their memory (``CompiledF
 
 ``spread`` re-lays out the plan (before ``backend.compile``) so that every input, output, activation and
 scratch buffer has its own slot with ``GUARD`` bytes before and after it: each region starts and ends with a
-guard and no two buffers touch. ``arm`` fills every byte no buffer owns with ``CANARY``; ``check`` reports any
-that changed, with the buffer it follows and the instructions writing that buffer. An exposed constant region
-must come back unchanged. Reads outside a buffer are not detected (the canary is a plausible value).
+guard and no two buffers touch. ``arm`` fills every byte no buffer owns with ``CANARY`` and every output,
+activation and scratch buffer with ``POISON`` (NaN for floats, all ones for integers), so that an element a
+kernel never writes, or a kernel reading memory it did not write first (accumulating into its output,
+uninitialized scratch), shows in the answers; ``check`` reports any guard byte that changed, with the buffer
+it follows and the instructions writing that buffer. An exposed constant region must come back unchanged.
+Reads outside a buffer are not detected (the canary is a plausible value).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from .cases import CaseFailure
 
 GUARD = 64
 CANARY = 0xA5
+POISON = 0xFF
 REGIONS = ("mutable", "activation")
 
 
@@ -73,11 +77,17 @@ class Guard:
         self.irf, self.regions = irf, regions
 
     def arm(self):
+        inputs = {id(b) for b in self.irf.inputs.values()}
         for region in REGIONS:
             if region in self.regions:
                 mv = _bytes(self.regions[region])
                 for lo, hi in _gaps(self.irf, region, len(mv)):
                     mv[lo:hi] = CANARY
+                roots = self.irf.outputs.values() if region == "mutable" else \
+                    [b for b in self.irf.buffers if b.base is None and b.kind == region]
+                for b in roots:
+                    if id(b) not in inputs:
+                        mv[b.offset:b.offset + b.size] = POISON
         self.constant = bytes(_bytes(self.regions["constant"])) if "constant" in self.regions else None
 
     def check(self, describe, rerun):
