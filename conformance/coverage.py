@@ -164,17 +164,20 @@ def _gcov(d: str):
 
 
 def _generated(d: str) -> set:
-    """(template, line) of every line some #line directive of the kept source attributes to a template."""
-    seen, cur, num = set(), None, 0
-    with open(os.path.join(d, "src.c")) as f:
-        for line in f:
-            m = re.match(r'#line (\d+) "([^"]+)"', line)
-            if m:
-                num, cur = int(m.group(1)), os.path.basename(m.group(2))
-                continue
-            if cur is not None and not line.startswith("#line"):
-                seen.add((cur, num))
-                num += 1
+    """(template, line) of every line some #line directive of the kept source (or its headers) attributes to a
+    template."""
+    seen = set()
+    for name in ["src.c"] + [f for f in os.listdir(d) if f.endswith(".h")]:
+        cur, num = None, 0
+        with open(os.path.join(d, name)) as f:
+            for line in f:
+                m = re.match(r'#line (\d+) "([^"]+)"', line)
+                if m:
+                    num, cur = int(m.group(1)), os.path.basename(m.group(2))
+                    continue
+                if cur is not None:
+                    seen.add((cur, num))
+                    num += 1
     return seen
 
 

@@ -111,14 +111,14 @@ def scales(model, feeds, ctx, out_names, tolerance, want):
     return 1, {}
 
 
-def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info=None, oracle=None):
+def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info=None, oracle=None, group=None):
     """A case over an ONNX model: ``build(rng)`` returns (model, feeds); ``oracle(feeds)`` (a list of arrays)
-    replaces ReferenceEvaluator where that is known to be wrong or less precise."""
+    replaces ReferenceEvaluator where that is known to be wrong or less precise. Cases with the same ``group``
+    are first run merged into one model (one compilation; see ``grouped_outputs``)."""
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         model, feeds = build(np.random.default_rng(seed))
         outs = [o.name for o in model.graph.output]
-        got = run_model(ctx, model, feeds)
         want = expected(model, feeds, ctx, outs, oracle)
         shapes = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in feeds.items())
         attrs = {a.name: helper.get_attribute_value(a) for n in model.graph.node[:1] for a in n.attribute} \
@@ -126,12 +126,75 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
         desc = (f"{tier} case {subject} dtype {dt}: inputs {shapes or '-'}, attributes {_short(attrs)}, "
                 f"seed {seed}")
         n, mags = scales(model, feeds, ctx, outs, tolerance, want)
-        for nm in outs:
-            if nm not in got:
-                raise CaseFailure(f"{desc}\n  output {nm} is missing\n  rerun: {ctx.rerun(case_id)}")
-            compare(np.asarray(got[nm]), np.asarray(want[nm]), tolerance, desc, ctx.rerun(case_id), n=n,
-                    magnitude=mags.get(nm), name=f"output {nm}")
-    return Case(case_id, tier, subject, dt, run, profiles or profiles_for(dt), dict(info or {}))
+
+        def check(got):
+            for nm in outs:
+                if nm not in got:
+                    raise CaseFailure(f"{desc}\n  output {nm} is missing\n  rerun: {ctx.rerun(case_id)}")
+                compare(np.asarray(got[nm]), np.asarray(want[nm]), tolerance, desc, ctx.rerun(case_id), n=n,
+                        magnitude=mags.get(nm), name=f"output {nm}")
+        got = grouped_outputs(ctx, group, case_id, model) if ctx.group_compile and group else None
+        if got is not None:
+            try:
+                check(got)
+                return
+            except CaseFailure:
+                pass  # judged alone
+        ctx.answers.clear()
+        check(run_model(ctx, model, feeds))
+    if group is not None:
+        GROUPS.setdefault(group, {})[case_id] = build
+    return Case(case_id, tier, subject, dt, run, profiles or profiles_for(dt), dict(info or {}, group=group))
+
+
+#: group key -> {case id: build}: the model cases first run merged into one model
+GROUPS: dict = {}
+
+
+def _opsets(model):
+    return tuple(sorted((o.domain, o.version) for o in model.opset_import))
+
+
+def merge(parts):
+    """One model holding every (case id, model, feeds) of ``parts``, each renamed with a prefix of its own;
+    returns (model, feeds, {case id: {output: merged output name}})."""
+    from onnx import compose
+    nodes, inputs, outputs, inits, infos, feeds, names = [], [], [], [], [], {}, {}
+    for k, (cid, m, f) in enumerate(parts):
+        p = f"c{k}_"
+        g = compose.add_prefix(m, prefix=p).graph
+        nodes += g.node
+        inputs += g.input
+        outputs += g.output
+        inits += g.initializer
+        infos += g.value_info
+        feeds.update({p + nm: v for nm, v in f.items()})
+        names[cid] = {o.name: p + o.name for o in m.graph.output}
+    graph = helper.make_graph(nodes, "conformance_group", inputs, outputs, inits, value_info=infos)
+    merged = helper.make_model(graph, opset_imports=list(parts[0][1].opset_import), producer_name="glow-conformance")
+    merged.ir_version = min(parts[0][1].ir_version, 10)
+    return merged, feeds, names
+
+
+def grouped_outputs(ctx, group, case_id, model):
+    """This case's outputs from one model merging every case of ``group`` with the same opsets, compiled and
+    run once per process; None when unavailable (any trouble: every case of the group runs alone)."""
+    key = ("models", group, _opsets(model))
+    if key not in ctx.cache:
+        ctx.cache[key] = {}
+        from .harness import compile_model, run_compiled
+        try:
+            parts = []
+            for cid, build in GROUPS[group].items():
+                m, f = build(np.random.default_rng(case_seed(cid, ctx.seed)))
+                if _opsets(m) == key[2]:
+                    parts.append((cid, m, f))
+            merged, feeds, names = merge(parts)
+            outs = run_compiled(ctx, compile_model(ctx, merged), feeds)
+            ctx.cache[key] = {cid: {o: outs[n] for o, n in nm.items()} for cid, nm in names.items()}
+        except Exception:  # noqa: BLE001
+            ctx.cache[key] = {}
+    return ctx.cache[key].get(case_id)
 
 
 def _short(attrs):

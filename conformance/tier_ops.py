@@ -13,7 +13,7 @@ import numpy as np
 from glow_core.ops.registry import OPS, _load
 from glow_core.types import dtype as gdtype
 
-from .onnx_cases import Init, model_case, one_node
+from .onnx_cases import Init, model_case as _model_case, one_node
 from .primitive_cases import pairs, specials, sprinkle
 
 _load()
@@ -91,6 +91,11 @@ def _erf(feeds):
 
 #: op -> oracle(feeds) used instead of onnx.reference (for every case of the op).
 ORACLES = {"PRelu": _prelu, "Erf": _erf}
+
+
+def model_case(case_id, tier, op, dt, build, tolerance, **kw):
+    """An ops-tier case: its op's cases are first run merged into one model (one compilation)."""
+    return _model_case(case_id, tier, op, dt, build, tolerance, group=("ops", op), **kw)
 
 
 def op_class(op):
