@@ -196,7 +196,12 @@ class Runner:
         if self.pid is None:
             self._start()
         self.served += 1
-        _send(self.wfd, ("run", case.id, grouped))
+        try:
+            _send(self.wfd, ("run", case.id, grouped))
+        except OSError:  # the child died after its last answer (in a destructor, or killed from outside)
+            self._reap("idle")
+            self._start()
+            _send(self.wfd, ("run", case.id, grouped))
         phase, start = "compile", time.monotonic()
         slow = self.hangs.get(case.subject, 0) >= 3
         while True:
@@ -234,4 +239,4 @@ class Runner:
 
 
 _PHASES = {"compile": "compiling the case or computing its inputs", "run": "running the backend's compiled code",
-           "check": "checking the answers"}
+           "check": "checking the answers", "idle": "between cases"}
