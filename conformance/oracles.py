@@ -116,6 +116,12 @@ _FLOAT_BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.d
 _CMP = {"eq": np.equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
 
 
+#: The elementwise primitives these oracles define (``unary``, ``binary``; select is np.where).
+ELEMENTWISE = (frozenset(UNARY) | frozenset(_INT_BIN) | frozenset(_FLOAT_BIN) | frozenset(_CMP)
+               | {"neg", "abs", "sign", "isnan", "isinf", "not", "bitwise_not", "and", "or", "xor", "shl", "shr", "mod",
+                  "select"})
+
+
 def binary(name, a, b, fmod=0):
     dt = a.dtype
     if name in _CMP:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from glow_core.ops.registry import PRIMITIVES, _load
+from glow_core.ops.registry import PRIMITIVES
 from glow_core.types import dtype as gdtype
 
 from . import oracles as O
@@ -23,30 +23,10 @@ from .cases import Case, CaseFailure, case_seed, profiles_for
 from .checker import compare
 from .harness import compile_function, execute, feed, reference_primitive, run_primitive
 
-_load()
 
-#: The tolerance class of each primitive when its record names none (elementwise ops split by exactness).
-EXACT_FLOAT = {"neg", "abs", "sign", "sqrt", "reciprocal", "floor", "ceil", "round", "add", "sub", "mul", "div",
-               "max", "min"}
-CLASS_OF_FAMILY = {"movement": "movement", "index": "index", "cast": "cast", "matmul": "matmul", "conv": "conv",
-                   "pool": "pool"}
-
-
-def tolerance_class(prim: str, dt: str) -> str:
-    """The class the primitive's record names (``PrimitiveDef.tolerance``), else the one its family implies."""
-    p = PRIMITIVES[prim]
-    named = getattr(p, "tolerance", None)
-    if named:
-        return named
-    if p.family == "elementwise":
-        if prim == "select":
-            return "select"
-        if not gdtype(dt).is_float:
-            return "compare"
-        return "elementwise-exact" if prim in EXACT_FLOAT else "elementwise"
-    if p.family == "reduce":
-        return {"reduce_sum": "reduce", "reduce_prod": "reduce-prod"}.get(prim, "reduce-exact")
-    return CLASS_OF_FAMILY[p.family]
+def tolerance_class(prim: str) -> str:
+    """The primitive's tolerance class, as its record names it (``PrimitiveDef.tolerance``)."""
+    return PRIMITIVES[prim].tolerance
 
 
 # -- input generation ------------------------------------------------------------------------------------
@@ -156,7 +136,7 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
     list of them; ``n_of(arrays, attrs)`` the reduction length."""
     attrs = dict(attrs or {})
     case_id = f"primitives/{prim}/{dt}/{variant}" + (f"/t{threads}" if threads != 1 else "")
-    tol = tolerance_class(prim, dt)
+    tol = tolerance_class(prim)
     key = (prim, dt, threads)
 
     def run(ctx):

@@ -118,7 +118,7 @@ def model_memory_case(name, build) -> Case:
 
 
 def cases():
-    from . import models as M
+    from . import networks as M
     prims = P.cases()
     chosen = []
     for pat in SUBJECTS:

@@ -17,7 +17,7 @@ from onnx import helper
 
 from glow_core.backend import NodeInfo
 from glow_core.errors import GlowError
-from glow_core.ops.registry import PRIMITIVES, _load
+from glow_core.ops.registry import PRIMITIVES
 from glow_core.types import DTYPES
 
 from . import tier_primitives as P
@@ -25,7 +25,6 @@ from .cases import Case, CaseFailure, Unsupported, case_seed
 from .guards import Guard, regions_of
 from .harness import compile_model, compile_primitive, feed, out_types, primitive_function
 
-_load()
 
 
 def _expect_glow_error(what, fn, must_name, rerun):

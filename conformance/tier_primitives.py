@@ -113,7 +113,7 @@ def _ew_oracle(prim, arrays, attrs):
 def elementwise_cases():
     out = []
     for prim, p in PRIMITIVES.items():
-        if p.family != "elementwise":
+        if p.family != "elementwise" or prim not in O.ELEMENTWISE:  # others have their line in LINES
             continue
         for dt in (MAIN if prim == "select" else p.dtypes):
             for attrs in ([{"fmod": 0}, {"fmod": 1}] if prim == "mod" else [{}]):
@@ -259,7 +259,7 @@ def storage_cases():
 SMALL_MATMUL = [((1, 1), (1, 1)), ((3, 5), (5, 7)), ((8, 8), (8, 8)), ((16, 17), (17, 15)), ((1, 64), (64, 65)),
                 ((65, 64), (64, 1)), ((1, 7), (7, 1)), ((7, 1), (1, 5)), ((2, 9, 33), (2, 33, 5)),
                 ((2, 3, 4, 6), (2, 3, 6, 2)), ((2, 0), (0, 3)), ((0, 4), (4, 3)), ((33, 129), (129, 31)),
-                ((3, 40, 50), (3, 50, 33))]
+                ((3, 40, 50), (3, 50, 33)), ((2, 37, 53), (2, 53, 41))]
 
 
 def _mm_label(sa, sb):
@@ -567,7 +567,11 @@ def _b(a, at):
     return np.broadcast_to(a[0], at["shape"]).copy()
 
 
-MOVEMENT = [
+#: One line per case: (primitive, variant, operand shapes, attributes, oracle). Each line is a case for every dtype
+#: the primitive's record accepts (MOVE_DTYPES for the movement primitives), on seeded random operands; the oracle
+#: ``(arrays, attrs) -> expected array`` is numpy written from the primitive's definition (None: the one in
+#: DEFAULT_ORACLES). Adding a primitive adds its line here (see vendor_guide/adding_a_primitive.md).
+LINES = [
     ("reshape", "6x4_to_2x3x4", [(6, 4)], {"shape": [2, 3, 4]}, lambda a, at: a[0].reshape(at["shape"])),
     ("reshape", "scalar_to_1x1", [()], {"shape": [1, 1]}, lambda a, at: a[0].reshape(at["shape"])),
     ("reshape", "0x5_to_5x0", [(0, 5)], {"shape": [5, 0]}, lambda a, at: a[0].reshape(at["shape"])),
@@ -575,6 +579,7 @@ MOVEMENT = [
     ("transpose", "3d_201", [(3, 5, 17)], {"perm": [2, 0, 1]}, _t),
     ("transpose", "4d_0213", [(2, 3, 4, 5)], {"perm": [0, 2, 1, 3]}, _t),
     ("transpose", "4d_3120", [(2, 3, 4, 5)], {"perm": [3, 1, 2, 0]}, _t),
+    ("transpose", "4d_2031", [(2, 3, 4, 5)], {"perm": [2, 0, 3, 1]}, _t),
     ("transpose", "large_65x1031", [(65, 1031)], {"perm": [1, 0]}, _t),
     ("broadcast", "1_to_17", [(1,)], {"shape": [17]}, _b),
     ("broadcast", "row_3x1_to_3x9", [(3, 1)], {"shape": [3, 9]}, _b),
@@ -587,6 +592,7 @@ MOVEMENT = [
     ("slice", "negative_step", [(9, 5)], {"starts": [8, 4], "ends": [-1, 0], "steps": [-1, -2]}, None),
     ("slice", "empty", [(6, 5)], {"starts": [3, 0], "ends": [3, 5], "steps": [1, 1]}, None),
     ("slice", "3d_last", [(2, 3, 65)], {"starts": [0, 1, 63], "ends": [2, 3, 65], "steps": [1, 1, 1]}, None),
+    ("slice", "3d_mixed_steps", [(6, 7, 8)], {"starts": [1, 6, 0], "ends": [5, -1, 8], "steps": [2, -2, 3]}, None),
     ("concat", "axis0_2", [(2, 3), (5, 3)], {"axis": 0}, lambda a, at: np.concatenate(a, at["axis"])),
     ("concat", "axis1_3", [(2, 3), (2, 1), (2, 17)], {"axis": 1}, lambda a, at: np.concatenate(a, at["axis"])),
     ("concat", "axis2_zero_part", [(2, 3, 4), (2, 3, 0), (2, 3, 5)], {"axis": 2},
@@ -602,12 +608,15 @@ MOVEMENT = [
 ]
 
 
-def movement_cases():
+DEFAULT_ORACLES = {"slice": lambda a, at: O.slice_(a[0], **at), "pad": lambda a, at: O.pad(a[0], **at)}
+
+
+def line_cases():
     out = []
-    for prim, label, shapes, attrs, oracle in MOVEMENT:
-        oracle = oracle or {"slice": lambda a, at: O.slice_(a[0], **at),
-                            "pad": lambda a, at: O.pad(a[0], **at)}[prim]
-        for dt in MOVE_DTYPES:
+    for prim, label, shapes, attrs, oracle in LINES:
+        oracle = oracle or DEFAULT_ORACLES[prim]
+        p = PRIMITIVES[prim]
+        for dt in (MOVE_DTYPES if p.movement else p.dtypes):
             if prim == "pad" and dt in ("float8e4m3fn", "int4") and attrs.get("value"):
                 continue
             if label == "negative_zero_value" and not gdtype(dt).is_float:
@@ -630,11 +639,13 @@ def index_cases():
                     return [_mv(dt, xs, rng), np.asarray(idx).astype(it)]
                 out.append(make_case("gather", dt, f"{label}/{it}", mk, {"axis": axis},
                                      lambda a, at: (np.take(a[0], a[1], axis=at["axis"]), None)))
-        for label, xs, ish, bd in (("k2", (4, 5, 3), (6, 2), 0), ("k1", (7, 3), (2, 2, 1), 0),
-                                   ("batch1", (2, 5, 3), (2, 4, 1), 1), ("k_full", (3, 4), (5, 2), 0)):
-            def mk(rng, dt=dt, xs=xs, ish=ish, bd=bd):
+        for label, xs, ish, bd, it in (("k2", (4, 5, 3), (6, 2), 0, "int64"), ("k1", (7, 3), (2, 2, 1), 0, "int64"),
+                                       ("batch1", (2, 5, 3), (2, 4, 1), 1, "int64"),
+                                       ("k_full", (3, 4), (5, 2), 0, "int64"),
+                                       ("batch1/int32", (2, 5, 6), (2, 3, 1), 1, "int32")):
+            def mk(rng, dt=dt, xs=xs, ish=ish, bd=bd, it=it):
                 k = ish[-1]
-                idx = np.stack([rng.integers(0, xs[bd + j], size=ish[:-1]) for j in range(k)], -1).astype(np.int64)
+                idx = np.stack([rng.integers(0, xs[bd + j], size=ish[:-1]) for j in range(k)], -1).astype(it)
                 return [_mv(dt, xs, rng), idx]
             out.append(make_case("gather_nd", dt, label, mk, {"batch_dims": bd},
                                  lambda a, at: (O.gather_nd(a[0], a[1], **at), None)))
@@ -649,14 +660,19 @@ def index_cases():
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def _all():
+@functools.lru_cache(maxsize=2)
+def _all(lines):
     return tuple(elementwise_cases() + cast_cases() + matmul_cases() + conv_cases() + pool_cases() + reduce_cases()
-                 + movement_cases() + index_cases())
+                 + line_cases() + index_cases())
 
 
 def cases():
-    return list(_all())
+    return list(_all(len(LINES)))  # a line added at run time (tests/test_extend.py) makes new cases
+
+
+def uncovered() -> list[str]:
+    """Registered primitives no case exercises (a new primitive needs its line in LINES)."""
+    return sorted(set(PRIMITIVES) - {c.subject for c in cases()})
 
 
 def counts() -> dict:
