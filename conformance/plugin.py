@@ -4,7 +4,8 @@ Options are registered in one table (``OPTIONS``). Cases live in the ``tier_*.py
 (imported under the package's installed name only); every case runs in the child process of ``isolation``
 under its time limits. The gate: a case is claimed unless the backend's ``is_op_supported`` refused it; a
 claimed case passes or fails (a refusal after the claim fails, see ``harness.refusal``); ``--require-profile``
-fails the run unless every case of that profile ran and passed; a filtered run judges no profile.
+fails the run unless every case of that profile ran and passed; a run in which no case checking answers passed
+(every one skipped: a backend refusing everything) fails; a filtered run judges no profile.
 """
 from __future__ import annotations
 
@@ -297,7 +298,8 @@ class Results:
         if self.config.getoption("glow_coverage"):
             from .coverage import collect
             self.data["coverage"] = collect(self.config)
-        if any(v[0] != "pass" for v in self.data["required"].values()) and session.exitstatus == 0:
+        if (any(v[0] != "pass" for v in self.data["required"].values()) or self.data["nothing_verified"]) \
+                and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):

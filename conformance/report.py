@@ -96,12 +96,21 @@ def summarize(records, info: dict, filtered: bool = False, expected: dict | None
         cell = matrix.setdefault(r["tier"], {}).setdefault(r["subject"], {}).setdefault(
             r["dtype"], {o: 0 for o in OUTCOMES})
         cell[r["outcome"]] += 1
+    checking = [r for r in recs if r["tier"] != "negative"]  # the cases that check answers, not refusals
+    nothing = None
+    if checking and not any(r["outcome"] in ("pass", "xfail") for r in checking):
+        nothing = (f"no case that checks answers passed ({len(checking)} of them: "
+                   + ", ".join(f"{sum(r['outcome'] == o for r in checking)} {o}" for o in OUTCOMES
+                               if any(r["outcome"] == o for r in checking)) + "): the run fails")
     memory = None
     if skips.get("no-memory-regions"):
         memory = (f"not checked: the backend's compiled functions expose no memory regions (memory_regions() "
                   f"returned None), so no guard bytes were set; {skips['no-memory-regions']} memory cases skipped")
-    return dict(info, counts=counts, skips=skips, threads=threads, profiles=profiles, filtered=filtered,
-                memory=memory, matrix=matrix, cases=recs)
+    tiers = {}
+    for r in recs:
+        tiers[r["tier"]] = tiers.get(r["tier"], 0) + 1
+    return dict(info, counts=counts, skips=skips, threads=threads, tiers=tiers, profiles=profiles,
+                filtered=filtered, nothing_verified=nothing, memory=memory, matrix=matrix, cases=recs)
 
 
 def summary_lines(data: dict) -> list[str]:
@@ -112,7 +121,10 @@ def summary_lines(data: dict) -> list[str]:
            f"threads {', '.join(f'{t}: {n} cases' for t, n in sorted(data['threads'].items()))}",
            f"{c['total']} cases, {c['claimed']} claimed: {c['pass']} passed, {c['fail']} failed, {c['xfail']} known "
            f"failures, {c['xpass']} known failures passing; {c['skip']} skipped ({why})",
+           "tiers: " + ", ".join(f"{t} {n}" for t, n in sorted(data.get("tiers", {}).items())),
            "filter: " + ("; ".join(data["filter"]) if data["filter"] else "none (the whole suite)")]
+    if data.get("nothing_verified"):
+        out.append("FAIL: " + data["nothing_verified"])
     if data["memory"]:
         out.append("memory: " + data["memory"])
     if data["filtered"]:

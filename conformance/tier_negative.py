@@ -26,7 +26,6 @@ from .guards import Guard, regions_of
 from .harness import compile_model, compile_primitive, feed, out_types, primitive_function
 
 
-
 def _expect_glow_error(what, fn, must_name, rerun):
     try:
         fn()

@@ -303,6 +303,16 @@ def test_a_backend_refusing_everything_fails_the_required_profile(tmp_path):
     assert data["skips"]["refused"] > 5000 and not data["filter"]
 
 
+def test_a_run_in_which_everything_was_skipped_fails(tmp_path):
+    """Without --require-profile too: nothing checked is not a pass (the negative tier's refusals aside)."""
+    rc, data = run_suite("tests.test_conformance_power:RefusesEverything",
+                         ["primitives/add/float32/*", "negative/add/*"], tmp_path / "r.html")
+    assert data["counts"]["fail"] == 0 and data["counts"]["skip"] > 0 and data["profiles"] == {}
+    assert rc == 1 and "no case that checks answers passed" in data["nothing_verified"]
+    rc, data = run_suite("interpreter", ["primitives/add/float32/*"], tmp_path / "r2.html")
+    assert rc == 0 and data["nothing_verified"] is None
+
+
 def test_a_backend_claiming_conv_then_refusing_it_fails_the_conv_cases(tmp_path):
     rc, data = run_suite("tests.test_conformance_power:ClaimsConvThenRefuses",
                          ["primitives/conv/float32/2d_*", "primitives/add/float32/*"], tmp_path / "r.html")
@@ -331,7 +341,7 @@ CPU_VARIANTS = {
                                        ["primitives/conv/float32/2d_parallel_depthwise/t2"], {"conv"}),
     "gemm_partial_tile_as_full": ("templates/gemm.c.j2", "mr == MR && nr == NR", "mr == MR || nr == NR",
                                   ["primitives/matmul/float32/gemm/7x*"], {"matmul"}),
-    "gemm_accumulates_first_block": ("templates/gemm.c.j2", "nr, pc > 0)", "nr, pc >= 0)",
+    "gemm_accumulates_first_block": ("templates/gemm.c.j2", "nr, pc > 0,", "nr, pc >= 0,",
                                      ["primitives/matmul/float32/gemm/10x*"], {"matmul"}),
     "gemm_a_panel_offset": ("templates/gemm.c.j2", "Ap + ir * kc, Bp", "Ap + ir * KC, Bp",
                             ["primitives/matmul/float32/gemm/145x*"], {"matmul"}),
