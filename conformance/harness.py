@@ -140,10 +140,11 @@ def reference_primitive(prim: str, arrays, attrs) -> list[np.ndarray]:
 
 
 def compile_model(ctx, model, backend=None, threads: int = 1, **opts):
-    """``glow_core.compile`` of ``model`` on ``backend`` (default: the one under test); refusals as above."""
+    """``glow_core.compile`` of ``model`` on ``backend`` (default: the one under test; or a list of backends),
+    without fallback: a case tests what the backend runs itself; refusals as above."""
     import glow_core
     try:
-        return glow_core.compile(model, backend or ctx.backend, num_threads=threads, **opts)
+        return glow_core.compile(model, backend or ctx.backend, num_threads=threads, fallback=False, **opts)
     except UnsupportedOpError as e:
         raise refusal(ctx, e, "compiling") from None
 
