@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import math
 
-import ml_dtypes
 import numpy as np
 
 from glow_core.types import dtype as gdtype
@@ -45,14 +44,41 @@ def fmap(fn):
     return o
 
 
-_erf = np.vectorize(math.erf, otypes=[F64])
+def _libm(name):
+    """The C library's double function ``name`` (Python's math module), elementwise; NaN outside its domain,
+    infinities where it overflows (IEEE results, not Python exceptions)."""
+    f = getattr(math, name)
 
+    def one(v):
+        try:
+            return f(v)
+        except ValueError:  # poles are infinities; the rest of the domain errors NaN
+            if name == "log" and v == 0:
+                return -math.inf
+            if name == "atanh" and abs(v) == 1:
+                return math.copysign(math.inf, v)
+            return math.nan
+        except OverflowError:
+            return math.copysign(math.inf, v) if name == "sinh" else math.inf
+    vec = np.vectorize(one, otypes=[F64])
+    return lambda x: vec(x) if x.size else x.astype(F64)
+
+
+def _sigmoid(x):
+    """1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below: a few float64 roundings, no cancellation."""
+    e = UNARY["exp"](-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+# float64 math from the C library (not numpy's own SIMD functions, which the interpreter runs): every result
+# is computed in float64 and rounded once to the result type
 UNARY = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "reciprocal": lambda x: 1.0 / x,
-    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
-    "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
-    "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "erf": lambda x: _erf(x) if x.size else x, "floor": np.floor, "ceil": np.ceil, "round": np.rint,
+    "exp": _libm("exp"), "log": _libm("log"), "sqrt": np.sqrt, "reciprocal": lambda x: 1.0 / x,
+    "sin": _libm("sin"), "cos": _libm("cos"), "tan": _libm("tan"), "asin": _libm("asin"), "acos": _libm("acos"),
+    "atan": _libm("atan"), "sinh": _libm("sinh"), "cosh": _libm("cosh"), "asinh": _libm("asinh"),
+    "acosh": _libm("acosh"), "atanh": _libm("atanh"), "tanh": _libm("tanh"),
+    "sigmoid": lambda x: _sigmoid(x),
+    "erf": _libm("erf"), "floor": np.floor, "ceil": np.ceil, "round": np.rint,
 }
 
 
@@ -146,34 +172,6 @@ def cast(x, to):
     if src.is_int:
         return np.asarray(np.frompyfunc(float, 1, 1)(_obj(x)), dtype=F64).reshape(x.shape).astype(dst.np)
     return x.astype(np.float32 if src.itemsize < 4 and dst.itemsize < 4 else F64).astype(dst.np)
-
-
-_INT_STORAGE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
-_FLOAT8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
-
-
-def cast_storage(x, to, saturate=1):
-    """Casts from and to the storage-only types, by the cast primitive's definition: floats round to nearest-even
-    (ml_dtypes' conversion of the exact float64 value); the float8 types clamp to their finite range when
-    saturating (else overflow to inf/NaN), float4/float6 always clamp; integer targets truncate toward zero and
-    wrap to their bit width; to bool is x != 0."""
-    src, dst = gdtype(x.dtype), gdtype(to)
-    if dst.is_bool or not (dst.name in _INT_STORAGE_BITS or dst.name in _FLOAT8 or dst.name.startswith(
-            ("float4", "float6"))):
-        wide = x if src.name not in _INT_STORAGE_BITS else x.astype(np.int64)
-        return cast(wide if src.is_int or src.is_bool else x.astype(F64), to)
-    if dst.name in _INT_STORAGE_BITS:
-        bits = _INT_STORAGE_BITS[dst.name]
-        ints = [0 if math.isnan(v) else math.trunc(v) for v in x.astype(F64).reshape(-1).tolist()] if src.is_float \
-            else [int(v) for v in x.astype(np.int64).reshape(-1).tolist()]
-        m = 1 << bits
-        wrapped = [(v % m) - (m if dst.kind == "int" and v % m >= m // 2 else 0) for v in ints]
-        return np.array(wrapped, dtype=np.int64).reshape(x.shape).astype(dst.np)
-    wide = x.astype(F64)
-    if saturate or dst.name.startswith(("float4", "float6")):
-        fi = ml_dtypes.finfo(dst.np)
-        wide = np.clip(wide, float(fi.min), float(fi.max))
-    return wide.astype(dst.np)
 
 
 def bitcast(x, to):
@@ -282,13 +280,19 @@ def reduce(name, x, axes, keepdims=1):
 
 
 def arg(name, x, axis, keepdims=1, select_last_index=0):
+    """Index of the largest (smallest) element; ties: the first (the last with select_last_index); a NaN
+    wins over every number (the first NaN, or the last)."""
     wide = x.astype(F64) if is_float(x.dtype) else x.astype(object)
     moved = np.moveaxis(wide, axis, -1)
     out = np.zeros(moved.shape[:-1], np.int64)
     for idx in np.ndindex(*moved.shape[:-1]):
         row = list(moved[idx])
-        best = max(row) if name == "argmax" else min(row)
-        hits = [i for i, v in enumerate(row) if v == best]
+        nans = [i for i, v in enumerate(row) if v != v]
+        if nans:
+            hits = nans
+        else:
+            best = max(row) if name == "argmax" else min(row)
+            hits = [i for i, v in enumerate(row) if v == best]
         out[idx] = hits[-1] if select_last_index else hits[0]
     return (np.expand_dims(out, axis) if keepdims else out), None
 

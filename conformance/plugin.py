@@ -1,9 +1,11 @@
-"""The pytest plugin: options, one pytest item per case, skips/xfails from the backend, and the report.
+"""The pytest plugin: options, one pytest item per case, the isolated runner, the gate and the report.
 
-Options: ``--backend NAME`` (an entry point of ``glow_core.backends``, or ``module:attr`` naming a Backend
-subclass, instance or factory, for in-process test backends), ``--case PATTERN`` (fnmatch over case ids,
-repeatable: run only those), ``--conformance-report PATH`` (HTML at PATH and JSON next to it). Cases live in
-the ``tier_*.py`` modules of this package; they are imported under the package's installed name only.
+Options are registered in one table (``OPTIONS``). Cases live in the ``tier_*.py`` modules of this package
+(imported under the package's installed name only); every case runs in the child process of ``isolation``
+under its time limits. The gate: a case is claimed unless the backend's ``is_op_supported`` refused it; a
+claimed case passes or fails (a refusal after the claim fails, see ``harness.refusal``); ``--require-profile``
+fails the run unless every case of that profile ran and passed; a run in which no case checking answers passed
+(every one skipped: a backend refusing everything) fails; a filtered run judges no profile.
 """
 from __future__ import annotations
 
@@ -14,25 +16,51 @@ import shlex
 
 import pytest
 
-from .cases import CaseFailure, Context, Unsupported
+from .cases import PROFILES, CaseFailure, Context
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition")
 PROP = "glow_case"
+DEFAULT_SEED = 0
+
+#: Every option of the suite: (flag, keyword arguments of parser.addoption). The one place to add one.
+OPTIONS = [
+    ("--backend", dict(dest="glow_backend", default=None, metavar="NAME",
+                       help="backend under test: an installed backend name (glowc backends) or module:attr")),
+    ("--case", dict(dest="glow_cases", action="append", default=[], metavar="PATTERN",
+                    help="run only cases whose id matches this fnmatch pattern (repeatable); a filtered run "
+                         "gives no profile verdicts")),
+    ("--require-profile", dict(dest="glow_require", action="append", default=[], metavar="NAME",
+                               help="fail the run unless every case of profile NAME ran and passed (repeatable; "
+                                    f"profiles: {', '.join(PROFILES)})")),
+    ("--conformance-seed", dict(dest="glow_seed", type=int, default=DEFAULT_SEED, metavar="N",
+                                help=f"session seed mixed into every case's inputs (default {DEFAULT_SEED}); "
+                                     "recorded in the report and in every rerun command")),
+    ("--case-timeout", dict(dest="glow_timeout", type=float, default=60.0, metavar="SECONDS",
+                            help="time limit for running a case's compiled code (default 60); compiling and "
+                                 "checking get ten times as much, at least 600 s. A case over its limit, or "
+                                 "whose process dies, fails and the run goes on")),
+    ("--coverage", dict(dest="glow_coverage", action="store_true", default=False,
+                        help="build the backend's generated C with gcov and report, per template, the lines "
+                             "the run executed and every line it did not (needs a backend whose package holds "
+                             "its C templates as *.j2 files and compiles with $CC: the cpu backend)")),
+    ("--no-group-compile", dict(dest="glow_group", action="store_false", default=True,
+                                help="compile every primitive case alone (by default, for backends other than the "
+                                     "reference interpreter, the cases of one primitive and dtype are first tried "
+                                     "compiled together; a case failing there is always re-run, and judged, "
+                                     "alone)")),
+    ("--conformance-report", dict(dest="glow_report", default=None, metavar="PATH",
+                                  help="write an HTML report to PATH and its data to PATH with suffix .json")),
+]
+
+#: Every collected case by id (the isolated child inherits it when it is forked).
+CASES: dict = {}
 
 
 def pytest_addoption(parser):
     g = parser.getgroup("glow-conformance", "Glow Kit conformance suite")
-    g.addoption("--backend", dest="glow_backend", default=None, metavar="NAME",
-                help="backend under test: an installed backend name (glowc backends) or module:attr")
-    g.addoption("--case", dest="glow_cases", action="append", default=[], metavar="PATTERN",
-                help="run only cases whose id matches this fnmatch pattern (repeatable)")
-    g.addoption("--no-group-compile", dest="glow_group", action="store_false", default=True,
-                help="compile every primitive case alone (by default, for backends other than the reference "
-                     "interpreter, the cases of one primitive and dtype are first tried compiled together; a "
-                     "case failing there is always re-run, and judged, alone)")
-    g.addoption("--conformance-report", dest="glow_report", default=None, metavar="PATH",
-                help="write an HTML report to PATH and its data to PATH with suffix .json")
+    for flag, kw in OPTIONS:
+        g.addoption(flag, **kw)
 
 
 def load_backend(spec: str):
@@ -45,6 +73,22 @@ def load_backend(spec: str):
         raise pytest.UsageError(f"--backend {spec}: {e}") from None
 
 
+def filters(config) -> list[str]:
+    """What narrows this run to part of the suite (empty for a full run)."""
+    out = [f"--case {p}" for p in config.getoption("glow_cases")]
+    if getattr(config.option, "keyword", ""):
+        out.append(f"-k {config.option.keyword}")
+    if getattr(config.option, "markexpr", ""):
+        out.append(f"-m {config.option.markexpr}")
+    out += [f"--deselect {d}" for d in (getattr(config.option, "deselect", None) or [])]
+    out += [a for a in config.args if "::" in a or a.endswith(".py")]
+    if getattr(config.option, "maxfail", 0):
+        out.append(f"--maxfail {config.option.maxfail}")
+    if getattr(config.option, "lf", False) or getattr(config.option, "failedfirst", False):
+        out.append("--lf/--ff")
+    return out
+
+
 def _configure(config):
     spec = config.getoption("glow_backend")
     config._glow = None
@@ -53,15 +97,27 @@ def _configure(config):
             return
         raise pytest.UsageError("the conformance suite needs --backend NAME; installed backends: "
                                 + ", ".join(_installed()) + " (or --backend module:Class)")
+    unknown = [p for p in config.getoption("glow_require") if p not in PROFILES]
+    if unknown:
+        raise pytest.UsageError(f"--require-profile {unknown[0]}: unknown profile; profiles: {', '.join(PROFILES)}")
+    if config.getoption("glow_timeout") <= 0:
+        raise pytest.UsageError("--case-timeout must be a positive number of seconds")
     backend = load_backend(spec)
-    from .harness import is_reference
-    name = spec
+    if config.getoption("glow_coverage"):
+        from .coverage import instrumented
+        backend = instrumented(backend, config)
+    from .harness import is_reference, record_answers
+    seed = config.getoption("glow_seed")
 
     def rerun(case_id):
-        return f"glowc conformance --backend {shlex.quote(name)} --case {shlex.quote(case_id)}"
+        return (f"glowc conformance --backend {shlex.quote(spec)} --conformance-seed {seed} "
+                f"--case {shlex.quote(case_id)}")
     ref = is_reference(backend)
-    config._glow = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref)
+    ctx = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref, seed=seed)
+    record_answers(backend, ctx.answers)
+    config._glow = ctx
     config._glow_known = list(backend.known_failures())
+    config._glow_runner = None
 
 
 def _selected(config, case_id):
@@ -76,6 +132,13 @@ def pytest_collect_file(file_path, parent):
     return None
 
 
+def tier_cases(tier: str, ctx) -> list:
+    """Every case of ``tier`` (``tier_<name>.cases()``, given the context when it takes one)."""
+    import inspect
+    module = importlib.import_module(f"glow_conformance.tier_{tier}")
+    return module.cases(ctx) if inspect.signature(module.cases).parameters else module.cases()
+
+
 class TierFile(pytest.File):
     def collect(self):
         ctx = self.config._glow
@@ -86,14 +149,13 @@ class TierFile(pytest.File):
         pats = self.config.getoption("glow_cases")
         if pats and not any("/" not in p or fnmatch.fnmatchcase(tier, p.split("/")[0]) for p in pats):
             return
-        module = importlib.import_module(f"glow_conformance.tier_{tier}")
-        import inspect
-        for case in (module.cases(ctx) if inspect.signature(module.cases).parameters else module.cases()):
+        for case in tier_cases(tier, ctx):
             if not _selected(self.config, case.id):
                 continue
+            CASES[case.id] = case
             item = CaseItem.from_parent(self, name=case.id, case=case)
-            if ctx.group_compile and tier == "primitives":  # a group compiles once, on one xdist worker
-                item.add_marker(pytest.mark.xdist_group(f"{case.subject}-{case.dtype}"))
+            if ctx.group_compile and case.info.get("group") is not None:  # a group compiles once, on one worker
+                item.add_marker(pytest.mark.xdist_group("-".join(map(str, case.info["group"]))))
             for pat, reason in self.config._glow_known:
                 if fnmatch.fnmatchcase(case.id, pat):
                     item.add_marker(pytest.mark.xfail(strict=True, reason=f"known failure ({pat}): {reason}"))
@@ -106,52 +168,79 @@ def _installed():
     return sorted(available_backends())
 
 
+def _runner(config):
+    """The isolated runner of this process (None where processes cannot be forked: cases then run here)."""
+    if config._glow_runner is None and hasattr(os, "fork"):
+        from .isolation import Runner
+        t = config.getoption("glow_timeout")
+        config._glow_runner = Runner(CASES, config._glow, run_limit=t, compile_limit=max(600.0, 10 * t))
+    return config._glow_runner
+
+
 class CaseItem(pytest.Item):
     def __init__(self, *, case, **kw):
         super().__init__(**kw)
         self.case = case
         self.user_properties.append((PROP, {"id": case.id, "tier": case.tier, "subject": case.subject,
-                                            "dtype": case.dtype, "profiles": list(case.profiles)}))
+                                            "dtype": case.dtype, "profiles": list(case.profiles),
+                                            "threads": case.info.get("threads", 1)}))
 
     def runtest(self):
-        try:
-            self.case.run(self.config._glow)
-        except Unsupported as e:
-            pytest.skip(f"unsupported: {e}")
+        ctx = self.config._glow
+        runner = _runner(self.config)
+        if runner is not None:
+            outcome, text = runner.run(self.case)
+        else:
+            from .isolation import outcome_of
+            ctx.answers.clear()
+            outcome, text = outcome_of(self.case, ctx)
+        if outcome.startswith("skip:"):
+            pytest.skip(f"{outcome[5:]}: {text}")
+        if outcome == "fail":
+            raise CaseFailure(text)
+        if outcome == "error":
+            raise CaseCrash(text)
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, CaseFailure):
-            return f"{self.case.id}: {excinfo.value}"
-        import traceback
-        frames = [f for f in traceback.extract_tb(excinfo.tb)
-                  if "/_pytest/" not in f.filename and "/pluggy/" not in f.filename]
-        tb = "".join(traceback.format_list(frames[-12:]))
-        return (f"{self.case.id}: the case crashed: {type(excinfo.value).__name__}: {excinfo.value}\n"
-                f"  rerun: {self.config._glow.rerun(self.case.id)}\n{tb}")
+        if isinstance(excinfo.value, (CaseFailure, CaseCrash)):
+            text = str(excinfo.value)
+            if isinstance(excinfo.value, CaseCrash):
+                text = f"the case crashed: {text}"
+            if "rerun: " not in text:
+                text += f"\n  rerun: {self.config._glow.rerun(self.case.id)}"
+            return f"{self.case.id}: {text}"
+        return f"{self.case.id}: {excinfo.value!r}\n  rerun: {self.config._glow.rerun(self.case.id)}"
 
     def reportinfo(self):
         return self.path, None, self.case.id
 
 
-# -- results and report (on the controller when running under xdist) ---------------------------------------
+class CaseCrash(Exception):
+    """The case raised an unexpected exception, or the process running it died or hung."""
+
+
+# -- results, the gate and the report (on the controller when running under xdist) --------------------------
 class Results:
     """Collects one record per case from the test reports (xdist forwards workers' reports to the controller,
-    with the case's user_properties) and writes the summary and report at the end."""
+    with the case's user_properties), sets the exit status of required profiles, and writes the summary and
+    the report at the end."""
 
     def __init__(self, config):
         self.config = config
         self.records = []
+        self.data = None
 
     def pytest_runtest_logreport(self, report):
         props = dict(report.user_properties or [])
         if PROP not in props:
-            # xdist reports a case whose worker died (a crash in native code) without its properties: the
-            # case id is the node id's last part, and it spells tier/subject/dtype
+            # xdist reports a case whose worker died without its properties: the case id is the node id's last
+            # part, and it spells tier/subject/dtype
             case_id = report.nodeid.rpartition("::")[2].partition("@")[0]
             parts = case_id.split("/")
             if "tier_" not in report.nodeid or len(parts) < 4 or parts[0] not in TIERS:
                 return
-            props[PROP] = {"id": case_id, "tier": parts[0], "subject": parts[1], "dtype": parts[2], "profiles": []}
+            props[PROP] = {"id": case_id, "tier": parts[0], "subject": parts[1], "dtype": parts[2], "profiles": [],
+                           "threads": 1}
         crashed = report.when not in ("setup", "call", "teardown")  # xdist: the worker died running it
         if not (report.when == "call" or crashed or (report.when == "setup" and report.outcome != "passed")
                 or (report.when == "teardown" and report.outcome == "failed")):
@@ -164,36 +253,63 @@ class Results:
             outcome = {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
         if report.when == "teardown":
             self.records = [r for r in self.records if r["id"] != props[PROP]["id"]]
-        detail = ""
+        detail, kind = "", None
         if outcome in ("fail", "xpass"):
             detail = report.longreprtext or "unexpectedly passed (strict xfail)"
             if crashed:
-                detail = (f"{props[PROP]['id']}: the process running the case crashed (a native crash in the "
-                          f"backend?): {detail}")
+                detail = f"{props[PROP]['id']}: the process running the case died: {detail}"
             if outcome == "xpass":
                 detail = f"{props[PROP]['id']}: listed in the backend's known_failures() but passed: {detail}"
         elif outcome == "skip":
             lr = report.longrepr
             detail = lr[2] if isinstance(lr, tuple) else str(lr)
+            detail = detail[len("Skipped: "):] if detail.startswith("Skipped: ") else detail
+            kind = detail.split(":", 1)[0] if ":" in detail else "other"
         elif outcome == "xfail":
             detail = report.wasxfail
-        self.records.append(dict(props[PROP], outcome=outcome, detail=detail, duration=round(report.duration, 4)))
+        self.records.append(dict(props[PROP], outcome=outcome, detail=detail, skip=kind,
+                                 duration=round(report.duration, 4)))
+
+    def _summarize(self):
+        from .report import run_info, summarize
+        config = self.config
+        filt = filters(config)
+        info = run_info(config._glow.backend, config.getoption("glow_backend"), config.getoption("glow_seed"),
+                        filt, config.getoption("glow_timeout"))
+        expected = None
+        if config.getoption("glow_require") and not filt:
+            expected = {c.id: c.profiles for t in TIERS for c in tier_cases(t, config._glow)}
+        data = summarize(self.records, info, filtered=bool(filt), expected=expected)
+        data["required"] = {}
+        for p in config.getoption("glow_require"):
+            v = data["profiles"].get(p)
+            if filt:
+                data["required"][p] = ("fail", f"not judged: the run was filtered ({'; '.join(filt)})")
+            elif v is None or v["verdict"] != "pass":
+                why = "no case of it ran" if v is None else v["why"]
+                data["required"][p] = ("fail", why)
+            else:
+                data["required"][p] = ("pass", f"all {v['total']} cases passed")
+        return data
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session):
+        self.data = self._summarize()
+        if self.config.getoption("glow_coverage"):
+            from .coverage import collect
+            self.data["coverage"] = collect(self.config)
+        if (any(v[0] != "pass" for v in self.data["required"].values()) or self.data["nothing_verified"]) \
+                and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter):
-        from .report import summarize, write_report
-        config = self.config
-        data = summarize(self.records, config._glow.backend.name, config.getoption("glow_backend"))
+        from .report import summary_lines, write_report
+        data = self.data or self._summarize()
         tr = terminalreporter
         tr.section("glow conformance")
-        c = data["counts"]
-        label = data["backend"] + ("" if data["backend_spec"] == data["backend"] else f" ({data['backend_spec']})")
-        tr.write_line(f"backend {label}: {c['total']} cases: {c['pass']} passed, {c['fail']} failed, "
-                      f"{c['skip']} skipped (unsupported), {c['xfail']} known failures, {c['xpass']} unexpectedly "
-                      f"passing")
-        for p, v in data["profiles"].items():
-            tr.write_line(f"  profile {p:16s} {v['verdict']:8s} ({v['pass']}/{v['total']} pass, {v['fail']} fail, "
-                          f"{v['skip']} skip, {v['xfail']} xfail)")
-        path = config.getoption("glow_report")
+        for line in summary_lines(data):
+            tr.write_line(line)
+        path = self.config.getoption("glow_report")
         if path:
             html_path, json_path = write_report(data, path)
             tr.write_line(f"report: {html_path} (data: {json_path})")
@@ -207,3 +323,9 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"  # keep each compile group on one worker
     if getattr(config, "_glow", None) is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Results(config), "glow-conformance-results")
+
+
+def pytest_sessionfinish(session):
+    runner = getattr(session.config, "_glow_runner", None)
+    if runner is not None:
+        runner.stop()

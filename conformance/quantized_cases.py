@@ -13,14 +13,12 @@ record's tolerance class (1 in the last place for requantized results).
 """
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
 from glow_core.ops.registry import PRIMITIVES
 
 from . import oracles as O
-from .cases import Case
+from .cases import Case, case_seed
 from .checker import compare
 from .harness import reference_primitive, run_primitive
 
@@ -164,20 +162,20 @@ def offset(dt, rng, extreme=None):
 def case(prim, dt, variant, make, consts=(), profiles=None):
     """A case: ``make(rng)`` -> (operands, attributes); ``consts``: operand indices that are constants."""
     case_id = f"primitives/{prim}/{dt}/{variant}"
-    seed = zlib.crc32(case_id.encode())
     tol = PRIMITIVES[prim].tolerance
 
     def run(ctx):
+        seed = case_seed(case_id, ctx.seed)
         arrays, attrs = make(np.random.default_rng(seed))
-        got = run_primitive(ctx.backend, prim, arrays, attrs, consts=consts)
-        want = [ORACLES[prim](arrays, attrs)] if ctx.is_reference else reference_primitive(prim, arrays, attrs)
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
         desc = f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs}, seed {seed}"
+        got = run_primitive(ctx, prim, arrays, attrs, desc, ctx.rerun(case_id), consts=consts)
+        want = [ORACLES[prim](arrays, attrs)] if ctx.is_reference else reference_primitive(prim, arrays, attrs)
         for i, (g, w) in enumerate(zip(got, want)):
             compare(g, np.asarray(w), "quantized-reference" if ctx.is_reference else tol, desc, ctx.rerun(case_id),
                     name=f"output y{i}")
     prof = profiles or (("quantized-int16",) if "int16" in dt else ("quantized-int8",))
-    return Case(case_id, "primitives", prim, dt, run, prof, {"variant": variant, "seed": seed, "tolerance": tol})
+    return Case(case_id, "primitives", prim, dt, run, prof, {"variant": variant, "tolerance": tol})
 
 
 # (dtype, scale, offset) parameter sets: offsets at both extremes, scales large and small

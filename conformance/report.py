@@ -1,43 +1,143 @@
-"""The conformance report: one JSON document and a self-contained HTML page with the same data.
+"""The conformance report: the summary lines, one JSON document and a self-contained HTML page with its data.
 
-The HTML page has no external scripts, fonts or styles: a matrix per tier (rows: primitive/op/model/pass,
-columns: dtypes; each cell coloured by its worst outcome and showing passed/total), the counts, the profile
-verdicts, the failure details and one table row per case (``<tr class="case" data-id=... data-outcome=...>``,
-which is what tools should parse).
+The HTML page has no external scripts, fonts or styles: the run (backend and suite versions, seed, filter,
+threads, time limits), the counts (claimed, passed, failed, skipped and why), the profile verdicts, a matrix
+per tier (rows: primitive/op/model/pass, columns: dtypes; each cell coloured by its worst outcome and showing
+passed/total), the failure details, the coverage of the backend's templates when measured, and one table row
+per case (``<tr class="case" data-id=... data-outcome=...>``, which is what tools should parse).
 """
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
+import platform
 import time
+
+from .cases import PROFILES, SKIP_KINDS
 
 OUTCOMES = ("pass", "fail", "skip", "xfail", "xpass")
 SEVERITY = {"fail": 4, "xpass": 3, "xfail": 2, "skip": 1, "pass": 0}
-COLOURS = {"pass": "#b7e4b0", "fail": "#f4a09c", "skip": "#d9d9d9", "xfail": "#f7dc8f", "xpass": "#e0a0f0"}
 
 
-def summarize(records, backend_name, spec=None) -> dict:
-    from .cases import PROFILES
+def _dist_version(module_name: str) -> str:
+    from importlib import metadata
+    top = module_name.split(".")[0]
+    for dist in metadata.packages_distributions().get(top, []):
+        try:
+            return f"{dist} {metadata.version(dist)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def suite_version() -> str:
+    """The installed distribution's version and a digest of the suite's own files (cases, oracles, checker)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return f"{_dist_version('glow_conformance')} (suite files {h.hexdigest()[:12]})"
+
+
+def run_info(backend, spec, seed, filt, timeout) -> dict:
+    """What identifies a run: backend and its version, suite version, seed, filter, host, time limits."""
+    cls = type(backend)
+    version = getattr(backend, "version", None) or _dist_version(cls.__module__)
+    return {"backend": backend.name, "backend_spec": spec or backend.name, "backend_class": f"{cls.__module__}."
+            f"{cls.__qualname__}", "backend_version": str(version), "suite_version": suite_version(),
+            "seed": seed, "filter": list(filt), "host": f"{platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}", "case_timeout": timeout,
+            "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def _verdict(c, total):
+    if c["fail"] or c["xpass"]:
+        return "fail", f"{c['fail']} failed" + (f", {c['xpass']} known failures passed" if c["xpass"] else "")
+    if not c["pass"]:
+        return "fail", f"no case of its {total} passed ({c['skip']} skipped, {c['xfail']} known failures)"
+    if c["pass"] == total:
+        return "pass", f"all {total} cases passed"
+    return "partial", f"{c['pass']} of {total} passed ({c['skip']} skipped, {c['xfail']} known failures" + \
+        (f", {c['missing']} did not run" if c.get("missing") else "") + ")"
+
+
+def summarize(records, info: dict, filtered: bool = False, expected: dict | None = None) -> dict:
+    """Counts, skip reasons, per-profile verdicts (none for a filtered run), matrix and case list.
+    ``expected`` (case id -> profiles of the full suite) makes a profile whose cases did not all run partial."""
     recs = sorted(records, key=lambda r: r["id"])
     counts = {o: sum(r["outcome"] == o for r in recs) for o in OUTCOMES}
     counts["total"] = len(recs)
+    skips = {}
+    for r in recs:
+        if r["outcome"] == "skip":
+            skips[r.get("skip") or "other"] = skips.get(r.get("skip") or "other", 0) + 1
+    counts["claimed"] = counts["total"] - skips.get("refused", 0)
+    threads = {}
+    for r in recs:
+        threads[str(r.get("threads", 1))] = threads.get(str(r.get("threads", 1)), 0) + 1
     profiles = {}
-    for p in PROFILES:
-        rs = [r for r in recs if p in r["profiles"]]
-        if not rs:
-            continue
-        c = {o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}
-        verdict = "fail" if c["fail"] or c["xpass"] else ("pass" if c["pass"] == len(rs) else "partial")
-        profiles[p] = dict(c, total=len(rs), verdict=verdict)
+    if not filtered:
+        ran = {r["id"] for r in recs}
+        for p in PROFILES:
+            rs = [r for r in recs if p in r["profiles"]]
+            missing = sum(1 for cid, ps in (expected or {}).items() if p in ps and cid not in ran)
+            if not rs and not missing:
+                continue
+            c = {o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}
+            c["missing"] = missing
+            verdict, why = _verdict(c, len(rs) + missing)
+            profiles[p] = dict(c, total=len(rs) + missing, verdict=verdict, why=why)
     matrix = {}
     for r in recs:
         cell = matrix.setdefault(r["tier"], {}).setdefault(r["subject"], {}).setdefault(
             r["dtype"], {o: 0 for o in OUTCOMES})
         cell[r["outcome"]] += 1
-    return {"backend": backend_name, "backend_spec": spec or backend_name,
-            "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "counts": counts,
-            "profiles": profiles, "matrix": matrix, "cases": recs}
+    checking = [r for r in recs if r["tier"] != "negative"]  # the cases that check answers, not refusals
+    nothing = None
+    if checking and not any(r["outcome"] in ("pass", "xfail") for r in checking):
+        nothing = (f"no case that checks answers passed ({len(checking)} of them: "
+                   + ", ".join(f"{sum(r['outcome'] == o for r in checking)} {o}" for o in OUTCOMES
+                               if any(r["outcome"] == o for r in checking)) + "): the run fails")
+    memory = None
+    if skips.get("no-memory-regions"):
+        memory = (f"not checked: the backend's compiled functions expose no memory regions (memory_regions() "
+                  f"returned None), so no guard bytes were set; {skips['no-memory-regions']} memory cases skipped")
+    tiers = {}
+    for r in recs:
+        tiers[r["tier"]] = tiers.get(r["tier"], 0) + 1
+    return dict(info, counts=counts, skips=skips, threads=threads, tiers=tiers, profiles=profiles,
+                filtered=filtered, nothing_verified=nothing, memory=memory, matrix=matrix, cases=recs)
+
+
+def summary_lines(data: dict) -> list[str]:
+    c, s = data["counts"], data["skips"]
+    label = data["backend"] + ("" if data["backend_spec"] == data["backend"] else f" ({data['backend_spec']})")
+    why = ", ".join(f"{n} {SKIP_KINDS.get(k, k)}" for k, n in sorted(s.items())) or "none"
+    out = [f"backend {label}, {data['backend_version']}; suite {data['suite_version']}; seed {data['seed']}; "
+           f"threads {', '.join(f'{t}: {n} cases' for t, n in sorted(data['threads'].items()))}",
+           f"{c['total']} cases, {c['claimed']} claimed: {c['pass']} passed, {c['fail']} failed, {c['xfail']} known "
+           f"failures, {c['xpass']} known failures passing; {c['skip']} skipped ({why})",
+           "tiers: " + ", ".join(f"{t} {n}" for t, n in sorted(data.get("tiers", {}).items())),
+           "filter: " + ("; ".join(data["filter"]) if data["filter"] else "none (the whole suite)")]
+    if data.get("nothing_verified"):
+        out.append("FAIL: " + data["nothing_verified"])
+    if data["memory"]:
+        out.append("memory: " + data["memory"])
+    if data["filtered"]:
+        out.append("profiles: no verdicts (a filtered run judges no profile)")
+    for p, v in data["profiles"].items():
+        out.append(f"  profile {p:16s} {v['verdict']:8s} {v['why']}")
+    for p, (verdict, why) in data.get("required", {}).items():
+        out.append(f"required profile {p}: {verdict.upper()} ({why})")
+    cov = data.get("coverage")
+    if cov:
+        from .coverage import summary_lines as cov_lines
+        out += cov_lines(cov)
+    return out
 
 
 def write_report(data: dict, path: str):
@@ -66,21 +166,42 @@ pre{background:#f6f6f6;padding:6px;white-space:pre-wrap;font-size:12px}.pass{bac
 def render_html(data: dict) -> str:
     e = html.escape
     c = data["counts"]
+    run = [("backend", f"{data['backend']} ({data['backend_class']}), {data['backend_version']}"),
+           ("suite", data["suite_version"]), ("seed", str(data["seed"])),
+           ("filter", "; ".join(data["filter"]) or "none (the whole suite)"),
+           ("threads", ", ".join(f"num_threads {t}: {n} cases" for t, n in sorted(data["threads"].items()))),
+           ("time limit", f"{data['case_timeout']:g} s to run a case's compiled code"), ("host", data["host"]),
+           ("generated", data["generated"])]
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
            f"<title>Glow conformance: {e(data['backend'])}</title><style>{CSS}</style></head><body>",
            f"<h1>Glow conformance report: backend <code>{e(data['backend'])}</code></h1>",
-           f"<p>Generated {e(data['generated'])} ({e(data['backend_spec'])}).</p>",
-           "<h2>Counts</h2><table id='counts'><tr>" + "".join(f"<th class='{o}'>{o}</th>" for o in OUTCOMES)
-           + "<th>total</th></tr><tr>" + "".join(f"<td>{c[o]}</td>" for o in OUTCOMES) + f"<td>{c['total']}</td>"
+           "<table id='run'>" + "".join(f"<tr><th class='row'>{e(k)}</th><td class='row'>{e(v)}</td></tr>"
+                                        for k, v in run) + "</table>",
+           "<h2>Counts</h2><table id='counts'><tr><th>claimed</th>" + "".join(
+               f"<th class='{o}'>{o}</th>" for o in OUTCOMES) + "<th>total</th></tr><tr>"
+           + f"<td>{c['claimed']}</td>" + "".join(f"<td>{c[o]}</td>" for o in OUTCOMES) + f"<td>{c['total']}</td>"
            "</tr></table>",
-           "<h2>Profiles</h2><table id='profiles'><tr><th class='row'>profile</th><th>verdict</th>"
-           + "".join(f"<th>{o}</th>" for o in OUTCOMES) + "<th>total</th></tr>"]
-    for p, v in data["profiles"].items():
-        out.append(f"<tr data-profile='{e(p)}' data-verdict='{v['verdict']}'><td class='row'>{e(p)}</td>"
-                   f"<td class='{v['verdict']}'>{v['verdict']}</td>"
-                   + "".join(f"<td>{v[o]}</td>" for o in OUTCOMES) + f"<td>{v['total']}</td></tr>")
-    out.append("</table><p>A profile passes when every one of its cases passes; <i>partial</i>: some of its "
-               "cases are unsupported (skipped) or known failures.</p>")
+           "<table id='skips'><tr><th class='row'>skipped because</th><th>cases</th></tr>" + "".join(
+               f"<tr data-skip='{e(k)}'><td class='row'>{e(SKIP_KINDS.get(k, k))}</td><td>{n}</td></tr>"
+               for k, n in sorted(data["skips"].items())) + "</table>"]
+    if data["memory"]:
+        out.append(f"<p id='memory'><b>Memory profile {e(data['memory'])}</b></p>")
+    out.append("<h2>Profiles</h2>")
+    if data["filtered"]:
+        out.append("<p id='profiles'>No verdicts: the run was filtered.</p>")
+    else:
+        out.append("<table id='profiles'><tr><th class='row'>profile</th><th>verdict</th><th class='row'>why</th>"
+                   + "".join(f"<th>{o}</th>" for o in OUTCOMES) + "<th>total</th></tr>")
+        for p, v in data["profiles"].items():
+            out.append(f"<tr data-profile='{e(p)}' data-verdict='{v['verdict']}'><td class='row'>{e(p)}</td>"
+                       f"<td class='{v['verdict']}'>{v['verdict']}</td><td class='row'>{e(v['why'])}</td>"
+                       + "".join(f"<td>{v[o]}</td>" for o in OUTCOMES) + f"<td>{v['total']}</td></tr>")
+        out.append("</table><p>A profile passes when every one of its cases passes; <i>partial</i>: some of its "
+                   "cases are unsupported (skipped), known failures or did not run; a profile with no passing "
+                   "case fails.</p>")
+    for p, (verdict, why) in data.get("required", {}).items():
+        out.append(f"<p class='required' data-profile='{e(p)}' data-verdict='{verdict}'>Required profile "
+                   f"<b>{e(p)}</b>: <span class='{verdict}'>{verdict}</span> ({e(why)})</p>")
     for tier, rows in data["matrix"].items():
         order = {d: i for i, d in enumerate(("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16",
                                               "uint16", "int32", "uint32", "int64", "uint64", "bool"))}
@@ -101,6 +222,9 @@ def render_html(data: dict) -> str:
                 tds.append(f"<td class='{w}' title='{e(title)}'>{cell['pass']}/{n}</td>")
             out.append(f"<tr><td class='row'>{e(subj)}</td>{''.join(tds)}</tr>")
         out.append("</table>")
+    if data.get("coverage"):
+        from .coverage import render_html as cov_html
+        out.append(cov_html(data["coverage"]))
     bad = [r for r in data["cases"] if r["outcome"] in ("fail", "xpass")]
     out.append(f"<h2>Failures ({len(bad)})</h2>")
     for r in bad:

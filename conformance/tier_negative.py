@@ -1,10 +1,14 @@
-"""Tier "negative": what cannot run is refused cleanly at compile time with a GlowError, never a crash.
+"""Tier "negative": what cannot run is refused cleanly with a GlowError, never a crash or a stray write.
 
 - backend refusals: every primitive x dtype that the primitive accepts but the backend's ``is_op_supported``
   refuses must make compilation raise UnsupportedOpError (a GlowError) naming the op; these cases depend on
   the backend (none for the reference interpreter, which supports everything);
 - compiler refusals: a primitive given a dtype it does not accept, a model with an unknown op or an unknown
-  domain, must raise a GlowError naming the op.
+  domain, must raise a GlowError naming the op;
+- run-time errors: indices out of range or negative for gather, gather_nd and scatter_nd (given at run time,
+  so they compile), integer division and remainder by zero, and the ONNX ops lowering to them with indices
+  out of range: the run must end in a GlowError naming the instruction (or, for the ONNX ops whose negative
+  indices count from the end, give the documented answer: the ops tier), with every guard byte intact.
 """
 from __future__ import annotations
 
@@ -17,14 +21,17 @@ from glow_core.ops.registry import PRIMITIVES
 from glow_core.types import DTYPES
 
 from . import tier_primitives as P
-from .cases import Case, CaseFailure, Unsupported
-
+from .cases import Case, CaseFailure, Unsupported, case_seed
+from .guards import Guard, regions_of
+from .harness import compile_model, compile_primitive, feed, out_types, primitive_function
 
 
 def _expect_glow_error(what, fn, must_name, rerun):
     try:
         fn()
-    except Unsupported as e:  # the harness's name for the backend's UnsupportedOpError: what we want
+    except Unsupported as e:  # the harness's name for the backend's refusal: what we want
+        msg = str(e)
+    except CaseFailure as e:  # a claimed-then-refused case is still a refusal here
         msg = str(e)
     except GlowError as e:
         msg = str(e)
@@ -37,7 +44,7 @@ def _expect_glow_error(what, fn, must_name, rerun):
 
 
 def backend_refusal_cases(ctx):
-    """One case per primitive case shape (the first variant) whose op/dtype the backend refuses."""
+    """One case per primitive x dtype (its first case's operands) whose op/dtype the backend refuses."""
     out, seen = [], set()
     for c in P.cases():
         key = (c.subject, c.dtype)
@@ -46,7 +53,6 @@ def backend_refusal_cases(ctx):
             continue
         seen.add(key)
         arrays = c.info["make"](np.random.default_rng(0))
-        from .harness import out_types
         try:
             outs = out_types(c.subject, arrays, c.info["attrs"])
         except GlowError:
@@ -59,12 +65,12 @@ def backend_refusal_cases(ctx):
 
         def run(ctx, c=c, arrays=arrays, case_id=case_id):
             from glow_core.api import compile_graph
-            from .harness import primitive_function
             fn = primitive_function(c.subject, arrays, c.info["attrs"])
             _expect_glow_error(f"negative case: backend refuses {c.subject} with {c.dtype}",
                                lambda: compile_graph(fn, ctx.backend, {"optimize": False}), c.subject,
                                ctx.rerun(case_id))
         out.append(Case(case_id, "negative", c.subject, c.dtype, run, ("negative",)))
+    ctx.answers.clear()
     return out
 
 
@@ -83,23 +89,21 @@ def compiler_refusal_cases():
             case_id = f"negative/{prim}/{dt}/dtype_not_accepted"
 
             def run(ctx, prim=prim, dt=dt, case_id=case_id):
-                from .harness import run_primitive
                 x = np.zeros((2, 3, 4, 4), DTYPES[dt].np)
-                attrs = {k: v for k, v in _attrs_for(prim).items()}
                 _expect_glow_error(f"negative case: primitive {prim} given {dt}",
-                                   lambda: run_primitive(ctx.backend, prim, [x], attrs), prim, ctx.rerun(case_id))
+                                   lambda: compile_primitive(ctx, prim, [x], _attrs_for(prim)), prim,
+                                   ctx.rerun(case_id))
             out.append(Case(case_id, "negative", prim, dt, run, ("negative",)))
     for label, node in (("unknown_op", helper.make_node("NoSuchOp", ["x"], ["y"])),
                         ("unknown_domain", helper.make_node("Relu", ["x"], ["y"], domain="com.vendor.none"))):
         case_id = f"negative/{label}/float32/model"
 
         def run(ctx, node=node, case_id=case_id):
-            from .harness import compile_model
             g = helper.make_graph([node], "neg", [helper.make_tensor_value_info("x", 1, [2, 3])],
                                   [helper.make_tensor_value_info("y", 1, [2, 3])])
             m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)] + (
                 [helper.make_opsetid(node.domain, 1)] if node.domain else []))
-            _expect_glow_error(f"negative case: model with {label}", lambda: compile_model(ctx.backend, m).run(
+            _expect_glow_error(f"negative case: model with {label}", lambda: compile_model(ctx, m).run(
                 {"x": np.zeros((2, 3), np.float32)}), None, ctx.rerun(case_id))
         out.append(Case(case_id, "negative", label, "float32", run, ("negative",)))
     return out
@@ -112,9 +116,148 @@ def _attrs_for(prim):
             "avg_pool": {"kernel": [2, 2], "strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0]}}.get(prim, {})
 
 
+# -- run-time errors ----------------------------------------------------------------------------------------
+def _run_expecting_error(ctx, res, feeds, desc, rerun, ops):
+    """Run once with the guards armed; the run must raise a GlowError naming an instruction of ``ops``, and no
+    guard byte may change."""
+    regs = regions_of(res.compiled)
+    guard = Guard(res.ir, regs) if regs is not None else None
+    if guard is not None:
+        guard.arm()
+    names = [i.name for i in res.ir.code if i.op in ops]
+    ctx.phase("run")
+    try:
+        res.compiled.execute({k: v for k, v in feeds.items() if k in res.ir.inputs})
+    except GlowError as e:
+        msg = str(e)
+    except Exception as e:  # noqa: BLE001
+        raise CaseFailure(f"{desc}\n  the run raised {type(e).__name__}: {e} (expected a GlowError naming the "
+                          f"instruction)\n  rerun: {rerun}") from None
+    else:
+        raise CaseFailure(f"{desc}\n  the run succeeded (expected a GlowError naming the instruction: "
+                          f"{' or '.join(names)})\n  rerun: {rerun}")
+    finally:
+        ctx.phase("check")
+    if not any(f"'{n}'" in msg or f" {n} " in msg or msg.startswith(n) for n in names):
+        raise CaseFailure(f"{desc}\n  the error does not name the instruction ({' or '.join(names)}): {msg}\n"
+                          f"  rerun: {rerun}")
+    if guard is not None:
+        guard.check(desc + " (after the run-time error)", rerun)
+
+
+# (primitive, label, make(rng, dt) -> operands, attrs)
+BAD_INDICES = [
+    ("gather", "index_eq_dim", lambda r, d: [P._mv(d, (5, 3), r), np.array([0, 5, 2], np.int64)], {"axis": 0}),
+    ("gather", "negative_index", lambda r, d: [P._mv(d, (5, 3), r), np.array([1, -1], np.int64)], {"axis": 0}),
+    ("gather", "int64_max_int32_idx", lambda r, d: [P._mv(d, (4, 6), r), np.array([[2, 2147483647]], np.int32)],
+     {"axis": 1}),
+    ("gather", "huge_negative", lambda r, d: [P._mv(d, (4, 6), r), np.array([-2 ** 62], np.int64)], {"axis": 1}),
+    ("gather_nd", "index_eq_dim", lambda r, d: [P._mv(d, (4, 5, 3), r), np.array([[1, 2], [3, 5]], np.int64)],
+     {"batch_dims": 0}),
+    ("gather_nd", "negative_index", lambda r, d: [P._mv(d, (4, 5), r), np.array([[0, 1], [-1, 0]], np.int64)],
+     {"batch_dims": 0}),
+    ("gather_nd", "batch_dims1_out_of_range", lambda r, d: [P._mv(d, (2, 5, 3), r),
+                                                           np.array([[[4]], [[5]]], np.int64)], {"batch_dims": 1}),
+    ("scatter_nd", "index_eq_dim", lambda r, d: [P._mv(d, (6, 4), r), np.array([[2], [6]], np.int64),
+                                                 P._mv(d, (2, 4), r)], {"reduction": "none"}),
+    ("scatter_nd", "negative_index", lambda r, d: [P._mv(d, (6, 4), r), np.array([[-1], [3]], np.int64),
+                                                   P._mv(d, (2, 4), r)], {"reduction": "none"}),
+    ("scatter_nd", "add_out_of_range", lambda r, d: [P._mv(d, (6, 4), r), np.array([[0], [1000]], np.int64),
+                                                     P._mv(d, (2, 4), r)], {"reduction": "add"}),
+]
+DIV_ZERO_DTYPES = ("int8", "uint8", "int16", "int32", "uint32", "int64", "uint64")
+
+
+def runtime_error_cases():
+    out = []
+    for prim, label, make, attrs in BAD_INDICES:
+        for dt in ("float32", "int8", "float16"):
+            if attrs.get("reduction", "none") != "none" and dt == "float16":
+                continue
+            out.append(_runtime_case(prim, dt, label, lambda r, make=make, dt=dt: make(r, dt), attrs))
+    for prim in ("div", "mod"):
+        for dt in DIV_ZERO_DTYPES:
+            for attrs in ([{"fmod": 0}, {"fmod": 1}] if prim == "mod" else [{}]):
+                tag = f"fmod{attrs['fmod']}/" if attrs else ""
+
+                def make(r, dt=dt):
+                    a = P.full_range(dt, (9,), r)
+                    b = P.full_range(dt, (9,), r)
+                    b = np.where(b == 0, np.ones_like(b), b)
+                    b[4] = 0
+                    return [a, b]
+                out.append(_runtime_case(prim, dt, f"{tag}by_zero", make, attrs))
+    return out + onnx_runtime_error_cases()
+
+
+def _runtime_case(prim, dt, label, make, attrs):
+    case_id = f"negative/{prim}/{dt}/runtime_{label}"
+
+    def run(ctx):
+        seed = case_seed(case_id, ctx.seed)
+        arrays = make(np.random.default_rng(seed))
+        desc = f"run-time error case: primitive {prim} dtype {dt} ({label}), attributes {attrs}, seed {seed}"
+        res = compile_primitive(ctx, prim, arrays, attrs)
+        _run_expecting_error(ctx, res, feed(arrays), desc, ctx.rerun(case_id), (prim,))
+    return Case(case_id, "negative", prim, dt, run, ("negative",))
+
+
+def onnx_runtime_error_cases():
+    """ONNX ops lowering to gather/gather_nd/scatter_nd/div given out-of-range indices (or zero divisors) at run
+    time: a GlowError naming the instruction."""
+    from .onnx_cases import Init, one_node
+    rows = [
+        ("Gather", lambda r: one_node("Gather", [r.standard_normal((5, 3)).astype(np.float32),
+                                                 np.array([0, 5], np.int64)], {"axis": 0}), ("gather",)),
+        ("Gather", lambda r: one_node("Gather", [r.standard_normal((5, 3)).astype(np.float32),
+                                                 np.array([-6, 1], np.int64)], {"axis": 0}), ("gather",)),
+        ("GatherND", lambda r: one_node("GatherND", [r.standard_normal((3, 4)).astype(np.float32),
+                                                     np.array([[2, 4]], np.int64)]), ("gather_nd",)),
+        ("GatherElements", lambda r: one_node("GatherElements", [r.standard_normal((3, 4)).astype(np.float32),
+                                                                 np.array([[0, 3, 1, 2]], np.int64)], {"axis": 0}),
+         ("gather", "gather_nd")),
+        ("ScatterND", lambda r: one_node("ScatterND", [r.standard_normal((5, 3)).astype(np.float32),
+                                                       np.array([[4], [5]], np.int64),
+                                                       r.standard_normal((2, 3)).astype(np.float32)]),
+         ("scatter_nd",)),
+        ("Div", lambda r: one_node("Div", [np.arange(1, 7, dtype=np.int32), np.array([1, 2, 0, 3, 1, 2], np.int32)]),
+         ("div",)),
+        ("Mod", lambda r: one_node("Mod", [np.arange(1, 7, dtype=np.int64), Init(np.array([3, 0, 1, 2, 3, 4]))],
+                                   {"fmod": 0}), ("mod",)),
+    ]
+    out = []
+    for k, (op, build, prims) in enumerate(rows):
+        dt = {"Div": "int32", "Mod": "int64"}.get(op, "float32")
+        case_id = f"negative/{op}/{dt}/runtime_error_{k}"
+
+        def run(ctx, op=op, build=build, prims=prims, case_id=case_id):
+            seed = case_seed(case_id, ctx.seed)
+            model, feeds = build(np.random.default_rng(seed))
+            cm = compile_model(ctx, model)
+            desc = f"run-time error case: ONNX {op} with inputs {[(k, v.tolist()) for k, v in feeds.items()][-1]}"
+            ctx.phase("run")
+            try:
+                cm.run(feeds)
+            except GlowError as e:
+                msg = str(e)
+            except Exception as e:  # noqa: BLE001
+                raise CaseFailure(f"{desc}\n  the run raised {type(e).__name__}: {e} (expected a GlowError "
+                                  f"naming the instruction)\n  rerun: {ctx.rerun(case_id)}") from None
+            else:
+                raise CaseFailure(f"{desc}\n  the run succeeded (expected a GlowError)\n  rerun: "
+                                  f"{ctx.rerun(case_id)}")
+            finally:
+                ctx.phase("check")
+            names = [i.name for i in cm.ir.code if i.op in prims]
+            if not any(f"'{n}'" in msg for n in names):
+                raise CaseFailure(f"{desc}\n  the error does not name the instruction ({' or '.join(names)}): "
+                                  f"{msg}\n  rerun: {ctx.rerun(case_id)}")
+        out.append(Case(case_id, "negative", op, dt, run, ("negative",)))
+    return out
+
+
 def cases(ctx=None):
-    out = compiler_refusal_cases()
+    out = compiler_refusal_cases() + runtime_error_cases()
     if ctx is not None:
         out += backend_refusal_cases(ctx)
     return out
-

@@ -1,6 +1,10 @@
 """Tier "ops": ONNX ops the importer accepts, as one-node models with sweeps of dtypes, shapes (broadcasting
-patterns included) and attributes. Expectation: onnx.reference.ReferenceEvaluator on the unlowered op (see
-``onnx_cases.expected``). Ops not listed here are reported as uncovered by ``uncovered()``.
+patterns included), attributes and special values (NaN, +-inf, +-0, denormals, extremes for every elementwise
+op, and for the reductions, pooling, arg-max/min, matmul, Gemm and Conv). Expectation: onnx.reference's
+ReferenceEvaluator on the unlowered op for the interpreter, the interpreter for other backends (see
+``onnx_cases.expected``). Each op's tolerance class is in ``OP_CLASS`` (per element everywhere except the ops
+listed as "op", judged against the tensor's largest value). Ops not listed here are reported as uncovered by
+``uncovered()``.
 """
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from glow_core.ops import custom_ops
 from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
-from .onnx_cases import Init, model_case, one_node
+from .onnx_cases import Init, model_case as _model_case, one_node
+from .primitive_cases import pairs, specials, sprinkle
 
 F = ("float32", "float16", "float64")
 I = ("int32", "int64", "int8", "uint8")
@@ -39,6 +44,61 @@ BINARY = {  # op -> dtypes
     "Xor": ("bool",), "BitwiseAnd": I, "BitwiseOr": I, "BitwiseXor": I, "PRelu": F, "Mod": ("int32", "int64"),
 }
 SHAPES = [(), (7,), (3, 5, 17), (2, 0, 3)]
+
+#: Tolerance class of each op (for float results; integer results are always exact). Unlisted elementwise
+#: ops (UNARY, BINARY) are op-ulp; unlisted structured ops are "op" (tensor-relative: normalizations,
+#: softmax, resampling, recurrences, signal processing...).
+OP_CLASS = {
+    **dict.fromkeys(("Abs", "Neg", "Floor", "Ceil", "Round", "Sign", "Relu", "ThresholdedRelu", "IsNaN", "IsInf",
+                     "Not", "Max", "Min", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Clip",
+                     "MaxPool", "GlobalMaxPool", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin", "Hardmax", "TopK",
+                     "NonZero", "Unique", "Dropout", "EyeLike", "OneHot", "Trilu", "Shape", "Size",
+                     "ConstantOfShape"), "op-exact"),
+    **dict.fromkeys(("Identity", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Split",
+                     "Slice", "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements", "Pad", "Tile",
+                     "Expand", "Where", "Compress", "DepthToSpace", "SpaceToDepth", "ReverseSequence",
+                     "CenterCropPad", "Cast", "CastLike", "Constant", "MaxUnpool"), "op-bitwise"),
+    **dict.fromkeys(("Elu", "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Softplus", "Mish", "Shrink"),
+                    "op-cancel"),
+    **dict.fromkeys(("MatMul", "Gemm", "Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "ReduceSum",
+                     "ReduceMean", "ReduceL1", "ReduceSumSquare", "Einsum", "CumSum", "Sum", "Mean", "GlobalLpPool",
+                     "LpPool"), "op-acc"),
+}
+
+
+def op_specials(dt):
+    """NaN, +-inf, +-0, denormals and ordinary values (not the largest finite values: ONNX leaves the order of
+    a composite op's operations open, and intermediate overflow depends on it)."""
+    from .checker import finfo
+    s = specials(dt)
+    return s[np.abs(s.astype(np.float64)) != float(finfo(gdtype(dt).np).max)]
+
+
+def _prelu(feeds):
+    """PRelu by its definition: slope * x where x < 0, x elsewhere (onnx.reference multiplies everywhere not
+    positive, so 0 * inf gives NaN there)."""
+    x, s = feeds["x0"], feeds["x1"]
+    with np.errstate(all="ignore"):
+        return [np.where(x < 0, x * s, x).astype(x.dtype)]
+
+
+def _erf(feeds):
+    """Erf in float64 (onnx.reference computes it in float32)."""
+    from . import oracles as O
+    return [O.unary("erf", feeds["x0"])]
+
+
+#: op -> oracle(feeds) used instead of onnx.reference (for every case of the op).
+ORACLES = {"PRelu": _prelu, "Erf": _erf}
+
+
+def model_case(case_id, tier, op, dt, build, tolerance, **kw):
+    """An ops-tier case: its op's cases are first run merged into one model (one compilation)."""
+    return _model_case(case_id, tier, op, dt, build, tolerance, group=("ops", op), **kw)
+
+
+def op_class(op):
+    return OP_CLASS.get(op, "op-ulp" if op in UNARY or op in BINARY else "op")
 BROADCAST = [((3, 4, 5), (5,)), ((3, 1, 5), (1, 4, 1)), ((1,), (2, 3)), ((), (4,)), ((2, 3, 4, 5), (3, 1, 1)),
              ((0, 3), (1, 3)), ((17, 65), (17, 65))]
 
@@ -70,8 +130,16 @@ def unary_cases():
                     if op in ("IsNaN", "IsInf") and x.size:
                         x.reshape(-1)[::3] = np.array([np.nan, np.inf, -np.inf] * x.size)[:len(x.reshape(-1)[::3])]
                     return one_node(op, [x], attrs)
-                out.append(model_case(f"ops/{op}/{dt}/{_tag(shape)}", "ops", op, dt, build, "op"))
+                out.append(model_case(f"ops/{op}/{dt}/{_tag(shape)}", "ops", op, dt, build, op_class(op),
+                                      oracle=ORACLES.get(op)))
+            if dt in F and op not in NO_SPECIALS:
+                out.append(model_case(f"ops/{op}/{dt}/specials", "ops", op, dt, lambda r, op=op, dt=dt, attrs=attrs:
+                                      one_node(op, [op_specials(dt)], attrs), op_class(op), oracle=ORACLES.get(op)))
     return out
+
+
+#: Ops whose ONNX definition leaves special values undefined, or whose lowering the reference cannot follow.
+NO_SPECIALS = {"Not", "Identity"}
 
 
 def binary_cases():
@@ -93,7 +161,14 @@ def binary_cases():
                     if op == "Div" and gdtype(dt).is_float:
                         b = np.where(np.abs(b.astype(np.float64)) < 0.3, 1.5, b).astype(b.dtype)
                     return one_node(op, [a, b], {"fmod": 0} if op == "Mod" else {})
-                out.append(model_case(f"ops/{op}/{dt}/{_tag(sa)}_{_tag(sb)}", "ops", op, dt, build, "op"))
+                out.append(model_case(f"ops/{op}/{dt}/{_tag(sa)}_{_tag(sb)}", "ops", op, dt, build, op_class(op),
+                                      oracle=ORACLES.get(op)))
+            if dt in F and op not in NO_SPECIALS:
+                def build_sp(rng, op=op, dt=dt):
+                    a, b = pairs(op_specials(dt))
+                    return one_node(op, [a, b], {})
+                out.append(model_case(f"ops/{op}/{dt}/specials", "ops", op, dt, build_sp, op_class(op),
+                                      oracle=ORACLES.get(op)))
     return out
 
 
@@ -319,6 +394,34 @@ def _structured():
                               Init(np.array([[[0.9, 0.8, 0.7]]], np.float32)), _c([2]), _c([0.5], "float32")]))
     add("Constant", "tensor", ("float32",), lambda r, d: one_node(
         "Constant", [], {"value": _tensor(rnd(d, (2, 3), r))}))
+    # special values (NaN, +-inf, +-0, denormals) into accumulations, windows, reductions and arg-max/min
+    sp = lambda d, shape, r: sprinkle(rnd(d, shape, r), r, 0.08)  # noqa: E731
+    add("MatMul", "specials", F, lambda r, d: one_node("MatMul", [sp(d, (6, 9), r), sp(d, (9, 5), r)]))
+    add("Gemm", "specials", F, lambda r, d: one_node("Gemm", [sp(d, (4, 7), r), sp(d, (7, 3), r), sp(d, (3,), r)]))
+    add("Conv", "specials", F, lambda r, d: one_node("Conv", [sp(d, (1, 2, 6, 6), r), sp(d, (3, 2, 3, 3), r)],
+                                                     {"pads": [1, 1, 1, 1]}))
+    for op in ("MaxPool", "AveragePool"):  # NaN in pooling is left open by ONNX: see SPEC_ORACLES
+        add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (1, 2, 7, 7), r)],
+                                                           {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}))
+    for op in ("GlobalMaxPool", "GlobalAveragePool"):
+        add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (2, 3, 4, 5), r)]))
+    for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean"):
+        add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (3, 4, 5), r), _c([1])]))
+    for op in ("ArgMax", "ArgMin"):
+        add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (3, 4, 5), r)], {"axis": 1}))
+    add("Softmax", "specials", F, lambda r, d: one_node("Softmax", [sp(d, (3, 7), r)], {"axis": -1}))
+    # indices given at run time, negative ones included (ONNX counts them from the end)
+    add("Gather", "runtime_negative_indices", ("float32", "int8"), lambda r, d: one_node(
+        "Gather", [rnd(d, (5, 3), r), np.array([-5, -1, 0, 4, -3], np.int64)], {"axis": 0}))
+    add("Gather", "runtime_negative_indices_axis1_int32", ("float32",), lambda r, d: one_node(
+        "Gather", [rnd(d, (2, 6, 3), r), np.array([[-6, 5], [-1, 0]], np.int32)], {"axis": 1}))
+    add("GatherND", "runtime_negative_indices", ("float32",), lambda r, d: one_node(
+        "GatherND", [rnd(d, (3, 4, 2), r), np.array([[-1, -4], [2, -1], [0, 3]], np.int64)]))
+    add("GatherElements", "runtime_negative_indices", ("float32",), lambda r, d: one_node(
+        "GatherElements", [rnd(d, (3, 4), r), np.array([[-1, 0, 2, -3], [1, -2, -1, 0]], np.int64)], {"axis": 0}))
+    add("ScatterElements", "runtime_negative_indices", ("float32",), lambda r, d: one_node(
+        "ScatterElements", [rnd(d, (3, 5), r), np.array([[-1, 3], [0, -5], [2, -2]], np.int64), rnd(d, (3, 2), r)],
+        {"axis": 1}))
     return S
 
 
@@ -332,8 +435,10 @@ QUANT = {"QuantizeLinear", "DequantizeLinear", "QLinearMatMul", "MatMulInteger",
 
 
 def _lrn_oracle(feeds, size=3, alpha=1e-4, beta=0.75, bias=1.0):
-    """LRN by its ONNX definition (onnx.reference's LRN disagrees with the spec's window/scale)."""
+    """LRN by its ONNX definition (onnx.reference's LRN disagrees with the spec's window/scale); attributes are
+    float32 in the model, so their float32 values are the specification's."""
     x = feeds["x0"].astype(np.float64)
+    alpha, beta, bias = (float(np.float32(v)) for v in (alpha, beta, bias))
     sq, C = x ** 2, x.shape[1]
     ss = np.zeros_like(x)
     for c in range(C):
@@ -342,21 +447,37 @@ def _lrn_oracle(feeds, size=3, alpha=1e-4, beta=0.75, bias=1.0):
     return [(x / (bias + alpha / size * ss) ** beta).astype(feeds["x0"].dtype)]
 
 
+def _pool_oracle(kind):
+    """Pooling (3x3 window, pads 1) by the primitive's contract, which propagates NaN (ONNX leaves it open;
+    onnx.reference's float64 pooling skips NaN)."""
+    from . import oracles as O
+
+    def oracle(feeds):
+        x = feeds["x0"]
+        fn = O.max_pool if kind == "max" else O.avg_pool
+        return [fn(x, [3, 3], [1, 1], [1, 1], [1, 1, 1, 1])[0]]
+    return oracle
+
+
+SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "specials"): _pool_oracle("avg")}
+
+
 def structured_cases():
     from .cases import profiles_for
     out = [model_case(f"ops/LRN/{dt}/size3", "ops", "LRN", dt,
-                      lambda r, dt=dt: one_node("LRN", [rnd(dt, (1, 5, 4, 4), r)], {"size": 3}), "op",
+                      lambda r, dt=dt: one_node("LRN", [rnd(dt, (1, 5, 4, 4), r)], {"size": 3}), op_class("LRN"),
                       oracle=_lrn_oracle) for dt in ("float32", "float64")]
     out += [model_case(f"ops/GlobalLpPool/{dt}/p{p}", "ops", "GlobalLpPool", dt,
-                       lambda r, dt=dt, p=p: one_node("GlobalLpPool", [rnd(dt, (2, 3, 4, 5), r)], {"p": p}), "op",
+                       lambda r, dt=dt, p=p: one_node("GlobalLpPool", [rnd(dt, (2, 3, 4, 5), r)], {"p": p}),
+                       op_class("GlobalLpPool"),
                        oracle=lambda f, p=p: [(np.sum(np.abs(f["x0"].astype(np.float64)) ** p, axis=(2, 3),
                                                       keepdims=True) ** (1.0 / p)).astype(f["x0"].dtype)])
             for dt in ("float32", "float64") for p in (1, 2, 3)]
     for op, variant, dts, fn in _structured():
         for dt in dts:
             prof = profiles_for(dt, quantized=op in QUANT)
-            out.append(model_case(f"ops/{op}/{dt}/{variant}", "ops", op, dt, lambda r, fn=fn, dt=dt: fn(r, dt), "op",
-                                  profiles=prof))
+            out.append(model_case(f"ops/{op}/{dt}/{variant}", "ops", op, dt, lambda r, fn=fn, dt=dt: fn(r, dt),
+                                  op_class(op), profiles=prof, oracle=SPEC_ORACLES.get((op, variant))))
     return out
 
 

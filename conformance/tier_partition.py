@@ -11,8 +11,6 @@ the backend: such a cut still splits the model elsewhere, or runs unsplit, and m
 """
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
 from glow_core import example_models as core_models
@@ -23,9 +21,9 @@ from glow_core.errors import UnsupportedOpError
 from glow_core.ops.registry import get_op, is_primitive
 
 from . import networks as M
-from .cases import Case, CaseFailure
+from .cases import Case, CaseFailure, case_seed
 from .checker import compare
-from .harness import compile_model
+from .harness import compile_model, run_compiled
 from .subset import SubsetBackend
 
 MODELS = {
@@ -62,18 +60,18 @@ def _units(backend, model) -> list[tuple[str, bool]]:
 
 def partition_case(mname, build, variant, refuse, must_split):
     case_id = f"partition/{mname}/float32/{variant}"
-    seed = zlib.crc32(case_id.encode())
 
     def run(ctx):
+        seed = case_seed(case_id, ctx.seed)
         model = build()
         feeds = _feeds(model, np.random.default_rng(seed))
         key = (id(ctx.backend), mname, seed)
         if key not in _UNSPLIT:
             _UNSPLIT.clear()  # one model's expectation at a time: the cases of a model run in a row
-            _UNSPLIT[key] = compile_model(ctx.backend, model).run(feeds)
+            _UNSPLIT[key] = run_compiled(ctx, compile_model(ctx, model), feeds)
         want = _UNSPLIT[key]
         sub = SubsetBackend(ctx.backend, refuse=refuse, costs=NO_ISLANDS)
-        cm = compile_model([sub, get_backend("interpreter")], model)
+        cm = compile_model(ctx, model, backend=[sub, get_backend("interpreter")])
         plan = cm.last.plan
         desc = (f"partition case {mname} {variant}: {len(refuse)} node(s) refused by backend '{ctx.backend.name}' run "
                 f"on the interpreter ({len(plan.partitions)} partitions); results differ from the unsplit run "
@@ -81,12 +79,12 @@ def partition_case(mname, build, variant, refuse, must_split):
         if must_split and {p.backend for p in plan.partitions} != {0, 1}:
             raise CaseFailure(f"{desc}\n  the model was not split between the two backends\n  rerun: "
                               f"{ctx.rerun(case_id)}")
-        got = cm.run(feeds)
+        got = run_compiled(ctx, cm, feeds)
         for k in want:
             if k not in got:
                 raise CaseFailure(f"{desc}\n  output {k} missing\n  rerun: {ctx.rerun(case_id)}")
             compare(np.asarray(got[k]), np.asarray(want[k]), "model", desc, ctx.rerun(case_id), name=f"output {k}")
-    return Case(case_id, "partition", mname, "float32", run, ("partition",), {"seed": seed, "refused": len(refuse)})
+    return Case(case_id, "partition", mname, "float32", run, ("partition",), {"refused": len(refuse)})
 
 
 def cases(ctx):

@@ -1,14 +1,14 @@
 """Tier "passes": every graph pass, and the IR buffer-sharing passes, leave results unchanged.
 
-Each case compiles one model twice for the backend under test: a baseline without graph optimizations and
-without buffer sharing, and a build with only the pass under test (a proxy backend whose
-``optimization_pipeline()`` is that one pass; "ir-buffer-sharing" turns on only ``should_share_buffers()``),
-and compares the two answers (the subject is the pass, the backend only executes). That lowering matches each
-unlowered op is the "ops" tier (ReferenceEvaluator on the unlowered op against the lowered pipeline).
+Each case compiles one model twice for the backend under test, both without the post-lowering clean-up (so
+that only the pass under test differs): a baseline without graph passes and without buffer sharing, and a
+build with only the pass under test ("ir-buffer-sharing" turns on only ``should_share_buffers()``), and
+compares the two answers (the subject is the pass, the backend only executes). Passes that only remove or
+merge identical work (dce, cse, remove-noops) and buffer sharing must be bit-exact; constant folding
+(computed by the reference at compile time), BatchNorm folding (different arithmetic) and the default
+pipeline get the "model" tolerance. That lowering matches each unlowered op is the "ops" tier.
 """
 from __future__ import annotations
-
-import zlib
 
 import numpy as np
 
@@ -16,10 +16,9 @@ from glow_core import example_models
 from glow_core.passes import PASSES
 
 from . import networks as M
-from .cases import Case, CaseFailure
+from .cases import Case, CaseFailure, case_seed
 from .checker import compare
 from .proxy import ProxyBackend
-from .harness import compile_model
 
 
 class PassProxy(ProxyBackend):
@@ -67,22 +66,45 @@ def _feeds(model, rng):
     return f(model, rng)
 
 
+#: The tolerance class of each pass's comparison: bit-exact unless the pass changes arithmetic.
+PASS_CLASS = {"dce": "movement", "cse": "movement", "remove-noops": "movement", "ir-buffer-sharing": "movement",
+              "constant-fold": "model", "fold-batchnorm": "model", "default-pipeline": "model"}
+
+
+def _build(ctx, model, pipeline, share):
+    """Compile ``model`` for the backend under test with only ``pipeline`` (and buffer sharing if ``share``)."""
+    from glow_core.api import compile_graph
+    from glow_core.errors import UnsupportedOpError
+    from glow_core.importer.onnx_import import import_model, load_model
+    from glow_core.passes import run_pipeline
+
+    from .harness import options, refusal
+    try:
+        fn = import_model(load_model(model)[0])
+        run_pipeline(fn, pipeline)
+        return compile_graph(fn, PassProxy(ctx.backend, pipeline, share), options())
+    except UnsupportedOpError as e:
+        raise refusal(ctx, e, "compiling") from None
+
+
 def pass_case(pname, mname, build, pipeline=None, share=True):
     case_id = f"passes/{pname}/float32/{mname}"
-    seed = zlib.crc32(case_id.encode())
 
     def run(ctx):
+        from .harness import execute
+        seed = case_seed(case_id, ctx.seed)
         model = build()
         feeds = _feeds(model, np.random.default_rng(seed))
-        base = compile_model(PassProxy(ctx.backend, [], False), model, optimize=False)  # no passes, no sharing
-        test = compile_model(PassProxy(ctx.backend, pipeline if pipeline is not None else [pname], share), model)
-        want, got = base.run(feeds), test.run(feeds)
         desc = f"pass {pname} on model {mname}: results with and without the pass differ (seed {seed})"
+        rr = ctx.rerun(case_id)
+        base = _build(ctx, model, [], False)
+        test = _build(ctx, model, pipeline if pipeline is not None else [pname], share)
+        want, got = execute(ctx, base, feeds, desc, rr), execute(ctx, test, feeds, desc, rr)
         for k in want:
             if k not in got:
-                raise CaseFailure(f"{desc}\n  output {k} missing\n  rerun: {ctx.rerun(case_id)}")
-            compare(np.asarray(got[k]), np.asarray(want[k]), "model", desc, ctx.rerun(case_id), name=f"output {k}")
-    return Case(case_id, "passes", pname, "float32", run, ("passes",), {"seed": seed})
+                raise CaseFailure(f"{desc}\n  output {k} missing\n  rerun: {rr}")
+            compare(np.asarray(got[k]), np.asarray(want[k]), PASS_CLASS[pname], desc, rr, name=f"output {k}")
+    return Case(case_id, "passes", pname, "float32", run, ("passes",), {})
 
 
 def cases():

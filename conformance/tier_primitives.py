@@ -1,105 +1,67 @@
 """Tier "primitives": every primitive x every dtype it accepts x shapes x attribute variants, one line each.
 
-Shapes cover scalars, single elements, odd and prime sizes, sizes around the 8/16/64-element vector widths
-and tile edges, zero-size tensors and one large tensor; inputs are seeded random values in the primitive's
-domain plus a "specials" variant (NaN, +-inf, -0.0, denormals, extremes, rounding ties) where meaningful.
-Each case runs a one-node graph through the backend; the expectation is the reference interpreter's kernel,
-or, when the backend under test is the interpreter, the independent oracle in ``oracles.py``.
+Elementwise kernels are flat loops: they get a scalar, an empty tensor, an odd size, a 4-d tensor, special
+values (NaN, +-inf, -0.0, denormals, extremes, rounding ties) and, for a few dtypes, a size above the CPU
+generator's parallel threshold at two threads. Windowed and accumulating primitives get variety instead: 60+
+convolution geometries (every algorithm: direct 1x1, im2col + GEMM, depthwise, grouped, strided, dilated,
+padded, 1-d/3-d, GEMM micro-tile edges, above the parallel threshold at 1 and 2 threads), 40+ matmul shapes
+(across every micro-kernel and cache-block edge of the GEMM tile table, batched), 25+ pooling configurations,
+reductions over every axis combination of a rank-4 tensor, arg-max/min with ties; special values into all of
+them and integer extremes into integer accumulations. Thresholds and tiles are read from the CPU code
+generator (``paths``). Storage-format casts are checked against the specification (``storage_formats``) over
+every code of each format and every rounding boundary. The expectation is the reference interpreter's
+kernel, or, when the backend under test is the interpreter, the independent oracles of ``oracles.py``.
 """
 from __future__ import annotations
 
-import zlib
+import functools
+import itertools
 
-import ml_dtypes
 import numpy as np
 
 from glow_core.ops.registry import PRIMITIVES
 from glow_core.types import FLOATS, INTS, NUMERIC, dtype as gdtype
 
 from . import oracles as O
-from .cases import Case, CaseFailure, profiles_for
-from .checker import compare
-from .harness import reference_primitive, run_primitive
+from . import paths
+from . import storage_formats as SF
+from .cases import profiles_for
+from .primitive_cases import acc_specials, full_range, make_case, num_range, pairs, rand, specials, sprinkle
 from .quantized_cases import cases as quantized_cases
 
 BOOL = ("bool",)
 MAIN = NUMERIC + BOOL
-SHAPES = [(), (1,), (7,), (8,), (9,), (16,), (17,), (63,), (65,), (0,), (3, 0, 2), (3, 5, 7), (2, 3, 4, 17)]
-LARGE = (129, 517)  # 66693 elements: many vector widths and a partial last tile
-LARGE_DTYPES = ("float32", "float16", "int32", "int8", "bool")
-
-
-def seed_of(case_id: str) -> int:
-    return zlib.crc32(case_id.encode())
-
-
-# -- input generation ------------------------------------------------------------------------------------
-def rand(dt: str, shape, rng, lo=-10.0, hi=10.0):
-    d = gdtype(dt)
-    if d.is_bool:
-        return rng.random(shape) < 0.5
-    if d.is_int:
-        ii = np.iinfo(d.np) if d.itemsize >= 1 and d.np.kind in "iu" else ml_dtypes.iinfo(d.np)
-        a, b = max(int(lo), int(ii.min)), min(int(hi), int(ii.max))
-        return rng.integers(a, b, size=shape, endpoint=True).astype(d.np)
-    return rng.uniform(lo, hi, size=shape).astype(np.float32 if d.itemsize < 4 else np.float64).astype(d.np)
-
-
-def full_range(dt, shape, rng):
-    d = gdtype(dt)
-    if d.is_int:
-        ii = np.iinfo(d.np)
-        return rng.integers(int(ii.min), int(ii.max), size=shape, endpoint=True, dtype=d.np)
-    return rand(dt, shape, rng)
-
-
-def specials(dt: str) -> np.ndarray:
-    d = gdtype(dt)
-    if d.is_bool:
-        return np.array([False, True])
-    if d.is_int:
-        ii = np.iinfo(d.np)
-        vals = {int(ii.min), int(ii.min) + 1, int(ii.max), int(ii.max) - 1, 0, 1, 2, 3, 7}
-        if d.kind == "int":
-            vals |= {-1, -2, -7}
-        return np.array(sorted(vals)).astype(d.np)
-    fi = O.np.finfo(d.np) if dt in ("float32", "float64", "float16") else ml_dtypes.finfo(d.np)
-    tiny = float(fi.tiny)
-    vals = [np.nan, np.inf, -np.inf, 0.0, -0.0, tiny / 4, -tiny / 4, tiny, float(fi.max), -float(fi.max), 1.0,
-            -1.0, 0.5, -0.5, 1.5, 2.5, -2.5, 3.0, 1e-3, 100.0, 0.75, -3.5]
-    return np.array(vals, dtype=np.float64).astype(np.float32 if d.itemsize < 4 else np.float64).astype(d.np)
-
-
-def pairs(a: np.ndarray):
-    """All ordered pairs of the values of a (two flat arrays)."""
-    i, j = np.meshgrid(np.arange(a.size), np.arange(a.size), indexing="ij")
-    return a[i.reshape(-1)], a[j.reshape(-1)]
-
-
-# -- elementwise input domains --------------------------------------------------------------------------------
+EW_SHAPES = [(), (0,), (17,), (2, 3, 4, 17)]
+PAR = paths.thresholds()
+LARGE = (7, PAR["elementwise"] // 7 + 3)  # above the elementwise parallel threshold
+LARGE_DTYPES = ("float32", "float16", "float64", "int8", "int32", "bool")
 DOMAIN = {"log": (0.01, 100), "sqrt": (0, 100), "reciprocal": (0.1, 10), "tan": (-1.3, 1.3), "asin": (-0.99, 0.99),
           "acos": (-0.99, 0.99), "atanh": (-0.99, 0.99), "acosh": (1, 10), "sinh": (-5, 5), "cosh": (-5, 5),
           "tanh": (-5, 5), "erf": (-3, 3)}
 
 
+def _label(shape):
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+# -- elementwise -------------------------------------------------------------------------------------------
 def _ew_inputs(prim, dt, shape, rng, variant):
     p = PRIMITIVES[prim]
     nin = len(p.inputs)
+    d = gdtype(dt)
     if variant == "specials":
         s = specials(dt)
         if nin == 1:
             return [s]
         a, b = pairs(s)
-        if prim in ("div", "mod") and gdtype(dt).is_int:
+        if prim in ("div", "mod") and d.is_int:  # integer division by zero: the negative tier's run-time errors
             keep = b != 0
             a, b = a[keep], b[keep]
-        if prim == "pow" and gdtype(dt).is_int:
-            b = np.abs(b.astype(np.int64)) % 5
-            b = b.astype(gdtype(dt).np)
+        if prim == "pow" and d.is_int:
+            b = (np.abs(b.astype(np.int64)) % 5).astype(d.np)
         if prim in ("shl", "shr"):
-            b = (b.astype(np.uint64) % np.uint64(gdtype(dt).itemsize * 8 + 3)).astype(gdtype(dt).np)
+            b = (b.astype(np.uint64) % np.uint64(d.itemsize * 8 + 3)).astype(d.np)
         return [a, b]
-    d = gdtype(dt)
     if nin == 1:
         if prim in ("floor", "ceil", "round"):
             x = np.where(rng.random(shape) < 0.5, rng.integers(-20, 20, shape) / 2.0, rng.uniform(-10, 10, shape))
@@ -111,10 +73,7 @@ def _ew_inputs(prim, dt, shape, rng, variant):
             x = rand(dt, shape, rng, lo, hi)
             return [np.where(rng.random(shape) < 0.5, -x, x).astype(x.dtype)]
         if prim in ("isnan", "isinf"):
-            x = rand(dt, shape, rng)
-            sp = specials(dt)
-            pick = rng.integers(0, sp.size, size=shape)
-            return [np.where(rng.random(shape) < 0.3, sp[pick], x).astype(x.dtype)]
+            return [sprinkle(rand(dt, shape, rng), rng, 0.3)]
         return [rand(dt, shape, rng, lo, hi) if d.is_float else full_range(dt, shape, rng)]
     if d.is_bool:
         return [rand(dt, shape, rng), rand(dt, shape, rng)]
@@ -152,425 +111,483 @@ def _ew_oracle(prim, arrays, attrs):
     return O.binary(prim, *arrays, **attrs), None
 
 
-# -- case construction ---------------------------------------------------------------------------------------
-def _describe(prim, dt, arrays, attrs, seed):
-    shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
-    return f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs or '{}'}, seed {seed}"
-
-
-def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profiles=None):
-    """One case: ``make(rng)`` returns the operands; ``oracle(arrays, attrs)`` -> (expected, magnitude). The
-    tolerance is the class the primitive's record names."""
-    attrs = dict(attrs or {})
-    case_id = f"primitives/{prim}/{dt}/{variant}"
-    seed = seed_of(case_id)
-    tol = PRIMITIVES[prim].tolerance
-
-    def run(ctx):
-        arrays = make(np.random.default_rng(seed))
-        got = grouped_outputs(ctx, prim, dt, case_id) if ctx.group_compile else None
-        if got is not None:
-            try:
-                check(ctx, arrays, got)
-                return
-            except CaseFailure:
-                pass  # the fast path only ever passes a case: a failure is decided by the case compiled alone
-        check(ctx, arrays, run_primitive(ctx.backend, prim, arrays, attrs))
-
-    def check(ctx, arrays, got):
-        if ctx.is_reference:
-            r = oracle(arrays, attrs)
-            wants, mags = ([r[0]], [r[1]]) if not isinstance(r, list) else ([x[0] for x in r], [x[1] for x in r])
-        else:
-            wants, mags = reference_primitive(prim, arrays, attrs), None
-            mags = _magnitudes(prim, arrays, attrs, wants)
-        n = n_of(arrays, attrs) if n_of else 1
-        for i, (g, w) in enumerate(zip(got, wants)):
-            compare(g, np.asarray(w), tol, _describe(prim, dt, arrays, attrs, seed), ctx.rerun(case_id), n=n,
-                    magnitude=mags[i] if mags else None, name=f"output y{i}")
-    GROUPS.setdefault((prim, dt), []).append((case_id, make, attrs, seed))
-    return Case(case_id, "primitives", prim, dt, run, profiles or profiles_for(dt),
-                {"variant": variant, "attrs": attrs, "seed": seed, "tolerance": tol, "make": make, "oracle": oracle,
-                 "n_of": n_of})
-
-
-#: (primitive, dtype) -> [(case id, make, attrs, seed)]: the cases compiled together by ``grouped_outputs``
-GROUPS: dict = {}
-
-
-def grouped_outputs(ctx, prim, dt, case_id):
-    """This case's outputs from one function holding every case of (prim, dtype) the backend supports, compiled
-    and run once per session (a fast path for backends with slow compilers); None when unavailable."""
-    key = ("group", prim, dt)
-    if key not in ctx.cache:
-        ctx.cache[key] = {}
-        from glow_core.api import compile_graph
-        from glow_core.builder import Builder
-        from glow_core.graph import Function
-        from glow_core.types import tensor_type_of
-        from .harness import check_supported
-        try:
-            fn = Function(f"conformance_{prim}_{dt}")
-            feeds, names = {}, {}
-            for k, (cid, mk, at, sd) in enumerate(GROUPS.get((prim, dt), [])):
-                arrays = mk(np.random.default_rng(sd))
-                try:
-                    check_supported(ctx.backend, prim, arrays, at)
-                except Exception:  # noqa: BLE001  (declined cases run, and skip, on their own)
-                    continue
-                vals = [fn.add_input(f"c{k}_x{i}", tensor_type_of(np.asarray(a))) for i, a in enumerate(arrays)]
-                feeds.update({f"c{k}_x{i}": np.ascontiguousarray(a).reshape(np.shape(a)) for i, a in enumerate(arrays)})
-                out = Builder(fn, where=f"case {cid}", fold=False, name=f"c{k}").emit(prim, *vals, **at)
-                names[cid] = [f"c{k}_y{i}" for i in range(len(out if isinstance(out, list) else [out]))]
-                fn.outputs += out if isinstance(out, list) else [out]
-                fn.output_names += names[cid]
-            if names:
-                res = compile_graph(fn, ctx.backend, {"optimize": False})
-                outs = res.compiled.execute({k: v for k, v in feeds.items() if k in res.ir.inputs})
-                ctx.cache[key] = {cid: [np.asarray(outs[n]) for n in ns] for cid, ns in names.items()}
-        except Exception:  # noqa: BLE001  (any trouble: every case of the group runs alone)
-            ctx.cache[key] = {}
-    return ctx.cache[key].get(case_id)
-
-
-def _magnitudes(prim, arrays, attrs, wants):
-    """|terms| sums for accumulating primitives (the tolerance scale when the expectation is the interpreter)."""
-    fam = PRIMITIVES[prim].family
-    if fam not in ("matmul", "conv", "pool", "reduce") or not O.is_float(arrays[0].dtype):
-        return None
-    absd = [np.abs(a.astype(np.float64)) if O.is_float(a.dtype) else a for a in arrays]
-    if prim == "matmul":
-        return [O.matmul(*absd)[1]]
-    if prim == "conv":
-        return [O.conv(*absd, **attrs)[1]]
-    if prim == "avg_pool":
-        return [O.avg_pool(absd[0], **attrs)[1]]
-    if prim in ("reduce_sum",):
-        return [O.reduce("reduce_sum", absd[0], **attrs)[1]]
-    return None
-
-
 def elementwise_cases():
     out = []
     for prim, p in PRIMITIVES.items():
-        if p.family != "elementwise" or prim not in O.ELEMENTWISE:
+        if p.family != "elementwise" or prim not in O.ELEMENTWISE:  # others have their line in LINES
             continue
-        dts = (MAIN if prim == "select" else p.dtypes)
-        for dt in dts:
-            attr_variants = [{"fmod": 0}, {"fmod": 1}] if prim == "mod" else [{}]
-            for attrs in attr_variants:
+        for dt in (MAIN if prim == "select" else p.dtypes):
+            for attrs in ([{"fmod": 0}, {"fmod": 1}] if prim == "mod" else [{}]):
                 tag = f"fmod{attrs['fmod']}/" if attrs else ""
-                shapes = list(SHAPES) + ([LARGE] if dt in LARGE_DTYPES else [])
-                for shape in shapes:
-                    label = "x".join(map(str, shape)) if shape else "scalar"
+                oracle = (lambda a, at, prim=prim: _ew_oracle(prim, a, at))
+                sizes = [(s, 1) for s in EW_SHAPES] + ([(LARGE, 2)] if dt in LARGE_DTYPES else [])
+                for shape, threads in sizes:
                     if prim == "select":
                         def mk(rng, shape=shape, dt=dt):
                             return [rng.random(shape) < 0.5, rand(dt, shape, rng), rand(dt, shape, rng)]
                     else:
                         def mk(rng, prim=prim, dt=dt, shape=shape):
                             return _ew_inputs(prim, dt, shape, rng, "random")
-                    out.append(make_case(prim, dt, f"{tag}{label}", mk, attrs,
-                                         lambda a, at, prim=prim: _ew_oracle(prim, a, at)))
-                if prim != "select" and not (dt == "bool" and len(p.inputs) == 1 and prim != "not"):
+                    out.append(make_case(prim, dt, f"{tag}{_label(shape)}", mk, attrs, oracle, threads=threads))
+                if prim == "select":
+                    out.append(make_case(prim, dt, "specials", lambda rng, dt=dt: [
+                        rng.random(specials(dt).size) < 0.5, specials(dt), specials(dt)[::-1].copy()], {}, oracle))
+                elif not (dt == "bool" and len(p.inputs) == 1 and prim != "not"):
                     out.append(make_case(prim, dt, f"{tag}specials",
                                          lambda rng, prim=prim, dt=dt: _ew_inputs(prim, dt, (), rng, "specials"),
-                                         attrs, lambda a, at, prim=prim: _ew_oracle(prim, a, at)))
+                                         attrs, oracle))
     return out
 
 
+# -- casts ---------------------------------------------------------------------------------------------------
 CAST_DTYPES = FLOATS + INTS + BOOL
-STORAGE = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float4e2m1", "int4", "uint4",
-           "float6e2m3", "float6e3m2", "int2", "uint2")
 
 
 def cast_cases():
     out = []
     for src in CAST_DTYPES:
         for dst in CAST_DTYPES:
-            for variant in ("random", "specials", "17x0", "65"):
-                def mk(rng, src=src, variant=variant):
+            for variant in ("random", "specials"):
+                def mk(rng, src=src, dst=dst, variant=variant):
                     if variant == "specials":
                         s = specials(src)
                         if gdtype(dst).is_int and gdtype(src).is_float:
                             # the contract leaves float -> integer undefined at |x| >= 2**63 and for +-inf
                             s = s[~(np.abs(s.astype(np.float64)) >= 2.0 ** 63)]
                         return [s]
-                    shape = {"random": (3, 11), "17x0": (17, 0), "65": (65,)}[variant]
-                    return [full_range(src, shape, rng) if gdtype(src).is_int else rand(src, shape, rng, -300, 300)]
+                    return [full_range(src, (3, 11), rng) if gdtype(src).is_int else rand(src, (3, 11), rng, -300, 300)]
                 out.append(make_case("cast", src, f"to_{dst}/{variant}", mk, {"to": dst},
                                      lambda a, at: (O.cast(a[0], at["to"]), None),
-                                     profiles=profiles_for(src) + profiles_for(dst)))
-    for st in STORAGE:  # float32 <-> storage-only types, values inside the target's range
-        d = gdtype(st)
-        lim = 3.0 if d.itemsize == 1 and "4" in st or "6" in st or st.endswith("2") else 100.0
-
-        def mk_to(rng, st=st, lim=lim):
-            if gdtype(st).is_int:
-                ii = ml_dtypes.iinfo(gdtype(st).np)
-                return [rng.integers(int(ii.min), int(ii.max), size=(5, 13), endpoint=True).astype(np.float32)]
-            return [rng.uniform(-lim, lim, (5, 13)).astype(np.float32).astype(gdtype(st).np).astype(np.float32)]
-
-        def oracle_to(a, at):
-            return a[0].astype(gdtype(at["to"]).np), None
-        out.append(make_case("cast", "float32", f"to_{st}/in_range", mk_to, {"to": st}, oracle_to,
-                             profiles=("storage-formats",)))
-
-        def mk_from(rng, st=st):
-            return [mk_to(rng)[0].astype(gdtype(st).np)]
-        out.append(make_case("cast", st, "to_float32/all", mk_from, {"to": "float32"},
-                             lambda a, at: (a[0].astype(np.float32), None), profiles=("storage-formats",)))
+                                     profiles=tuple(dict.fromkeys(profiles_for(src) + profiles_for(dst)))))
     by_size = {}
     for dt in FLOATS + INTS:
         by_size.setdefault(gdtype(dt).itemsize, []).append(dt)
     for group in by_size.values():
         for src in group:
             for dst in group:
-                for shape in ((), (7,), (4, 33)):
+                for shape in ((), (4, 33)):
                     def mk(rng, src=src, shape=shape):
                         raw = rng.integers(0, 256, size=int(np.prod(shape)) * gdtype(src).itemsize, dtype=np.uint8)
                         return [raw.view(gdtype(src).np).reshape(shape)]
-                    label = "x".join(map(str, shape)) or "scalar"
-                    out.append(make_case("bitcast", src, f"to_{dst}/{label}", mk, {"to": dst},
+                    out.append(make_case("bitcast", src, f"to_{dst}/{_label(shape)}", mk, {"to": dst},
                                          lambda a, at: (O.bitcast(a[0], at["to"]), None)))
-    return out
+    return out + storage_cases()
 
 
-STORAGE_SOURCES = ("float32", "float64", "float16", "bfloat16", "int32", "uint8")
+def _codes(st):
+    """Every code of storage type ``st``, as an array of that type."""
+    bits = SF.FLOAT_FORMATS[st].width if st in SF.FLOAT_FORMATS else SF.INT_FORMATS[st][0] if st in SF.INT_FORMATS \
+        else 8
+    return np.arange(1 << bits, dtype=np.uint8).view(gdtype(st).np)
 
 
-def _storage_values(st, n, rng):
-    """``n`` representable values of storage type ``st`` (no NaN; infinities where the type has them)."""
-    d = gdtype(st)
-    if d.is_int:
-        ii = ml_dtypes.iinfo(d.np)
-        return rng.integers(int(ii.min), int(ii.max), size=n, endpoint=True).astype(d.np)
-    codes = np.arange(256, dtype=np.uint8).view(d.np) if d.itemsize == 1 and "4" not in st and "6" not in st \
-        else (np.arange(-64, 65) / 8.0).astype(d.np)
-    vals = np.unique(codes.astype(np.float64))
-    vals = vals[~np.isnan(vals)]
-    return rng.choice(vals, size=n).astype(d.np)
+def _boundaries(st, src):
+    """Inputs of dtype ``src`` around every rounding boundary of float format ``st``: every value, every
+    midpoint and the nearest ``src`` values on both sides of it, just past the largest value, +-inf, NaN,
+    values below half the smallest subnormal; both signs."""
+    vals = SF.decode(st, np.arange(1 << SF.FLOAT_FORMATS[st].width, dtype=np.uint8))
+    fin = np.unique(np.abs(vals[np.isfinite(vals)]))
+    top = fin[-1]
+    step = top - fin[-2]
+    mids = (fin[1:] + fin[:-1]) / 2
+    extra = [top + step / 2, top + step / 4, top + step, 2 * top, 1e30 if src != "float16" else 6e4, fin[1] / 4,
+             fin[1] / 2, np.inf, np.nan]
+    base = np.concatenate([fin, mids, extra])
+    t = gdtype(src).np
+    x = base.astype(t)
+    near = np.concatenate([np.nextafter(x, np.array(np.inf, t)), np.nextafter(x, np.array(0, t))])
+    x = np.concatenate([x, near])
+    return np.concatenate([x, -x])
 
 
 def storage_cases():
-    """Casts to the storage-only types from several sources with values far outside their range (saturate 0 and
-    1), casts from every value of a storage type to other types, and moving storage-type elements."""
+    """Casts from every code of each storage-only type and to them from values around every rounding and
+    saturation boundary, against ``storage_formats`` (the specification, on every backend)."""
     out = []
-    for st in STORAGE:
-        for src in STORAGE_SOURCES:
-            for sat in (0, 1):
-                def mk(rng, src=src, st=st):
-                    if gdtype(src).is_int:
-                        return [full_range(src, (64,), rng)]
-                    x = (rng.standard_normal(64) * rng.choice([1e-3, 1e-1, 1.0, 1e2, 1e5], 64)).astype(gdtype(src).np)
-                    if gdtype(st).is_int:  # NaN and +-inf (1e5 overflows float16) to an integer are undefined
-                        return [x[np.isfinite(x.astype(np.float64))]]
-                    if st.startswith(("float4", "float6")):
-                        return [x]  # NaN is undefined for these targets
-                    x[:3] = [np.nan, np.inf, -np.inf]
+    spec = lambda a, at: (SF.cast(a[0], at["to"], at.get("saturate", 1), at.get("round_mode", "up")), None)  # noqa: E731
+    prof = ("storage-formats",)
+    for st in SF.STORAGE:
+        undefined_big = st in ("float8e8m0", "float8e5m2")  # values >= 2**63 (and inf) to integers are undefined
+        for to in ("float32", "float16", "bfloat16", "float64", "int32", "int8", "bool") + SF.STORAGE:
+            if to == st:
+                continue
+            sats = (1, 0) if to.startswith("float8") else (1,)
+            for sat in sats:
+                def mk(rng, st=st, to=to):
+                    x = _codes(st)
+                    if gdtype(to).is_int and undefined_big:
+                        x = x[~(np.abs(x.astype(np.float64)) >= 2.0 ** 63)]
+                    if to == SF.E8M0:  # negative values and -0 to e8m0 are undefined
+                        x = x[~np.signbit(x.astype(np.float64))]
                     return [x]
-                out.append(make_case("cast", src, f"to_{st}/saturate{sat}/wide_range", mk,
-                                     {"to": st, "saturate": sat},
-                                     lambda a, at: (O.cast_storage(a[0], at["to"], at["saturate"]), None),
-                                     profiles=("storage-formats",)))
-        nxt = STORAGE[(STORAGE.index(st) + 1) % len(STORAGE)]
-        for to in ("float16", "int32", "bool", nxt):
-            def mk_from(rng, st=st, to=to):
-                x = _storage_values(st, 96, rng)
-                if to == "int32" and gdtype(st).is_float:
-                    x = x[np.isfinite(x.astype(np.float64))]  # +-inf to an integer is undefined
-                return [x]
-            out.append(make_case("cast", st, f"to_{to}/values", mk_from, {"to": to},
-                                 lambda a, at: (O.cast_storage(a[0], at["to"]), None), profiles=("storage-formats",)))
-        for prim, shape, attrs, oracle in (
-                ("transpose", (4, 6), {"perm": [1, 0]}, lambda a, at: np.transpose(a[0]).copy()),
-                ("reshape", (4, 6), {"shape": [3, 8]}, lambda a, at: a[0].reshape(at["shape"])),
-                ("concat", (4, 6), {"axis": 1}, lambda a, at: np.concatenate([a[0], a[0]], 1)),
-                ("slice", (4, 6), {"starts": [3, 1], "ends": [-1, 6], "steps": [-2, 2]},
-                 lambda a, at: O.slice_(a[0], **at))):
-            def mk_mv(rng, st=st, shape=shape, prim=prim):
-                x = _storage_values(st, int(np.prod(shape)), rng).reshape(shape)
-                return [x, x] if prim == "concat" else [x]
-            out.append(make_case(prim, st, f"storage/{prim}", mk_mv, attrs, lambda a, at, o=oracle: (o(a, at), None),
-                                 profiles=("storage-formats",)))
+                attrs = {"to": to, "saturate": sat}
+                out.append(make_case("cast", st, f"to_{to}/all_codes" + ("" if sat else "/saturate0"), mk, attrs,
+                                     spec, profiles=prof, spec=True))
+    for st in SF.FLOAT_FORMATS:
+        for src in ("float32", "float16", "bfloat16", "float64"):
+            for sat in ((1, 0) if st.startswith("float8") else (1,)):
+                attrs = {"to": st, "saturate": sat}
+                out.append(make_case("cast", src, f"to_{st}/boundaries" + ("" if sat else "/saturate0"),
+                                     lambda rng, st=st, src=src: [_boundaries(st, src)], attrs, spec, profiles=prof,
+                                     spec=True))
+        out.append(make_case("cast", "int32", f"to_{st}/integers", lambda rng, st=st: [
+            np.arange(-70000, 70001, 37, dtype=np.int32)], {"to": st}, spec, profiles=prof, spec=True))
+    powers = np.ldexp(1.0, np.arange(-149, 128)).astype(np.float32)
+    e8_inputs = np.concatenate([powers, powers * np.float32(1.5), np.nextafter(powers * np.float32(1.5), np.float32(0)),
+                                np.nextafter(powers, np.float32(np.inf)), np.nextafter(powers, np.float32(0)),
+                                np.array([0.0, np.inf, np.nan, 3.4e38], np.float32)])
+    for src in ("float32", "float64", "float16"):
+        for sat in (1, 0):
+            for rm in ("up", "down", "nearest"):
+                def mk(rng, src=src):
+                    x = e8_inputs.astype(gdtype(src).np)
+                    return [x[~np.signbit(x.astype(np.float64))]]
+                out.append(make_case("cast", src, f"to_float8e8m0/{rm}/saturate{sat}", mk,
+                                     {"to": SF.E8M0, "saturate": sat, "round_mode": rm}, spec, profiles=prof,
+                                     spec=True))
+    for st, (bits, signed) in SF.INT_FORMATS.items():
+        lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+        out.append(make_case("cast", "float32", f"to_{st}/in_range", lambda rng, lo=lo, hi=hi: [
+            np.concatenate([np.arange(lo, hi + 1), np.arange(lo, hi) + 0.5, np.arange(lo + 1, hi + 1) - 0.25])
+            .astype(np.float32)], {"to": st}, spec, profiles=prof, spec=True))
+        for src in ("int8", "int32", "uint8"):
+            out.append(make_case("cast", src, f"to_{st}/wraps", lambda rng, src=src: [full_range(src, (64,), rng)],
+                                 {"to": st}, spec, profiles=prof, spec=True))
     return out
 
 
-def _num_range(dt, rng, shape, small=False):
-    d = gdtype(dt)
-    if d.is_float:
-        return rand(dt, shape, rng, -2, 2)
-    if d.kind == "uint":
-        return rand(dt, shape, rng, 0, 15 if small else 100)
-    return rand(dt, shape, rng, -8 if small else -100, 8 if small else 100)
+# -- matmul ------------------------------------------------------------------------------------------------
+SMALL_MATMUL = [((1, 1), (1, 1)), ((3, 5), (5, 7)), ((8, 8), (8, 8)), ((16, 17), (17, 15)), ((1, 64), (64, 65)),
+                ((65, 64), (64, 1)), ((1, 7), (7, 1)), ((7, 1), (1, 5)), ((2, 9, 33), (2, 33, 5)),
+                ((2, 3, 4, 6), (2, 3, 6, 2)), ((2, 0), (0, 3)), ((0, 4), (4, 3)), ((33, 129), (129, 31)),
+                ((3, 40, 50), (3, 50, 33)), ((2, 37, 53), (2, 53, 41))]
 
 
-MATMUL_SHAPES = [((1, 1), (1, 1)), ((3, 5), (5, 7)), ((8, 8), (8, 8)), ((16, 17), (17, 15)), ((1, 64), (64, 65)),
-                 ((2, 9, 33), (2, 33, 5)), ((2, 3, 4, 6), (2, 3, 6, 2)), ((2, 0), (0, 3)), ((0, 4), (4, 3)),
-                 ((33, 129), (129, 31)), ((2, 37, 53), (2, 53, 41))]
+def _mm_label(sa, sb):
+    return f"{'x'.join(map(str, sa))}@{'x'.join(map(str, sb))}"
+
+
+def _matmul(dt, sa, sb, variant=None, threads=1, make=None):
+    mk = make or (lambda rng: [num_range(dt, rng, sa), num_range(dt, rng, sb)])
+    return make_case("matmul", dt, variant or _mm_label(sa, sb), mk, {}, lambda a, at: O.matmul(*a),
+                     n_of=lambda a, at: a[0].shape[-1], threads=threads)
 
 
 def matmul_cases():
     out = []
     for dt in NUMERIC:
-        for sa, sb in MATMUL_SHAPES:
-            label = f"{'x'.join(map(str, sa))}@{'x'.join(map(str, sb))}"
-            out.append(make_case("matmul", dt, label,
-                                 lambda rng, dt=dt, sa=sa, sb=sb: [_num_range(dt, rng, sa), _num_range(dt, rng, sb)],
-                                 {}, lambda a, at: O.matmul(*a), n_of=lambda a, at: a[0].shape[-1]))
+        for sa, sb in SMALL_MATMUL:
+            out.append(_matmul(dt, sa, sb))
         if gdtype(dt).is_int:
-            out.append(make_case("matmul", dt, "wraparound/5x9@9x4",
-                                 lambda rng, dt=dt: [full_range(dt, (5, 9), rng), full_range(dt, (9, 4), rng)],
-                                 {}, lambda a, at: O.matmul(*a)))
+            ext = specials(dt)
+            out.append(_matmul(dt, (5, 9), (9, 4), "wraparound/5x9@9x4", make=lambda rng, dt=dt: [
+                full_range(dt, (5, 9), rng), full_range(dt, (9, 4), rng)]))
+            out.append(_matmul(dt, (6, 7), (7, 5), "extremes/6x7@7x5", make=lambda rng, ext=ext: [
+                ext[rng.integers(0, ext.size, (6, 7))], ext[rng.integers(0, ext.size, (7, 5))]]))
+        else:
+            out.append(_matmul(dt, (9, 40), (40, 17), "specials/9x40@40x17", make=lambda rng, dt=dt: [
+                sprinkle(num_range(dt, rng, (9, 40)), rng, 0.05, acc_specials(dt)),
+                sprinkle(num_range(dt, rng, (40, 17)), rng, 0.05, acc_specials(dt))]))
+    for dt, sfx in (("float32", "f32"), ("float64", "f64"), ("float16", "f32"), ("bfloat16", "f32")):
+        shapes = paths.gemm_shapes(sfx)
+        if dt in ("float16", "bfloat16"):
+            shapes = shapes[::3]
+        for m, k, n in shapes:
+            out.append(_matmul(dt, (m, k), (k, n), f"gemm/{m}x{k}@{k}x{n}"))
+        m, k, n = shapes[-1]
+        if dt in ("float32", "float64"):  # above the parallel threshold: the micro-kernel loop on two threads
+            out.append(_matmul(dt, (m, k), (k, n), f"gemm/{m}x{k}@{k}x{n}", threads=2))
+            out.append(_matmul(dt, (2, m, 40), (2, 40, n), f"gemm/batched/2x{m}x40@2x40x{n}", threads=2))
     return out
 
 
-# (x shape, w shape, strides, dilations, pads, group)
-CONV_VARIANTS = {
-    "1d": ((1, 3, 11), (4, 3, 3), [1], [1], [0, 0], 1),
-    "2d_pad1": ((1, 3, 8, 8), (5, 3, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1),
-    "2d_stride2_asym_pads": ((2, 4, 9, 7), (6, 4, 3, 2), [2, 2], [1, 1], [0, 1, 1, 0], 1),
-    "2d_dilation2": ((1, 2, 10, 10), (3, 2, 3, 3), [1, 1], [2, 2], [0, 0, 0, 0], 1),
-    "2d_stride_dilation_3x1": ((1, 2, 13, 11), (3, 2, 2, 3), [3, 1], [2, 3], [1, 0, 2, 1], 1),
-    "2d_group2": ((1, 4, 7, 7), (6, 2, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 2),
-    "2d_depthwise": ((1, 6, 9, 9), (6, 1, 3, 3), [2, 2], [1, 1], [1, 1, 1, 1], 6),
-    "2d_depthwise_batch2_pad_past_kernel": ((2, 5, 6, 7), (5, 1, 3, 3), [1, 1], [1, 1], [3, 0, 1, 4], 5),
-    "2d_depthwise_stride_dilation": ((1, 4, 11, 10), (4, 1, 3, 2), [2, 3], [2, 2], [0, 2, 1, 1], 4),
-    "1d_depthwise_dilated": ((1, 3, 17), (3, 1, 4), [1], [3], [2, 5], 3),
-    "3d_depthwise": ((1, 3, 4, 5, 6), (3, 1, 2, 3, 3), [1, 2, 1], [1, 1, 2], [1, 0, 1, 0, 1, 2], 3),
-    "2d_channel_multiplier2": ((1, 3, 7, 7), (6, 1, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 3),
-    "2d_1x1_wide": ((1, 17, 5, 5), (33, 17, 1, 1), [1, 1], [1, 1], [0, 0, 0, 0], 1),
-    "2d_full_kernel": ((1, 1, 5, 5), (2, 1, 5, 5), [3, 3], [1, 1], [2, 2, 2, 2], 1),
-    "2d_65_channels": ((1, 65, 4, 4), (9, 65, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1),
-    "3d": ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), [1, 2, 1], [1, 1, 2], [1, 0, 1, 0, 1, 1], 1),
-    "2d_group2_stride_dilation_batch2": ((2, 4, 9, 8), (6, 2, 3, 2), [2, 1], [1, 2], [1, 0, 2, 1], 2),
-    "2d_8x20x20_to_16": ((1, 8, 20, 20), (16, 8, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1),
-}
+# -- convolution ----------------------------------------------------------------------------------------------
+def _conv_geometries():
+    """name -> (x shape, w shape, strides, dilations, pads, group)."""
+    z2, o2 = [0, 0, 0, 0], [1, 1, 1, 1]
+    g = {
+        # direct 1x1 (stride 1, no padding): the GEMM reads the input itself
+        "1x1": ((1, 17, 5, 5), (33, 17, 1, 1), [1, 1], [1, 1], z2, 1),
+        "1x1_batch2": ((2, 8, 7, 9), (16, 8, 1, 1), [1, 1], [1, 1], z2, 1),
+        "1x1_1d": ((1, 12, 19), (7, 12, 1), [1], [1], [0, 0], 1),
+        "1x1_3d": ((1, 5, 3, 4, 5), (6, 5, 1, 1, 1), [1, 1, 1], [1, 1, 1], [0] * 6, 1),
+        "1x1_stride2": ((1, 6, 9, 9), (5, 6, 1, 1), [2, 2], [1, 1], z2, 1),
+        "1x1_padded": ((1, 4, 5, 5), (3, 4, 1, 1), [1, 1], [1, 1], o2, 1),
+        "1x1_grouped": ((1, 8, 6, 6), (8, 4, 1, 1), [1, 1], [1, 1], z2, 2),
+        # im2col + GEMM
+        "1d": ((1, 3, 11), (4, 3, 3), [1], [1], [0, 0], 1),
+        "1d_k7_s3_pads": ((2, 3, 40), (4, 3, 7), [3], [1], [3, 3], 1),
+        "1d_dilated": ((1, 2, 30), (3, 2, 3), [1], [4], [0, 0], 1),
+        "2d_pad1": ((1, 3, 8, 8), (5, 3, 3, 3), [1, 1], [1, 1], o2, 1),
+        "2d_c1_f4": ((1, 1, 9, 9), (4, 1, 3, 3), [1, 1], [1, 1], o2, 1),
+        "2d_c33_f17": ((1, 33, 6, 6), (17, 33, 3, 3), [1, 1], [1, 1], o2, 1),
+        "2d_65_channels": ((1, 65, 4, 4), (9, 65, 3, 3), [1, 1], [1, 1], o2, 1),
+        "2d_stride2_asym_pads": ((2, 4, 9, 7), (6, 4, 3, 2), [2, 2], [1, 1], [0, 1, 1, 0], 1),
+        "2d_dilation2": ((1, 2, 10, 10), (3, 2, 3, 3), [1, 1], [2, 2], z2, 1),
+        "2d_dilation3_padded": ((1, 2, 15, 15), (3, 2, 3, 3), [1, 1], [3, 3], [3, 3, 3, 3], 1),
+        "2d_stride_dilation_3x1": ((1, 2, 13, 11), (3, 2, 2, 3), [3, 1], [2, 3], [1, 0, 2, 1], 1),
+        "2d_5x5_s2_p2": ((1, 3, 17, 17), (4, 3, 5, 5), [2, 2], [1, 1], [2, 2, 2, 2], 1),
+        "2d_7x7_s2_p3_stem": ((1, 3, 24, 24), (8, 3, 7, 7), [2, 2], [1, 1], [3, 3, 3, 3], 1),
+        "2d_1x5": ((1, 2, 7, 11), (3, 2, 1, 5), [1, 1], [1, 1], [0, 2, 0, 2], 1),
+        "2d_5x1": ((1, 2, 11, 7), (3, 2, 5, 1), [1, 1], [1, 1], [2, 0, 2, 0], 1),
+        "2d_stride_gt_kernel": ((1, 2, 13, 13), (3, 2, 2, 2), [3, 3], [1, 1], z2, 1),
+        "2d_full_kernel": ((1, 1, 5, 5), (2, 1, 5, 5), [3, 3], [1, 1], [2, 2, 2, 2], 1),
+        "2d_kernel_gt_input_padded": ((1, 2, 3, 3), (2, 2, 5, 5), [1, 1], [1, 1], [2, 2, 2, 2], 1),
+        "2d_batch3": ((3, 4, 6, 5), (5, 4, 3, 3), [1, 1], [1, 1], [1, 0, 1, 0], 1),
+        "2d_pads_end_only": ((1, 3, 6, 6), (2, 3, 3, 3), [1, 1], [1, 1], [0, 0, 2, 2], 1),
+        "2d_pads_begin_only": ((1, 3, 6, 6), (2, 3, 3, 3), [1, 1], [1, 1], [2, 2, 0, 0], 1),
+        "2d_8x20x20_to_16": ((1, 8, 20, 20), (16, 8, 3, 3), [1, 1], [1, 1], o2, 1),
+        "3d": ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), [1, 2, 1], [1, 1, 2], [1, 0, 1, 0, 1, 1], 1),
+        "3d_stride2": ((1, 2, 6, 6, 6), (3, 2, 3, 3, 3), [2, 2, 2], [1, 1, 1], [1] * 6, 1),
+        "3d_1x3x3": ((1, 3, 4, 6, 6), (2, 3, 1, 3, 3), [1, 1, 1], [1, 1, 1], [0, 1, 1, 0, 1, 1], 1),
+        "3d_1x1x1_strided_batch2": ((2, 3, 4, 4, 4), (5, 3, 1, 1, 1), [2, 2, 2], [1, 1, 1], [0] * 6, 1),
+        "1d_stride_dilation_pads": ((2, 3, 25), (2, 3, 4), [2], [3], [2, 1], 1),
+        "2d_3x2_stride_1x2": ((1, 3, 8, 9), (4, 3, 3, 2), [1, 2], [1, 1], [1, 0, 1, 1], 1),
+        "2d_one_filter": ((1, 4, 6, 6), (1, 4, 3, 3), [1, 1], [1, 1], o2, 1),
+        "2d_wide_input_strided": ((1, 2, 5, 13), (3, 2, 3, 3), [2, 1], [1, 1], o2, 1),
+        "1x1_c64_f64": ((1, 64, 4, 4), (64, 64, 1, 1), [1, 1], [1, 1], z2, 1),
+        # grouped (several channels per group)
+        "2d_group2": ((1, 4, 7, 7), (6, 2, 3, 3), [1, 1], [1, 1], o2, 2),
+        "2d_group3": ((1, 6, 7, 7), (9, 2, 3, 3), [1, 1], [1, 1], o2, 3),
+        "2d_group4_strided_batch2": ((2, 8, 9, 9), (8, 2, 3, 3), [2, 2], [1, 1], o2, 4),
+        "2d_group2_stride_dilation_batch2": ((2, 4, 9, 8), (6, 2, 3, 2), [2, 1], [1, 2], [1, 0, 2, 1], 2),
+        "1d_group2": ((1, 4, 15), (6, 2, 3), [2], [1], [1, 1], 2),
+        "3d_group2": ((1, 4, 4, 5, 5), (4, 2, 2, 2, 2), [1, 1, 1], [1, 1, 1], [0, 1, 1, 1, 0, 0], 2),
+        "2d_channel_multiplier2": ((1, 3, 7, 7), (6, 1, 3, 3), [1, 1], [1, 1], o2, 3),
+        # depthwise (group == C == F)
+        "2d_depthwise": ((1, 6, 9, 9), (6, 1, 3, 3), [2, 2], [1, 1], o2, 6),
+        "2d_depthwise_batch2_pad_past_kernel": ((2, 5, 6, 7), (5, 1, 3, 3), [1, 1], [1, 1], [3, 0, 1, 4], 5),
+        "2d_depthwise_stride_dilation": ((1, 4, 11, 10), (4, 1, 3, 2), [2, 3], [2, 2], [0, 2, 1, 1], 4),
+        "2d_depthwise_k5_s2": ((1, 5, 12, 12), (5, 1, 5, 5), [2, 2], [1, 1], [2, 2, 2, 2], 5),
+        "2d_depthwise_1x1": ((1, 4, 5, 5), (4, 1, 1, 1), [1, 1], [1, 1], z2, 4),
+        "2d_depthwise_kernel_gt_input": ((1, 3, 3, 3), (3, 1, 5, 5), [1, 1], [1, 1], [2, 2, 2, 2], 3),
+        "2d_depthwise_dilation4": ((1, 2, 15, 15), (2, 1, 3, 3), [1, 1], [4, 4], [4, 4, 4, 4], 2),
+        "1d_depthwise_dilated": ((1, 3, 17), (3, 1, 4), [1], [3], [2, 5], 3),
+        "1d_depthwise_batch3": ((3, 4, 20), (4, 1, 3), [1], [1], [1, 1], 4),
+        "3d_depthwise": ((1, 3, 4, 5, 6), (3, 1, 2, 3, 3), [1, 2, 1], [1, 1, 2], [1, 0, 1, 0, 1, 2], 3),
+        "3d_depthwise_strided": ((1, 4, 5, 6, 7), (4, 1, 3, 3, 3), [2, 2, 2], [1, 1, 1], [1] * 6, 4),
+        "2d_channel_multiplier3": ((1, 2, 6, 6), (6, 1, 3, 3), [1, 1], [1, 1], o2, 2),
+    }
+    mrs, nrs = paths.micro_edges("f32")  # GEMM micro-tile edges through conv: filters (M) and positions (N)
+    for f, q in zip([m + d for m in mrs for d in (-1, 1)], [n + d for n in nrs for d in (-1, 1)]):
+        g[f"1d_tile_f{f}_p{q}"] = ((1, 4, q + 2), (f, 4, 3), [1], [1], [0, 0], 1)
+    c, k = 16, 3  # above the window threshold: the im2col loop runs on two threads
+    side = paths.parallel_side(PAR["window"], c * k * k, 1)
+    g["2d_parallel_im2col"] = ((1, c, side, side), (8, c, k, k), [1, 1], [1, 1], o2, 1)
+    side = paths.parallel_side(PAR["window"], k * k, 8)
+    g["2d_parallel_depthwise"] = ((1, 8, side, side), (8, 1, k, k), [1, 1], [1, 1], o2, 8)
+    return g
+
+
+CONV = _conv_geometries()
+PARALLEL_CONV = ("2d_parallel_im2col", "2d_parallel_depthwise")
+CONV_INT = ("1d", "1x1", "2d_pad1", "2d_stride2_asym_pads", "2d_dilation2", "2d_group2", "2d_depthwise",
+            "2d_channel_multiplier2", "3d", "2d_batch3")
+
+
+def _conv(dt, name, variant=None, make=None, threads=1):
+    xs, ws, st, dl, pd, g = CONV[name]
+    attrs = {"strides": st, "dilations": dl, "pads": pd, "group": g}
+    mk = make or (lambda rng: [num_range(dt, rng, xs, True), num_range(dt, rng, ws, True),
+                               num_range(dt, rng, (ws[0],), True)])
+    return make_case("conv", dt, variant or name, mk, attrs, lambda a, at: O.conv(*a, **at),
+                     n_of=lambda a, at: int(np.prod(a[1].shape[1:])) + 1, threads=threads)
 
 
 def conv_cases():
     out = []
+    names = list(CONV)
     for dt in NUMERIC:
-        for name, (xs, ws, st, dl, pd, g) in CONV_VARIANTS.items():
-            attrs = {"strides": st, "dilations": dl, "pads": pd, "group": g}
-
-            def mk(rng, dt=dt, xs=xs, ws=ws):
-                return [_num_range(dt, rng, xs, True), _num_range(dt, rng, ws, True),
-                        _num_range(dt, rng, (ws[0],), True)]
-            out.append(make_case("conv", dt, name, mk, attrs, lambda a, at: O.conv(*a, **at),
-                                 n_of=lambda a, at: int(np.prod(a[1].shape[1:])) + 1))
+        d = gdtype(dt)
+        chosen = names if dt in ("float32", "float64") else names[::3] if d.is_float else CONV_INT
+        for name in chosen:
+            out.append(_conv(dt, name))
+        if dt in ("float32", "float64"):
+            out += [_conv(dt, name, threads=2) for name in PARALLEL_CONV]
+        for name in ("2d_pad1", "2d_depthwise", "1x1", "2d_depthwise_1x1"):
+            xs, ws, pads = CONV[name][0], CONV[name][1], CONV[name][4]
+            if d.is_float:
+                # special values in the input; in the weights only without padding: a padded tap is 0 * w,
+                # which the contract does not settle for non-finite w (see conformance/README.md)
+                out.append(_conv(dt, name, f"specials/{name}", lambda rng, dt=dt, xs=xs, ws=ws, p=any(pads): [
+                    sprinkle(num_range(dt, rng, xs), rng, 0.04, acc_specials(dt)),
+                    num_range(dt, rng, ws) if p else sprinkle(num_range(dt, rng, ws), rng, 0.04, acc_specials(dt)),
+                    num_range(dt, rng, (ws[0],))]))
+            elif name in ("2d_pad1", "2d_depthwise"):
+                out.append(_conv(dt, name, f"extremes/{name}", lambda rng, dt=dt, xs=xs, ws=ws: [
+                    full_range(dt, xs, rng), full_range(dt, ws, rng), full_range(dt, (ws[0],), rng)]))
     return out
 
 
-# (x shape, kernel, strides, dilations, pads)
-POOL_VARIANTS = {
-    "1d_k3": ((1, 2, 11), [3], [1], [1], [0, 0]),
-    "2d_k2s2": ((1, 3, 8, 8), [2, 2], [2, 2], [1, 1], [0, 0, 0, 0]),
-    "2d_k3s2_pad1": ((2, 2, 9, 7), [3, 3], [2, 2], [1, 1], [1, 1, 1, 1]),
-    "2d_asym_pads": ((1, 2, 6, 7), [3, 2], [1, 2], [1, 1], [0, 1, 2, 0]),
-    "2d_dilated": ((1, 1, 10, 10), [2, 3], [1, 1], [2, 2], [1, 1, 1, 1]),
-    "3d": ((1, 2, 5, 4, 6), [2, 2, 3], [1, 2, 1], [1, 1, 1], [0, 1, 0, 1, 1, 1]),
-    "2d_global_65": ((1, 65, 6, 6), [6, 6], [1, 1], [1, 1], [0, 0, 0, 0]),
-    "2d_dilated_strided_asym": ((2, 3, 7, 8), [3, 2], [2, 2], [1, 2], [1, 0, 1, 1]),
-    "1d_k4s3_pads": ((1, 2, 9), [4], [3], [1], [2, 1]),
-}
+# -- pooling ------------------------------------------------------------------------------------------------
+def _pool_configs():
+    """name -> (x shape, kernel, strides, dilations, pads)."""
+    z2, o2 = [0, 0, 0, 0], [1, 1, 1, 1]
+    p = {
+        "1d_k3": ((1, 2, 11), [3], [1], [1], [0, 0]),
+        "1d_k4s3_pads": ((1, 2, 9), [4], [3], [1], [2, 1]),
+        "1d_dilated_padded": ((1, 2, 20), [3], [1], [3], [2, 2]),
+        "1d_global": ((2, 3, 17), [17], [1], [1], [0, 0]),
+        "2d_k1": ((1, 2, 5, 5), [1, 1], [1, 1], [1, 1], z2),
+        "2d_k2s2": ((1, 3, 8, 8), [2, 2], [2, 2], [1, 1], z2),
+        "2d_k3s1_same": ((1, 3, 7, 7), [3, 3], [1, 1], [1, 1], o2),
+        "2d_k3s2_pad1": ((2, 2, 9, 7), [3, 3], [2, 2], [1, 1], o2),
+        "2d_k3s3_tiles": ((1, 2, 9, 9), [3, 3], [3, 3], [1, 1], z2),
+        "2d_stride_gt_kernel": ((1, 2, 11, 11), [2, 2], [3, 3], [1, 1], z2),
+        "2d_asym_pads": ((1, 2, 6, 7), [3, 2], [1, 2], [1, 1], [0, 1, 2, 0]),
+        "2d_end_pads_only": ((1, 2, 7, 7), [3, 3], [2, 2], [1, 1], [0, 0, 1, 1]),
+        "2d_kernel_eq_input_padded": ((1, 1, 3, 3), [3, 3], [1, 1], [1, 1], o2),
+        "2d_dilated": ((1, 1, 10, 10), [2, 3], [1, 1], [2, 2], o2),
+        "2d_dilated_strided_asym": ((2, 3, 7, 8), [3, 2], [2, 2], [1, 2], [1, 0, 1, 1]),
+        "2d_k3_dil2_pad2": ((1, 2, 9, 9), [3, 3], [1, 1], [2, 2], [2, 2, 2, 2]),
+        "2d_1x5": ((1, 2, 6, 12), [1, 5], [1, 2], [1, 1], [0, 2, 0, 2]),
+        "2d_5x1": ((1, 2, 12, 6), [5, 1], [2, 1], [1, 1], [2, 0, 2, 0]),
+        "2d_batch3": ((3, 4, 8, 8), [2, 2], [2, 2], [1, 1], z2),
+        "2d_global_65": ((1, 65, 6, 6), [6, 6], [1, 1], [1, 1], z2),
+        "2d_65_channels_k3s2": ((1, 65, 5, 5), [3, 3], [2, 2], [1, 1], o2),
+        "3d": ((1, 2, 5, 4, 6), [2, 2, 3], [1, 2, 1], [1, 1, 1], [0, 1, 0, 1, 1, 1]),
+        "3d_k2s2": ((1, 2, 6, 6, 6), [2, 2, 2], [2, 2, 2], [1, 1, 1], [0] * 6),
+        "3d_dilated_padded": ((1, 1, 7, 7, 7), [2, 2, 2], [1, 1, 1], [2, 2, 2], [1] * 6),
+    }
+    c, k = 4, 3  # above the window threshold: the plane loop runs on two threads
+    side = paths.parallel_side(PAR["window"], k * k, c)
+    p["2d_parallel"] = ((1, c, side, side), [k, k], [1, 1], [1, 1], o2)
+    return p
+
+
+POOL = _pool_configs()
+POOL_FEW = ("1d_k3", "2d_k2s2", "2d_k3s2_pad1", "2d_asym_pads", "2d_dilated", "3d", "2d_global_65")
 
 
 def pool_cases():
     out = []
     for prim, dts in (("max_pool", NUMERIC), ("avg_pool", FLOATS)):
+        fn = O.max_pool if prim == "max_pool" else O.avg_pool
         for dt in dts:
-            for name, (xs, k, st, dl, pd) in POOL_VARIANTS.items():
-                cips = (0, 1) if prim == "avg_pool" else (None,)
-                for cip in cips:
+            chosen = list(POOL) if dt in ("float32", "float64") else POOL_FEW
+            for name in chosen:
+                xs, k, st, dl, pd = POOL[name]
+                for cip in ((0, 1) if prim == "avg_pool" and (dt == "float32" or name in POOL_FEW) else (None,)):
                     attrs = {"kernel": k, "strides": st, "dilations": dl, "pads": pd}
                     if cip is not None:
                         attrs["count_include_pad"] = cip
-                    fn = O.max_pool if prim == "max_pool" else O.avg_pool
-                    out.append(make_case(prim, dt, name + ("" if cip is None else f"/cip{cip}"),
-                                         lambda rng, dt=dt, xs=xs: [_num_range(dt, rng, xs)], attrs,
-                                         lambda a, at, fn=fn: fn(a[0], **at),
-                                         n_of=lambda a, at: int(np.prod(at["kernel"]))))
+                    tag = name + ("" if cip is None else f"/cip{cip}")
+                    for threads in ((1, 2) if name == "2d_parallel" else (1,)):
+                        mk = (lambda rng, dt=dt, xs=xs: [num_range(dt, rng, xs)])
+                        out.append(make_case(prim, dt, tag, mk, attrs, lambda a, at, fn=fn: fn(a[0], **at),
+                                             n_of=lambda a, at: int(np.prod(at["kernel"])), threads=threads))
+                    if gdtype(dt).is_float and name in ("2d_k3s2_pad1", "3d"):
+                        sp = specials(dt) if prim == "max_pool" else acc_specials(dt)
+                        out.append(make_case(prim, dt, f"specials/{tag}", lambda rng, dt=dt, xs=xs, sp=sp: [
+                            sprinkle(num_range(dt, rng, xs), rng, 0.08, sp)], attrs, lambda a, at, fn=fn: fn(a[0], **at),
+                            n_of=lambda a, at: int(np.prod(at["kernel"]))))
     return out
 
 
-# (shape, axes, keepdims)
-REDUCE_VARIANTS = [((3, 5, 7), [0], 1), ((3, 5, 7), [1], 0), ((3, 5, 7), [2], 1), ((3, 5, 7), [0, 2], 0),
-                   ((3, 5, 7), [0, 1, 2], 0), ((3, 5, 7), [], 1), ((), [], 0), ((17,), [0], 1),
-                   ((4, 0, 3), [1], 1), ((2, 65, 9), [1], 0), ((64, 1031), [1], 0)]
+# -- reductions ----------------------------------------------------------------------------------------------
+RANK4 = (3, 4, 5, 6)
+ALL_AXES = [list(c) for r in range(5) for c in itertools.combinations(range(4), r)]  # every axis combination
+FEW_AXES = [[0], [3], [1, 2], [0, 1, 2, 3]]
+REDUCE_EXTRA = [((), [], 0), ((17,), [0], 1), ((4, 0, 3), [1], 1), ((2, 65, 9), [1], 0)]
+
+
+def _reduce_input(prim, dt, shape, rng):
+    if prim == "reduce_prod":
+        return rand(dt, shape, rng, 0.5, 1.5) if gdtype(dt).is_float else full_range(dt, shape, rng)
+    if gdtype(dt).is_float or gdtype(dt).is_bool:
+        return rand(dt, shape, rng)
+    return full_range(dt, shape, rng)  # integer sums wrap
 
 
 def reduce_cases():
     out = []
+    n_of = (lambda a, at: int(np.prod([a[0].shape[i] for i in at["axes"]])))
+    big = (64, PAR["window"] // 64 + 3)  # above the window threshold: the kept loop runs on two threads
     for prim in ("reduce_sum", "reduce_prod", "reduce_max", "reduce_min"):
         for dt in PRIMITIVES[prim].dtypes:
-            for shape, axes, kd in REDUCE_VARIANTS:
-                if prim == "reduce_prod" and shape == (64, 1031):
-                    continue
-                label = f"{'x'.join(map(str, shape)) or 'scalar'}/axes{''.join(map(str, axes)) or '-'}/kd{kd}"
-
-                def mk(rng, dt=dt, shape=shape, prim=prim):
-                    if prim == "reduce_prod":
-                        if gdtype(dt).is_float:
-                            return [rand(dt, shape, rng, 0.5, 1.5)]
-                        return [full_range(dt, shape, rng)]
-                    if gdtype(dt).is_int and prim == "reduce_sum":
-                        return [full_range(dt, shape, rng)]  # sums wrap
-                    return [rand(dt, shape, rng) if gdtype(dt).is_float or gdtype(dt).is_bool
-                            else full_range(dt, shape, rng)]
-                n_of = (lambda a, at: int(np.prod([a[0].shape[i] for i in at["axes"]])))
-                out.append(make_case(prim, dt, label, mk, {"axes": axes, "keepdims": kd},
-                                     lambda a, at, prim=prim: O.reduce(prim, a[0], **at), n_of=n_of))
+            full = dt in ("float32", "int32", "float64")
+            variants = [(RANK4, axes, len(axes) % 2) for axes in (ALL_AXES if full else FEW_AXES)] + REDUCE_EXTRA
+            for shape, axes, kd in variants:
+                label = f"{_label(shape)}/axes{''.join(map(str, axes)) or '-'}/kd{kd}"
+                out.append(make_case(prim, dt, label, lambda rng, dt=dt, shape=shape, prim=prim: [
+                    _reduce_input(prim, dt, shape, rng)], {"axes": axes, "keepdims": kd},
+                    lambda a, at, prim=prim: O.reduce(prim, a[0], **at), n_of=n_of))
+            if gdtype(dt).is_float:
+                for axes in ([1], [0, 3], [0, 1, 2, 3]):
+                    out.append(make_case(prim, dt, f"specials/{_label(RANK4)}/axes{''.join(map(str, axes))}",
+                                         lambda rng, dt=dt, prim=prim: [sprinkle(
+                                             _reduce_input(prim, dt, RANK4, rng), rng, 0.03,
+                                             specials(dt) if prim in ("reduce_max", "reduce_min") else
+                                             acc_specials(dt, products=prim == "reduce_prod"))],
+                                         {"axes": axes, "keepdims": 1},
+                                         lambda a, at, prim=prim: O.reduce(prim, a[0], **at), n_of=n_of))
+            if dt in ("float32", "int32") and prim != "reduce_prod":
+                for axes in ([1], [0]):
+                    out.append(make_case(prim, dt, f"{_label(big)}/axes{axes[0]}/kd0", lambda rng, dt=dt, prim=prim: [
+                        _reduce_input(prim, dt, big, rng)], {"axes": axes, "keepdims": 0},
+                        lambda a, at, prim=prim: O.reduce(prim, a[0], **at), n_of=n_of, threads=2))
     for prim in ("argmax", "argmin"):
         for dt in NUMERIC:
-            for axis in (0, 1, 2):
-                for kd in (0, 1):
-                    for last in (0, 1):
-                        attrs = {"axis": axis, "keepdims": kd, "select_last_index": last}
-                        out.append(make_case(prim, dt, f"3x5x7/axis{axis}/kd{kd}/last{last}",
-                                             lambda rng, dt=dt: [rand(dt, (3, 5, 7), rng, 0, 3)
-                                                                 if not gdtype(dt).is_float else
-                                                                 np.round(rand(dt, (3, 5, 7), rng, 0, 3))],
-                                             attrs, lambda a, at, prim=prim: O.arg(prim, a[0], **at)))
+            full = dt in ("float32", "int32")
+            for axis in range(4):
+                for kd, last in (((0, 0), (0, 1), (1, 0), (1, 1)) if full else ((1, 0), (0, 1))):
+                    attrs = {"axis": axis, "keepdims": kd, "select_last_index": last}
+
+                    def mk(rng, dt=dt):  # few distinct values: many ties
+                        x = rand(dt, RANK4, rng, 0, 3)
+                        return [np.round(x) if gdtype(dt).is_float else x]
+                    out.append(make_case(prim, dt, f"{_label(RANK4)}/axis{axis}/kd{kd}/last{last}", mk, attrs,
+                                         lambda a, at, prim=prim: O.arg(prim, a[0], **at)))
+            if gdtype(dt).is_float:
+                for last in (0, 1):
+                    out.append(make_case(prim, dt, f"specials/{_label(RANK4)}/axis2/last{last}",
+                                         lambda rng, dt=dt: [sprinkle(rand(dt, RANK4, rng), rng, 0.1)],
+                                         {"axis": 2, "keepdims": 1, "select_last_index": last},
+                                         lambda a, at, prim=prim: O.arg(prim, a[0], **at)))
     return out
 
 
+# -- data movement and indexing --------------------------------------------------------------------------------
 MOVE_DTYPES = MAIN + ("float8e4m3fn", "int4")
 
 
 def _mv(dt, shape, rng):
     d = gdtype(dt)
     if d.is_bool or d.is_float and d.itemsize >= 2:
-        return rand(dt, shape, rng)
+        return sprinkle(rand(dt, shape, rng), rng, 0.1) if d.is_float else rand(dt, shape, rng)
     if d.name in ("int4",) or d.itemsize == 1 and d.is_float:
         return rng.integers(-7, 7, size=shape).astype(np.float32).astype(d.np)
     return full_range(dt, shape, rng)
 
 
+def _t(a, at):
+    return np.transpose(a[0], at["perm"]).copy()
+
+
+def _b(a, at):
+    return np.broadcast_to(a[0], at["shape"]).copy()
+
+
 #: One line per case: (primitive, variant, operand shapes, attributes, oracle). Each line is a case for every dtype
 #: the primitive's record accepts (MOVE_DTYPES for the movement primitives), on seeded random operands; the oracle
 #: ``(arrays, attrs) -> expected array`` is numpy written from the primitive's definition (None: the one in
-#: oracles.py). Adding a primitive adds its line here (see vendor_guide/adding_a_primitive.md).
+#: DEFAULT_ORACLES). Adding a primitive adds its line here (see vendor_guide/adding_a_primitive.md).
 LINES = [
     ("reshape", "6x4_to_2x3x4", [(6, 4)], {"shape": [2, 3, 4]}, lambda a, at: a[0].reshape(at["shape"])),
     ("reshape", "scalar_to_1x1", [()], {"shape": [1, 1]}, lambda a, at: a[0].reshape(at["shape"])),
     ("reshape", "0x5_to_5x0", [(0, 5)], {"shape": [5, 0]}, lambda a, at: a[0].reshape(at["shape"])),
-    ("transpose", "2d", [(7, 9)], {"perm": [1, 0]}, lambda a, at: np.transpose(a[0], at["perm"]).copy()),
-    ("transpose", "3d_201", [(3, 5, 17)], {"perm": [2, 0, 1]}, lambda a, at: np.transpose(a[0], at["perm"]).copy()),
-    ("transpose", "4d_0213", [(2, 3, 4, 5)], {"perm": [0, 2, 1, 3]},
-     lambda a, at: np.transpose(a[0], at["perm"]).copy()),
-    ("transpose", "large_65x1031", [(65, 1031)], {"perm": [1, 0]}, lambda a, at: np.transpose(a[0]).copy()),
-    ("transpose", "4d_2031", [(2, 3, 4, 5)], {"perm": [2, 0, 3, 1]}, lambda a, at: np.transpose(a[0], at["perm"]).copy()),
-    ("broadcast", "1_to_17", [(1,)], {"shape": [17]}, lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
-    ("broadcast", "row_3x1_to_3x9", [(3, 1)], {"shape": [3, 9]},
-     lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
-    ("broadcast", "col_1x9_to_5x9", [(1, 9)], {"shape": [5, 9]},
-     lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
-    ("broadcast", "middle_2x1x3_to_2x7x3", [(2, 1, 3)], {"shape": [2, 7, 3]},
-     lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
-    ("broadcast", "outer_1x4x1_to_3x4x65", [(1, 4, 1)], {"shape": [3, 4, 65]},
-     lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
-    ("broadcast", "to_zero_1x3_to_0x3", [(1, 3)], {"shape": [0, 3]},
-     lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
+    ("transpose", "2d", [(7, 9)], {"perm": [1, 0]}, _t),
+    ("transpose", "3d_201", [(3, 5, 17)], {"perm": [2, 0, 1]}, _t),
+    ("transpose", "4d_0213", [(2, 3, 4, 5)], {"perm": [0, 2, 1, 3]}, _t),
+    ("transpose", "4d_3120", [(2, 3, 4, 5)], {"perm": [3, 1, 2, 0]}, _t),
+    ("transpose", "4d_2031", [(2, 3, 4, 5)], {"perm": [2, 0, 3, 1]}, _t),
+    ("transpose", "large_65x1031", [(65, 1031)], {"perm": [1, 0]}, _t),
+    ("broadcast", "1_to_17", [(1,)], {"shape": [17]}, _b),
+    ("broadcast", "row_3x1_to_3x9", [(3, 1)], {"shape": [3, 9]}, _b),
+    ("broadcast", "col_1x9_to_5x9", [(1, 9)], {"shape": [5, 9]}, _b),
+    ("broadcast", "middle_2x1x3_to_2x7x3", [(2, 1, 3)], {"shape": [2, 7, 3]}, _b),
+    ("broadcast", "outer_1x4x1_to_3x4x65", [(1, 4, 1)], {"shape": [3, 4, 65]}, _b),
+    ("broadcast", "to_zero_1x3_to_0x3", [(1, 3)], {"shape": [0, 3]}, _b),
     ("slice", "step1", [(10, 7)], {"starts": [2, 1], "ends": [9, 7], "steps": [1, 1]}, None),
     ("slice", "step3", [(17, 9)], {"starts": [1, 0], "ends": [17, 9], "steps": [3, 2]}, None),
     ("slice", "negative_step", [(9, 5)], {"starts": [8, 4], "ends": [-1, 0], "steps": [-1, -2]}, None),
@@ -587,8 +604,11 @@ LINES = [
     ("pad", "1d_value", [(17,)], {"pads": [5, 2], "value": 3.0, "interior": [0]}, None),
     ("pad", "zero_size", [(0, 3)], {"pads": [1, 1, 0, 2], "value": 1.0, "interior": [0, 0]}, None),
     ("pad", "3d", [(2, 3, 4)], {"pads": [0, 1, 2, 1, 0, 3], "value": 0.0, "interior": [0, 1, 0]}, None),
+    ("pad", "negative_zero_value", [(2, 3)], {"pads": [1, 1, 1, 1], "value": -0.0, "interior": [0, 0]}, None),
     ("copy", "3x5x7", [(3, 5, 7)], {}, lambda a, at: a[0].copy()),
 ]
+
+
 DEFAULT_ORACLES = {"slice": lambda a, at: O.slice_(a[0], **at), "pad": lambda a, at: O.pad(a[0], **at)}
 
 
@@ -599,6 +619,8 @@ def line_cases():
         p = PRIMITIVES[prim]
         for dt in (MOVE_DTYPES if p.movement else p.dtypes):
             if prim == "pad" and dt in ("float8e4m3fn", "int4") and attrs.get("value"):
+                continue
+            if label == "negative_zero_value" and not gdtype(dt).is_float:
                 continue
             out.append(make_case(prim, dt, label, lambda rng, dt=dt, shapes=shapes: [_mv(dt, s, rng) for s in shapes],
                                  attrs, lambda a, at, o=oracle: (o(a, at), None)))
@@ -612,7 +634,10 @@ def index_cases():
             for label, xs, ish, axis in (("axis0", (7, 5), (4,), 0), ("axis1_2d_idx", (3, 9, 2), (2, 3), 1),
                                          ("last_scalar_idx", (4, 6), (), 1), ("axis0_65", (65, 3), (130,), 0)):
                 def mk(rng, dt=dt, xs=xs, ish=ish, axis=axis, it=it):
-                    return [_mv(dt, xs, rng), rng.integers(0, xs[axis], size=ish).astype(it)]
+                    idx = rng.integers(0, xs[axis], size=ish)
+                    if np.size(idx) > 2:  # the first and last valid index
+                        idx.reshape(-1)[:2] = [0, xs[axis] - 1]
+                    return [_mv(dt, xs, rng), np.asarray(idx).astype(it)]
                 out.append(make_case("gather", dt, f"{label}/{it}", mk, {"axis": axis},
                                      lambda a, at: (np.take(a[0], a[1], axis=at["axis"]), None)))
         for label, xs, ish, bd, it in (("k2", (4, 5, 3), (6, 2), 0, "int64"), ("k1", (7, 3), (2, 2, 1), 0, "int64"),
@@ -625,8 +650,7 @@ def index_cases():
                 return [_mv(dt, xs, rng), idx]
             out.append(make_case("gather_nd", dt, label, mk, {"batch_dims": bd},
                                  lambda a, at: (O.gather_nd(a[0], a[1], **at), None)))
-        reds = ("none",) if dt == "bool" else ("none", "add", "mul", "max", "min")
-        for red in reds:
+        for red in (("none",) if dt == "bool" else ("none", "add", "mul", "max", "min")):
             def mk(rng, dt=dt, red=red):
                 x = _mv(dt, (6, 4), rng)
                 rows = rng.permutation(6)[:3] if red == "none" else rng.integers(0, 6, size=5)  # duplicates combine
@@ -637,12 +661,26 @@ def index_cases():
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def _all(lines):
+    return tuple(elementwise_cases() + cast_cases() + matmul_cases() + conv_cases() + pool_cases() + reduce_cases()
+                 + line_cases() + index_cases() + quantized_cases(CONV, SMALL_MATMUL, POOL))
+
+
 def cases():
-    return (elementwise_cases() + cast_cases() + storage_cases() + matmul_cases() + conv_cases() + pool_cases()
-            + reduce_cases() + line_cases() + index_cases()
-            + quantized_cases(CONV_VARIANTS, MATMUL_SHAPES, POOL_VARIANTS))
+    return list(_all(len(LINES)))  # a line added at run time (tests/test_extend.py) makes new cases
+from .quantized_cases import cases as quantized_cases
 
 
 def uncovered() -> list[str]:
     """Registered primitives no case exercises (a new primitive needs its line in LINES)."""
     return sorted(set(PRIMITIVES) - {c.subject for c in cases()})
+
+
+def counts() -> dict:
+    """Distinct geometries per windowed/accumulating primitive (what the issue's variety is measured by)."""
+    return {"conv geometries": len(CONV), "matmul shapes": len({(sa, sb) for sa, sb in SMALL_MATMUL}
+                                                                | {(m, k, n) for s in ("f32", "f64")
+                                                                   for m, k, n in paths.gemm_shapes(s)}),
+            "pooling configurations": len(POOL), "rank-4 axis combinations": len(ALL_AXES)}
+

@@ -1,32 +1,44 @@
-"""The conformance suite's power: deliberately broken interpreters must be caught, naming the broken primitive.
+"""The conformance suite's power: deliberately broken backends must be caught, naming what is broken.
 
-Each variant is the reference interpreter with one realistic bug in one kernel (or, for the out-of-bounds
-write, in how the function writes its buffers). It is run through the suite in process (``glow_conformance.main``
-with ``--backend tests.test_conformance_power:<Variant>`` and ``--case`` selecting the relevant tier rows),
-and the JSON report must show failures of the broken primitive, and only of it. The variants compare against
-the suite's independent oracles (they are interpreter subclasses, so never against their own kernels).
+- Interpreter variants: the reference interpreter with one realistic bug in one kernel (``VARIANTS``), judged
+  against the suite's independent oracles.
+- CPU variants: the CPU backend rebuilt from a copy of its package with a one-token change in one template or
+  generator table (``CPU_VARIANTS``: bounds, strides, offsets, accumulators, NaN handling, thread
+  partitioning), never touching the repository's files. Each runs only its relevant cases, compiled into one
+  cache shared by the variants. Among them, those the first suite missed: a max-reduction dropping NaN,
+  float64 reduced and multiplied in float32, bfloat16 rounding by truncation (1 ULP: inside the old
+  allowance), a kernel writing past its buffer, one that never returns, the im2col loop running one channel
+  too far.
+- Backends breaking the gate: one refusing everything (fails ``--require-profile fp32-core``), one claiming
+  conv and refusing it while compiling (its conv cases fail), one whose float16 sigmoid is off by up to 5e-5
+  (what the old absolute allowance let through).
 """
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import shutil
+import sys
+import time
 
 import numpy as np
 import pytest
 
+from glow_core.errors import UnsupportedOpError
 from glow_core.ops.registry import PRIMITIVES
 from glow_interpreter.backend import InterpreterBackend, InterpreterFunction
 
 REAL = {name: p.kernel for name, p in PRIMITIVES.items()}
 
 
+# -- interpreter variants -------------------------------------------------------------------------------------
 def _pad_off_by_one(x, w, bias, strides, dilations, pads, group=1):
     n = len(pads) // 2
     if pads[n - 1] or pads[-1]:  # the last spatial dim's begin pad is taken one too large (end one too small)
         pads = list(pads)
         pads[n - 1] += 1
         pads[-1] = max(pads[-1] - 1, 0)
-        out = REAL["conv"](x, w, bias, strides, dilations, pads, group)
-        return out
     return REAL["conv"](x, w, bias, strides, dilations, pads, group)
 
 
@@ -40,8 +52,7 @@ def _round_half_away(x):
 
 
 def _matmul_transposed_b(a, b):
-    bt = np.swapaxes(b, -1, -2).reshape(b.shape)  # B read in column-major order
-    return REAL["matmul"](a, bt)
+    return REAL["matmul"](a, np.swapaxes(b, -1, -2).reshape(b.shape))  # B read in column-major order
 
 
 def _div_through_float(a, b):
@@ -123,8 +134,6 @@ def _bitcast_byteswap(x, to):
 
 
 def _reduce_sum_f16_accumulator(x, axes, keepdims=1):
-    if x.dtype == np.float32 and getattr(_reduce_sum_f16_accumulator, "half", False):
-        pass
     return np.sum(x.astype(np.float16), axis=tuple(axes), keepdims=bool(keepdims), dtype=np.float16).astype(x.dtype)
 
 
@@ -147,13 +156,22 @@ def _max_pool_pads_zero(x, kernel, strides, dilations, pads):
     return REAL["max_pool"](xp, kernel, strides, dilations, [0] * len(pads))  # padding taken as 0, not -inf
 
 
+SIGMOID_GRID = 1e-4  # a float16 sigmoid accurate to 5e-5 absolute: 10 % off near 5e-4
+
+
+def _sigmoid_absolute_grid(x):
+    """sigmoid rounded to a grid of 1e-4 (the float16 cases run: their kernel gets float32 operands)."""
+    s = REAL["sigmoid"](x)
+    return (np.round(s.astype(np.float64) / SIGMOID_GRID) * SIGMOID_GRID).astype(x.dtype)
+
+
 # name -> (primitive patched, kernel, --case patterns)
 VARIANTS = {
-    "conv_pad_off_by_one": ("conv", _pad_off_by_one, ["primitives/conv/*"]),
-    "reduce_max_wrong_axis": ("reduce_max", _reduce_wrong_axis, ["primitives/reduce_max/*"]),
+    "conv_pad_off_by_one": ("conv", _pad_off_by_one, ["primitives/conv/float32/*"]),
+    "reduce_max_wrong_axis": ("reduce_max", _reduce_wrong_axis, ["primitives/reduce_max/float32/*"]),
     "sub_sign_error": ("sub", _sub_sign, ["primitives/sub/*"]),
     "round_half_away": ("round", _round_half_away, ["primitives/round/*"]),
-    "matmul_transposed_b": ("matmul", _matmul_transposed_b, ["primitives/matmul/*"]),
+    "matmul_transposed_b": ("matmul", _matmul_transposed_b, ["primitives/matmul/float32/*"]),
     "div_int_through_float32": ("div", _div_through_float, ["primitives/div/*"]),
     "broadcast_wrong_axis": ("broadcast", _broadcast_last_axis_only, ["primitives/broadcast/*"]),
     "gather_clamps_last_index": ("gather", _gather_clamp, ["primitives/gather/*"]),
@@ -165,14 +183,17 @@ VARIANTS = {
     "tanh_fast_approximation": ("tanh", _tanh_fast, ["primitives/tanh/*"]),
     "shl_count_modulo_width": ("shl", _shl_mod_width, ["primitives/shl/*"]),
     "mod_ignores_fmod": ("mod", _mod_ignores_fmod, ["primitives/mod/*"]),
-    "argmax_ties_last": ("argmax", _argmax_last, ["primitives/argmax/*"]),
+    "argmax_ties_last": ("argmax", _argmax_last, ["primitives/argmax/float32/*"]),
     "scatter_add_loses_duplicates": ("scatter_nd", _scatter_lost_duplicates, ["primitives/scatter_nd/*"]),
-    "avg_pool_ignores_count_include_pad": ("avg_pool", _avg_pool_ignores_cip, ["primitives/avg_pool/*"]),
+    "avg_pool_ignores_count_include_pad": ("avg_pool", _avg_pool_ignores_cip, ["primitives/avg_pool/float32/*"]),
     "bitcast_byteswapped": ("bitcast", _bitcast_byteswap, ["primitives/bitcast/*"]),
-    "reduce_sum_float16_accumulator": ("reduce_sum", _reduce_sum_f16_accumulator, ["primitives/reduce_sum/*"]),
+    "reduce_sum_float16_accumulator": ("reduce_sum", _reduce_sum_f16_accumulator,
+                                       ["primitives/reduce_sum/float32/*"]),
     "select_inverted": ("select", _select_inverted, ["primitives/select/*"]),
     "abs_int_saturates": ("abs", _abs_int_saturates, ["primitives/abs/*"]),
-    "max_pool_pads_with_zero": ("max_pool", _max_pool_pads_zero, ["primitives/max_pool/*"]),
+    "max_pool_pads_with_zero": ("max_pool", _max_pool_pads_zero, ["primitives/max_pool/float32/*"]),
+    "float16_sigmoid_within_old_absolute_allowance": ("sigmoid", _sigmoid_absolute_grid,
+                                                      ["primitives/sigmoid/float16/*"]),
 }
 
 
@@ -183,6 +204,10 @@ class _Broken(InterpreterBackend):
 
     def compile(self, function, options):
         return InterpreterFunction(function, kernels=self.patch)
+
+
+for _name, (_prim, _fn, _pats) in VARIANTS.items():
+    globals()[f"Broken_{_name}"] = type(f"Broken_{_name}", (_Broken,), {"patch": {_prim: _fn}})
 
 
 class _OOBFunction(InterpreterFunction):
@@ -204,16 +229,25 @@ class BrokenOOBWrite(InterpreterBackend):
         return _OOBFunction(function)
 
 
-for _name, (_prim, _fn, _pats) in VARIANTS.items():
-    globals()[f"Broken_{_name}"] = type(f"Broken_{_name}", (_Broken,), {"patch": {_prim: _fn}})
-ALL = dict({n: (p, pats) for n, (p, _, pats) in VARIANTS.items()},
-           oob_write_past_pad=("pad", ["primitives/pad/*", "memory/pad/*"]))
-CLASS = dict({n: f"Broken_{n}" for n in VARIANTS}, oob_write_past_pad="BrokenOOBWrite")
+class RefusesEverything(InterpreterBackend):
+    """A backend claiming nothing: every case is skipped as refused, so no profile can pass."""
+
+    def is_op_supported(self, node_info):
+        return False
 
 
-def run_suite(backend_spec, patterns, report):
+class ClaimsConvThenRefuses(InterpreterBackend):
+    """is_op_supported says yes to conv, compile raises UnsupportedOpError for it."""
+
+    def compile(self, function, options):
+        if any(i.op == "conv" for i in function.code):
+            raise UnsupportedOpError("conv is not implemented yet on this device")
+        return super().compile(function, options)
+
+
+def run_suite(backend_spec, patterns, report, extra=()):
     import glow_conformance
-    args = ["--backend", backend_spec, "-q", "-p", "no:randomly", "--conformance-report", str(report)]
+    args = ["--backend", backend_spec, "-q", "-p", "no:randomly", "--conformance-report", str(report)] + list(extra)
     for p in patterns:
         args += ["--case", p]
     rc = glow_conformance.main(args)
@@ -221,28 +255,209 @@ def run_suite(backend_spec, patterns, report):
         return rc, json.load(f)
 
 
-def test_at_least_twenty_variants():
-    assert len(ALL) >= 20
+def _failed(data):
+    return [c for c in data["cases"] if c["outcome"] == "fail"]
 
 
-@pytest.mark.parametrize("variant", sorted(ALL))
-def test_broken_variant_is_caught(variant, tmp_path):
-    prim, patterns = ALL[variant]
-    rc, data = run_suite(f"tests.test_conformance_power:{CLASS[variant]}", patterns, tmp_path / "r.html")
-    failed = [c for c in data["cases"] if c["outcome"] == "fail"]
+@pytest.mark.parametrize("variant", sorted(VARIANTS) + ["oob_write_past_pad"])
+def test_broken_interpreter_is_caught(variant, tmp_path):
+    prim, _, patterns = VARIANTS.get(variant, ("pad", None, ["primitives/pad/*", "memory/pad/*"]))
+    spec = f"tests.test_conformance_power:{'BrokenOOBWrite' if variant == 'oob_write_past_pad' else 'Broken_' + variant}"
+    rc, data = run_suite(spec, patterns, tmp_path / "r.html")
+    failed = _failed(data)
     assert rc == 1 and failed, f"{variant}: the suite did not catch the broken {prim} ({data['counts']})"
-    named = sorted({c["subject"] for c in failed})
-    assert named == [prim], f"{variant}: the failures name {named}"
+    assert sorted({c["subject"] for c in failed}) == [prim], f"{variant}: the failures name others"
     assert all(prim in c["detail"] and "rerun: glowc conformance" in c["detail"] for c in failed)
+
+
+def test_the_old_float16_allowance_would_have_passed_the_sigmoid_variant():
+    """Every error of the variant is within the old rule (1 ULP, or 6.1e-5 absolute) and it is caught above."""
+    from glow_conformance.checker import ulp_distance
+    x = np.linspace(-10, 10, 4001).astype(np.float16)
+    want = REAL["sigmoid"](x.astype(np.float32)).astype(np.float16)
+    got = _sigmoid_absolute_grid(x.astype(np.float32)).astype(np.float16)
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    assert ((ulp_distance(got, want) <= 1) | (err <= float(np.finfo(np.float16).tiny))).all()
+    near = (want > 4e-4) & (want < 6e-4)
+    assert (err[near] / want[near].astype(np.float64)).max() > 0.05
 
 
 def test_oob_write_is_located_by_the_memory_tier(tmp_path):
     rc, data = run_suite("tests.test_conformance_power:BrokenOOBWrite", ["memory/pad/*"], tmp_path / "r.html")
-    failed = [c for c in data["cases"] if c["outcome"] == "fail"]
+    failed = _failed(data)
     assert failed and all("out-of-bounds write" in c["detail"] and "written by pad" in c["detail"] for c in failed)
 
 
 def test_the_real_interpreter_passes_those_rows(tmp_path):
-    pats = sorted({p for _, pats in ALL.values() for p in pats})[:6]
+    pats = sorted({p for _, _, pats in VARIANTS.values() for p in pats})[:6]
     rc, data = run_suite("interpreter", pats, tmp_path / "r.html")
     assert rc == 0 and data["counts"]["fail"] == 0 and data["counts"]["pass"] > 0
+
+
+def test_a_backend_refusing_everything_fails_the_required_profile(tmp_path):
+    rc, data = run_suite("tests.test_conformance_power:RefusesEverything", [], tmp_path / "r.html",
+                         ["--require-profile", "fp32-core", "-n", "2"])
+    assert rc == 1 and not [c for c in data["cases"] if c["outcome"] == "pass" and c["tier"] != "negative"]
+    assert data["profiles"]["fp32-core"]["verdict"] == "fail"  # no passing case: fail, never partial
+    assert data["required"]["fp32-core"][0] == "fail" and "no case" in data["required"]["fp32-core"][1]
+    assert data["skips"]["refused"] > 5000 and not data["filter"]
+
+
+def test_a_run_in_which_everything_was_skipped_fails(tmp_path):
+    """Without --require-profile too: nothing checked is not a pass (the negative tier's refusals aside)."""
+    rc, data = run_suite("tests.test_conformance_power:RefusesEverything",
+                         ["primitives/add/float32/*", "negative/add/*"], tmp_path / "r.html")
+    assert data["counts"]["fail"] == 0 and data["counts"]["skip"] > 0 and data["profiles"] == {}
+    assert rc == 1 and "no case that checks answers passed" in data["nothing_verified"]
+    rc, data = run_suite("interpreter", ["primitives/add/float32/*"], tmp_path / "r2.html")
+    assert rc == 0 and data["nothing_verified"] is None
+
+
+def test_a_backend_claiming_conv_then_refusing_it_fails_the_conv_cases(tmp_path):
+    rc, data = run_suite("tests.test_conformance_power:ClaimsConvThenRefuses",
+                         ["primitives/conv/float32/2d_*", "primitives/add/float32/*"], tmp_path / "r.html")
+    conv = [c for c in data["cases"] if c["subject"] == "conv"]
+    assert rc == 1 and conv and all(c["outcome"] == "fail" and "claimed, then refused" in c["detail"] for c in conv)
+    assert all(c["outcome"] == "pass" for c in data["cases"] if c["subject"] == "add")
+
+
+# -- CPU variants: one-token changes in a copy of the CPU backend's package ---------------------------------------
+# name -> (file in the package, text, replacement, --case patterns, primitives the failures must name)
+CPU_VARIANTS = {
+    "conv_im2col_channel_overrun": ("templates/conv.c.j2", "c < {{ cg }}; ++c", "c <= {{ cg }}; ++c",
+                                    ["primitives/conv/float32/2d_pad1", "primitives/conv/float32/2d_group2",
+                                     "primitives/conv/int8/2d_pad1"], {"conv"}),
+    "conv_pad_sign": ("templates/conv.c.j2", "{{ d.s }} - {{ d.p }} +", "{{ d.s }} + {{ d.p }} +",
+                      ["primitives/conv/float32/2d_pad1"], {"conv"}),
+    "conv_input_bound": ("templates/conv.c.j2", "i{{ loop.index0 }} < {{ d.size }};",
+                         "i{{ loop.index0 }} <= {{ d.size }};", ["primitives/conv/float32/2d_pad1"], {"conv"}),
+    "conv_group_weight_offset": ("templates/conv.c.j2", "wc + g * {{ fg * ck }}", "wc + g * {{ ck }}",
+                                 ["primitives/conv/float32/2d_group2"], {"conv"}),
+    "depthwise_upper_bound": ("templates/depthwise.c.j2", "< hi{{ loop.index0 }}[k{{ loop.index0 }}]",
+                              "<= hi{{ loop.index0 }}[k{{ loop.index0 }}]", ["primitives/conv/float32/2d_depthwise"],
+                              {"conv"}),
+    "depthwise_channel_stride": ("templates/depthwise.c.j2", "(nc % {{ c }}) * {{ kk }}", "(nc % {{ c }})",
+                                 ["primitives/conv/float32/2d_depthwise"], {"conv"}),
+    "depthwise_threads_share_planes": ("templates/depthwise.c.j2", "#pragma omp parallel for", "#pragma omp parallel",
+                                       ["primitives/conv/float32/2d_parallel_depthwise/t2"], {"conv"}),
+    "gemm_partial_tile_as_full": ("templates/gemm.c.j2", "mr == MR && nr == NR", "mr == MR || nr == NR",
+                                  ["primitives/matmul/float32/gemm/7x*"], {"matmul"}),
+    "gemm_accumulates_first_block": ("templates/gemm.c.j2", "nr, pc > 0,", "nr, pc >= 0,",
+                                     ["primitives/matmul/float32/gemm/10x*"], {"matmul"}),
+    "gemm_a_panel_offset": ("templates/gemm.c.j2", "Ap + ir * kc, Bp", "Ap + ir * KC, Bp",
+                            ["primitives/matmul/float32/gemm/145x*"], {"matmul"}),
+    "gemm_threads_share_panels": ("templates/gemm.c.j2", "#pragma omp parallel for", "#pragma omp parallel",
+                                  ["primitives/matmul/float32/gemm/*/t2"], {"matmul"}),
+    "gemm_float64_in_float32": ("templates/gemm.c.j2", "{{ t }} a = Ap", "float a = Ap",
+                                ["primitives/matmul/float64/gemm/10x*"], {"matmul"}),
+    "matmul_batch_offset": ("templates/matmul.c.j2", "a + bt * {{ m * k }}", "a + bt * {{ m }}",
+                            ["primitives/matmul/float32/3x40x50@3x50x33"], {"matmul"}),
+    "matmul_row_not_reset": ("templates/matmul.c.j2", "row[j] = 0;", "row[j] = 1;",
+                             ["primitives/matmul/int32/3x5@5x7"], {"matmul"}),
+    "reduce_float64_in_float32": ("templates/reduce.c.j2", "{{ acc_t }} acc = {{ init }};",
+                                  "float acc = {{ init }};", ["primitives/reduce_sum/float64/3x4x5x6/axes0123*"],
+                                  {"reduce_sum"}),
+    "reduce_max_drops_nan": ("kernels_ew.py", "acc || v != v) acc = v", "acc) acc = v",
+                             ["primitives/reduce_max/float32/specials/*"], {"reduce_max"}),
+    "arg_select_last_ignored": ("templates/arg.c.j2", "int64_t bi = {{ first }};", "int64_t bi = 0;",
+                                ["primitives/argmax/float32/3x4x5x6/axis1/kd1/last1"], {"argmax"}),
+    "pool_window_bound": ("templates/pool.c.j2", "i{{ loop.index0 }} >= {{ d.size }}) continue",
+                          "i{{ loop.index0 }} > {{ d.size }}) continue", ["primitives/max_pool/float32/2d_k3s2_pad1"],
+                          {"max_pool"}),
+    "pool_count_not_counted": ("templates/pool.c.j2", "++cnt;", "cnt;",
+                               ["primitives/avg_pool/float32/2d_k3s2_pad1/cip0"], {"avg_pool"}),
+    "strided_input_stride": ("templates/strided.c.j2", "io += istr[d]; oo", "io += ostr[d]; oo",
+                             ["primitives/transpose/float32/3d_201"], {"transpose"}),
+    "pad_fill_ignored": ("templates/strided.c.j2", "out[i] = {{ fill }};", "out[i] = 0;",
+                         ["primitives/pad/float32/1d_value"], {"pad"}),
+    "gather_bound_off_by_one": ("templates/gather.c.j2", "idx[i] >= {{ dim }}", "idx[i] > {{ dim }}",
+                                ["negative/gather/float32/runtime_index_eq_dim"], {"gather"}),
+    "gather_nd_negative_unchecked": ("templates/gather_nd.c.j2", "idx[r * {{ k }} + j] < 0 ||",
+                                     "idx[r * {{ k }} + j] < -1 ||", ["negative/gather_nd/float32/runtime_negative*"],
+                                     {"gather_nd"}),
+    "scatter_nd_input_not_copied": ("templates/scatter_nd.c.j2", "memmove(out, x, {{ nbytes }})",
+                                    "memmove(out, x, 0)", ["primitives/scatter_nd/float32/rows/none"], {"scatter_nd"}),
+    "bfloat16_rounding_truncates": ("templates/glow_prelude.h.j2", "u += 0x7fffu +", "u += 0x0u +",
+                                    ["primitives/add/bfloat16/2x3x4x17", "primitives/mul/bfloat16/2x3x4x17"],
+                                    {"add", "mul"}),
+    "elementwise_writes_past_its_buffer": ("templates/elementwise.c.j2", "i < {{ n }}; ++i) {",
+                                           "i <= {{ n }}; ++i) {", ["primitives/add/float32/17"], {"add"}),
+    "elementwise_never_returns": ("templates/elementwise.c.j2", "i < {{ n }}; ++i) {", "i < {{ n }}; i) {",
+                                  ["primitives/add/float32/17", "primitives/sub/float32/17"], {"add", "sub"}),
+}
+CASE_TIMEOUT = 5.0
+
+
+def cpu_variant(name, root):
+    """The CPU backend built from a copy of its package under ``root`` with variant ``name`` applied."""
+    import glow_cpu
+    path, old, new = CPU_VARIANTS[name][:3]
+    pkg = f"glow_cpu_variant_{name}"
+    dst = os.path.join(root, pkg)
+    if not os.path.isdir(dst):
+        shutil.copytree(os.path.dirname(glow_cpu.__file__), dst, ignore=shutil.ignore_patterns("__pycache__"))
+        with open(os.path.join(dst, path)) as f:
+            text = f.read()
+        if text.count(old) != 1:
+            raise AssertionError(f"CPU variant {name}: {old!r} occurs {text.count(old)} times in {path} (expected "
+                                 f"once): update the variant to the template")
+        with open(os.path.join(dst, path), "w") as f:
+            f.write(text.replace(old, new))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    return importlib.import_module(f"{pkg}.backend").CPUBackend()
+
+
+def _factory(name):
+    def make():
+        return cpu_variant(name, os.environ["GLOW_TEST_CPU_VARIANTS"])
+    return make
+
+
+for _name in CPU_VARIANTS:
+    globals()[f"cpu_{_name}"] = _factory(_name)
+
+
+@pytest.fixture(scope="session")
+def variant_root(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cpu_variants"))
+
+
+@pytest.fixture
+def variant_env(variant_root, monkeypatch):
+    monkeypatch.setenv("GLOW_TEST_CPU_VARIANTS", variant_root)
+    monkeypatch.setenv("GLOW_CACHE_DIR", os.path.join(variant_root, "cache"))  # shared by the variants
+    return variant_root
+
+
+def test_at_least_twenty_cpu_variants():
+    assert len(CPU_VARIANTS) >= 20 and len(VARIANTS) >= 20
+
+
+@pytest.mark.parametrize("variant", sorted(CPU_VARIANTS))
+def test_broken_cpu_template_is_caught(variant, variant_env, tmp_path):
+    patterns, prims = CPU_VARIANTS[variant][3:]
+    t0 = time.monotonic()
+    rc, data = run_suite(f"tests.test_conformance_power:cpu_{variant}", patterns, tmp_path / "r.html",
+                         ["--case-timeout", str(CASE_TIMEOUT), "--no-group-compile"])
+    failed = _failed(data)
+    assert rc == 1 and failed, f"{variant}: not caught ({data['counts']})"
+    assert {c["subject"] for c in failed} <= prims and all(
+        c["subject"] in c["detail"] and "rerun: glowc conformance" in c["detail"] for c in failed), \
+        f"{variant}: failures {[(c['id'], c['detail'][:300]) for c in failed]}"
+    if variant == "conv_im2col_channel_overrun":  # the im2col buffer ends the @scratch operand: the write past
+        # it hits the guards or leaves the region (heap corruption): each case fails, the run reports
+        assert len(failed) == 3 and all("out-of-bounds write" in c["detail"] or "the process running the case died"
+                                        in c["detail"] for c in failed), [c["detail"][:200] for c in failed]
+    if variant == "elementwise_writes_past_its_buffer":
+        assert "out-of-bounds write" in failed[0]["detail"] and "written by add" in failed[0]["detail"]
+    if variant == "elementwise_never_returns":  # each case killed at its limit; the run reaches its report
+        assert {c["id"] for c in failed} == {"primitives/add/float32/17", "primitives/sub/float32/17"}
+        assert all("did not finish in time" in c["detail"] and "killed after 5 s" in c["detail"] for c in failed)
+        assert time.monotonic() - t0 < 4 * CASE_TIMEOUT + 120
+
+
+def test_the_real_cpu_backend_passes_the_variants_cases(tmp_path):
+    pats = sorted({p for v in CPU_VARIANTS.values() for p in v[3]})
+    rc, data = run_suite("cpu", pats, tmp_path / "r.html", ["--case-timeout", str(CASE_TIMEOUT)])
+    assert rc == 0 and data["counts"]["fail"] == 0 and data["counts"]["pass"] >= len(pats)

@@ -272,14 +272,14 @@ def conv_plan(ki) -> ConvPlan:
     convert_w = not native
     w_derived = convert_w and w.const
     parts = []
-    if not direct:
-        parts.append(("col", item * ck * p))
     if convert_w and not w_derived:
         parts.append(("wc", item * F * ck))
     if not native:
         parts.append(("oc", item * fg * p))
     if fast:
         parts.append(("gemm", gemm_scratch_bytes("f64" if dt == "float64" else "f32", fg, p, ck)))
+    if not direct:  # last: an im2col write past its end leaves the @scratch operand (memory checkers see it)
+        parts.append(("col", item * ck * p))
     algo = ("direct" if direct else "im2col") + (f" + gemm {'f64' if dt == 'float64' else 'f32'}" if fast else
                                                  f" + loops in {acc_t}")
     if convert_w:

@@ -81,6 +81,11 @@ class CPUFunction(CompiledFunction):
         off = b.address
         return self.mutable[off:off + t.nbytes].view(t.dtype.np).reshape(t.shape)
 
+    def memory_regions(self):
+        """The mutable and activations regions the generated code runs in, laid out as the plan says (the
+        conformance suite guards every unplanned byte of them); the weights are not exposed."""
+        return {"mutable": self.mutable, "activation": self.activations}
+
     def execute(self, inputs):
         for nm, v in self._in:
             v[...] = inputs[nm]

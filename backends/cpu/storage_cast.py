@@ -1,11 +1,12 @@
 """Casts from and to the storage-only 1-byte types (float8, float6, float4, int4/uint4, int2/uint2, float8e8m0).
 
-Every such cast is derived from the reference kernel itself (the ``cast`` record's kernel), so it matches
-it by construction:
+Every such cast is derived from the ONNX specification as written, bit by bit, in
+``glow_conformance.storage_formats`` (not from the reference interpreter, which the suite checks against the
+same specification):
 - from any 1-byte type: a 256-entry lookup table of the results for every byte;
-- float/int -> a storage float type: rounding is monotone, so each output code is produced by one contiguous
-  range of input bit patterns; the ranges' starts are found by bisection over the reference and the C code
-  binary-searches them (one table per sign, NaN handled apart);
+- float/int -> a storage float type: rounding is monotone within each binade of the input, so each output code
+  is produced by contiguous ranges of input bit patterns; the ranges' starts are found by bisection between
+  binade starts and the C code binary-searches them (one table per sign, NaN handled apart);
 - -> int4/uint4/int2/uint2: like any integer cast (truncate, clip to int64, wrap), keeping the low bits.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from glow_core.ops.registry import get_primitive
+from glow_conformance.storage_formats import cast as spec_cast
 from glow_core.types import STORAGE_ONLY
 from glow_core.types import dtype as to_dtype
 
@@ -24,7 +25,7 @@ INT_STORAGE = {"int4": 0xF, "uint4": 0xF, "int2": 0x3, "uint2": 0x3}
 
 def _cast(x, dst, saturate, round_mode):
     with np.errstate(all="ignore"):
-        return get_primitive("cast").kernel(x, dst, saturate=saturate, round_mode=round_mode)
+        return spec_cast(x, dst, saturate=saturate, round_mode=round_mode)
 
 
 @lru_cache(maxsize=None)
@@ -46,10 +47,15 @@ def threshold_tables(width: int, dst: str, saturate: int, round_mode: str):
         v = np.array([s | m], dtype=unp).view(fnp)
         return int(np.asarray(_cast(v, dst, saturate, round_mode)).view(np.uint8)[0])
 
+    # every binade start (and inf): the code sequence is monotone inside a binade, not over the whole range
+    # (saturate=0 gives NaN both below and above the representable range)
+    mbits = 23 if width == 32 else 52
+    edges = list(range(0, inf_bits, 1 << mbits)) + [inf_bits]
     tables = []
     for s in (0, sign):
         starts, codes = [0], [f(s, 0)]
-        stack = [(0, inf_bits, codes[0], f(s, inf_bits))]
+        vals = [f(s, e) for e in edges]
+        stack = [(a, b, fa, fb) for a, b, fa, fb in zip(edges, edges[1:], vals, vals[1:])]
         found = []
         while stack:
             lo, hi, flo, fhi = stack.pop()

@@ -40,14 +40,29 @@ def cast(x, to, saturate=1, round_mode="up"):
         return np.clip(y, -2.0 ** 63, np.nextafter(2.0 ** 63, 0)).astype(np.int64).astype(t)
     # dst is a float type
     if dst.name == "float8e8m0":
-        return _to_e8m0(_cast_wide(x, src).astype(np.float32), saturate, round_mode)
+        return _to_e8m0(_cast_wide(x, src).astype(np.float64), saturate, round_mode)
     if src.name == "float8e8m0" or (src.np not in _NP_FLOATS and t not in _NP_FLOATS):
         # between two ml_dtypes types: through float32 (exact for <= 16-bit floats) or float64 (integers)
         x = x.astype(np.float32) if src.is_float and src.itemsize <= 2 else x.astype(np.float64)
     if dst.name in _FLOAT8 and saturate:
         fi = ml_dtypes.finfo(t)
         x = np.clip(x.astype(np.float64 if x.dtype == np.float64 else np.float32), float(fi.min), float(fi.max))
+    if x.dtype == np.float64 and t not in _NP_FLOATS:
+        x = _to_f32_odd(x)  # ml_dtypes goes through float32: round to odd first, so that it rounds only once
+    if dst.name in ("float4e2m1", "float6e2m3", "float6e3m2"):  # no NaN in these: NaN gives the largest value
+        x = np.where(np.isnan(x), float(ml_dtypes.finfo(t).max), x).astype(x.dtype)
     return x.astype(t)
+
+
+def _to_f32_odd(x):
+    """float64 -> float32 rounding to odd (truncate, then set the last bit when inexact): rounding that again to
+    any format of at most 22 significant bits gives the correctly rounded float64 value."""
+    with np.errstate(all="ignore"):
+        y = x.astype(np.float32)
+        over = np.abs(y.astype(np.float64)) > np.abs(x)
+        y = np.where(over & np.isfinite(x), np.nextafter(y, np.float32(0)), y).astype(np.float32)
+        inexact = np.isfinite(x) & (y.astype(np.float64) != x)
+        return np.where(inexact, (y.view(np.uint32) | np.uint32(1)).view(np.float32), y)
 
 
 def _cast_wide(x, src):
@@ -58,26 +73,25 @@ def _cast_wide(x, src):
 
 
 def _to_e8m0(xf, saturate, round_mode):
-    """float32 -> float8e8m0 (a biased power-of-two exponent): NaN/inf give NaN (0xFF); the exponent of |x|
-    is rounded by the fraction per `round_mode` (up: any fraction rounds up; down: truncate; nearest: ties
-    up), saturating at 2**127 when saturate=1."""
-    bits = xf.view(np.uint32)
-    e = ((bits >> 23) & 0xFF).astype(np.int32)
-    frac = bits & 0x7FFFFF
-    special = e == 0xFF
-    if round_mode == "up":
-        inc = frac > 0
-    elif round_mode == "down":
-        inc = np.zeros(e.shape, bool)
-    elif round_mode == "nearest":
-        g, r, s = (frac & 0x400000) > 0, (frac & 0x200000) > 0, (frac & 0x1FFFFF) > 0
-        inc = g & (r | s | (e > 0))
-    else:
+    """float64 -> float8e8m0 (a power of two, 2**(code - 127); 0xFF is NaN), by ONNX's Cast table: the
+    exponent of |x| rounds per `round_mode` (up: away from zero, down: towards zero, nearest: the nearer power,
+    ties up); above 2**127 or below 2**-127 (0 included) gives the largest or smallest code when saturate=1,
+    NaN otherwise; +inf gives the largest code when saturate=1, NaN otherwise; NaN gives NaN."""
+    if round_mode not in ("up", "down", "nearest"):
         raise GlowError(f"cast: round_mode {round_mode!r} is not supported; accepted: up, down, nearest")
-    if saturate:
-        inc &= e != 0xFE
-    e = np.where(special, 0xFF, np.minimum(e + inc, 0xFF))
-    return e.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
+    x = np.abs(xf.astype(np.float64))  # exact: float32 subnormals become normal float64 values
+    m, e = np.frexp(np.where(np.isfinite(x) & (x > 0), x, 1.0))  # x = m * 2**e, 0.5 <= m < 1
+    e = e.astype(np.int64) - 1
+    if round_mode == "up":
+        e += m != 0.5
+    elif round_mode == "nearest":
+        e += m >= 0.75
+    low, high = (0, 254) if saturate else (255, 255)
+    code = np.where(e > 127, high, np.where(e < -127, low, e + 127))
+    code = np.where(x == 0, low, code)
+    code = np.where(np.isinf(x), 254 if saturate else 255, code)
+    code = np.where(np.isnan(x), 255, code)
+    return code.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
 
 
 primitive("cast", "cast", ("x",), ALL, _cast_rule, cast,
@@ -86,9 +100,11 @@ primitive("cast", "cast", ("x",), ALL, _cast_rule, cast,
           "wraps (two's complement); to bool is x != 0; from bool gives 0/1. To the float8 types "
           "(e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) saturate=1 clamps to the finite range (inf too; NaN stays "
           "NaN), saturate=0 overflows to inf or NaN. float4e2m1/float6 have no inf or NaN: out-of-range "
-          "values clamp (NaN is undefined). "
-          "To float8e8m0 (a power of two) the exponent rounds by `round_mode` (up, down, nearest), NaN/inf "
-          "give NaN, and saturate=1 stops at 2**127.",
+          "values clamp and NaN gives the largest value (ONNX's float4 table). "
+          "To float8e8m0 (a power of two) the exponent rounds by `round_mode` (up, down, nearest); beyond "
+          "2**127 or below 2**-127 (0 too) saturate=1 stops at the largest or smallest value and saturate=0 "
+          "gives NaN; inf gives the largest value when saturating, else NaN; NaN gives NaN (negative values "
+          "are undefined).",
           attrs={"to": REQUIRED, "saturate": 1, "round_mode": "up"}, tolerance="cast", elementwise=True,
           inplace=False, movement=True, exact=True)
 

@@ -1,0 +1,67 @@
+"""Sizes that reach every code path of the built-in CPU backend, read from its code generator's tables when the
+cases are collected: the OpenMP thresholds (``codegen.PARALLEL_MIN_WORK``: the least work for which a loop
+runs on several threads) and the GEMM blocking table (``GEMM_TILES``: the cache blocks kc, mc, nc and the
+micro-kernel heights). Shapes derived here sit just above each threshold and on both sides of every tile
+edge, so that they follow the generator when its tables change. Micro-kernel widths are twice the vector
+length, which depends on the host (16, 32 or 64-byte vectors): every candidate is covered.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+VECTOR_BYTES = (16, 32, 64)
+
+
+@lru_cache(maxsize=1)
+def _codegen():
+    from glow_cpu import codegen
+    return codegen
+
+
+def thresholds() -> dict:
+    """{"elementwise": n, "window": n, "gemm": n}: the least work run in parallel, per kernel kind."""
+    return dict(_codegen().PARALLEL_MIN_WORK)
+
+
+def gemm_tiles(sfx: str) -> dict:
+    """The GEMM tile entry of ``sfx`` ("f32" or "f64"): kc, mc, nc, mr_wide and the narrow height."""
+    cg = _codegen()
+    table = getattr(cg, "GEMM_TILES", None) or getattr(cg, "_GEMM_TILES")
+    t = dict(table[sfx])
+    t.setdefault("mr_narrow", 6)
+    return t
+
+
+def micro_edges(sfx: str) -> tuple[list[int], list[int]]:
+    """Heights and widths of the micro-kernel tile (every candidate vector length)."""
+    t = gemm_tiles(sfx)
+    size = 4 if sfx == "f32" else 8
+    return sorted({t["mr_wide"], t["mr_narrow"]}), sorted({2 * vb // size for vb in VECTOR_BYTES})
+
+
+def gemm_shapes(sfx: str) -> list[tuple[int, int, int]]:
+    """(M, K, N) across every micro-tile edge, every cache block edge and above the GEMM parallel threshold.
+    The micro-tile shapes get a K that gives them a quarter of the parallel threshold's work, so that the
+    generator picks its GEMM (not its small-product loops) for them."""
+    t = gemm_tiles(sfx)
+    mrs, nrs = micro_edges(sfx)
+    work = thresholds()["gemm"]
+    mn = []
+    for mr in mrs:  # heights on both sides of each micro-tile height
+        mn += [(mr - 1, nrs[0] + 1), (mr, nrs[-1]), (mr + 1, nrs[1] - 1), (2 * mr + 1, 2 * nrs[0] + 3)]
+    for nr in nrs:  # widths on both sides of each micro-tile width
+        mn += [(5, nr - 1), (7, nr), (9, nr + 1)]
+    out = [(m, max(3, math.ceil(work / 4 / (m * n))), n) for m, n in mn]
+    kc, mc, nc = t["kc"], t["mc"], t["nc"]
+    out += [(mc - 1, 17, 40), (mc, 16, 33), (mc + 1, 19, 35), (2 * mc + 3, 8, 21),  # M across the mc block
+            (12, kc - 1, 20), (10, kc, 18), (9, kc + 1, 23), (6, 2 * kc + 3, 11),  # K across the kc block
+            (3, 5, nc + 3), (4, 3, nc - 1)]  # N across the nc block
+    n = max(2 * nrs[-1] + 3, math.ceil(work / (mc * kc)) + 5)  # mc * nc * kc above the threshold
+    out.append((mc + 1, kc + 1, n))
+    return out
+
+
+def parallel_side(work: int, per_point: int, channels: int) -> int:
+    """The side of a square output plane that makes ``channels * side**2 * per_point`` exceed ``work``."""
+    return math.isqrt(work // (channels * per_point)) + 2
