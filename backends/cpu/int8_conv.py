@@ -25,16 +25,21 @@ from glow_core.backend import Unsupported
 from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, check_dtype, check_name,
                           check_offset, host_qtarget, per_channel, template_env, threads_for)
 
-#: Cycles of one vpdpbusd and of one load (throughput, measured on the development machine: zmm vpdpbusd
-#: 1.5 cycles, loads 2 per cycle) and per tile outside the K loop (epilogue, call); the tile chooser's model.
-DP_CYCLES, LOAD_CYCLES, TILE_OVERHEAD = 1.5, 0.5, 40.0
+#: Cycles of one vpdpbusd and of one load (throughput on the development machine: about 0.24 ns per zmm vpdpbusd
+#: in a good tile, loads 2 per cycle) and per tile outside the K loop (epilogue, call); the tile chooser's model.
+DP_CYCLES, LOAD_CYCLES, TILE_OVERHEAD = 0.75, 0.5, 40.0
+#: Registers a tile leaves free: accumulators + input vectors + broadcast weights <= registers - TILE_SPARE.
+#: Measured (bench/bench_int8.py, ResNet-18 3x3 convs): 8x2, 6x3, 4x4 and 12x1 tiles run at 250-290 GMAC/s,
+#: 5x4, 9x2 and 16x1 (one or two registers more) at 90-160: GCC spills.
+TILE_SPARE = 5
 FORCIBLE = ("mr", "nv")
 
 
 def _tile_candidates(target: QTarget):
-    """(mr, nv) register tiles: accumulators plus the nv input vectors and one broadcast fit the registers."""
-    return [(mr, nv) for nv in range(1, 7) for mr in range(1, 25)
-            if mr * nv + nv + 1 <= target.registers and mr * nv <= 24]
+    """(mr, nv) register tiles: accumulators, the nv input vectors and the mr broadcast weights fit the
+    registers with TILE_SPARE left."""
+    return [(mr, nv) for nv in range(1, 9) for mr in range(1, 25)
+            if mr * nv + mr + nv <= target.registers - TILE_SPARE]
 
 
 def _blocks(total: int, size: int) -> list[tuple[int, int]]:
