@@ -16,8 +16,6 @@ transformed input, one pass). int32 arithmetic wraps, so the sum is exact whenev
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from glow_core.backend import Unsupported
