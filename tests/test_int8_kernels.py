@@ -291,3 +291,14 @@ def test_unsupported_geometry_is_reported():
     k = plan_qconv((1, 2, 3, 3, 3), (2, 2, 1, 1, 1), (1, 1, 1), (1, 1, 1), (0,) * 6, x_dtype="int8", x_offset=0,
                    y=Requant("int8"))
     assert not k and "2-d" in k.reason
+
+
+def test_kernels_of_both_layouts_share_one_translation_unit():
+    """Codegen places many kernels in one unit: 16- and 8-lane kernels and every kind compile together."""
+    ks = [plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), x_dtype="int8", x_offset=0,
+                     y=Requant("int8"), target=TARGETS[t], name=f"k_conv_{t}") for t in ("avx512vnni", "avx2")]
+    ks.append(plan_qmatmul((3, 4), (4, 5), a_dtype="uint8", a_offset=0, y=Requant("int8"), name="k_mm"))
+    ks.append(plan_qpool("max", (1, 2, 4, 4), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), x_dtype="int8", name="k_pool"))
+    ks.append(plan_qadd((4,), a_dtype="int8", a_offset=0, a_multiplier=1.0, b_dtype="int8", b_offset=0,
+                        b_multiplier=1.0, y=Requant("int8"), name="k_add"))
+    compile_library(ks)
