@@ -65,5 +65,5 @@ def profiles_for(dtype: str, family: str = "", quantized: bool = False) -> tuple
     return tuple(out)
 
 
-PROFILES = ("fp32-core", "fp16", "bf16", "fp64", "int-core", "int-extended", "quantized-int8", "storage-formats",
-            "models", "memory", "passes", "negative")
+PROFILES = ("fp32-core", "fp16", "bf16", "fp64", "int-core", "int-extended", "quantized-int8", "quantized-int16",
+            "storage-formats", "models", "memory", "passes", "negative")

@@ -28,6 +28,7 @@ class Tol:
     acc: float = 0.0  # allowed k in k * n * eps(accumulator) * magnitude
     rel: float = 0.0  # allowed relative error in units of n * eps(accumulator) (products)
     tensor_rel: float = 0.0  # allowed abs error in units of eps(result type) * max |expected| of the tensor
+    lsb: int = 0  # quantized (integer) results: allowed distance in units of the last place
 
 
 EXACT = Tol()
@@ -42,6 +43,10 @@ TOLERANCES = {
     # the result type, or an absolute error relative to the tensor's largest value (cancellation near zero)
     "op": Tol(ulp=16, tensor_rel=16.0),
     "model": Tol(ulp=64, tensor_rel=64.0),
+    # quantized primitives: a backend may differ from the interpreter by 1 in the last place of an integer result
+    # (a fixed-point device rounds the requantization multiplier); the interpreter against the integer oracles
+    # written from the same specification: exactly
+    "quantized": Tol(lsb=1), "quantized-reference": EXACT,
 }
 #: float16/bfloat16 math is computed in float32 and rounded once: at most 1 ULP of the result type.
 TIGHT = {"float16": 1, "bfloat16": 1}
@@ -94,6 +99,8 @@ def compare(got, want, tolerance: str, describe: str, rerun: str, n: int = 1, ma
         if is_float:
             gf, wf = got.astype(np.float64), want.astype(np.float64)
             bad = ~((gf == wf) | (np.isnan(gf) & np.isnan(wf)))
+        elif tol.lsb:  # quantized results (8/16/32-bit): int64 holds the difference
+            bad = np.abs(got.astype(np.int64) - want.astype(np.int64)) > tol.lsb
         else:
             bad = got != want
         if bad.any():
@@ -112,9 +119,10 @@ def compare(got, want, tolerance: str, describe: str, rerun: str, n: int = 1, ma
                     extra = (f", max abs error {np.nanmax(np.where(flat, e, 0)):.6g}, max ULP error "
                              f"{np.nanmax(np.where(flat, u, 0)):.6g}")
             g, w = got.reshape(-1)[i], want.reshape(-1)[i]
-            raise CaseFailure(f"{describe}\n  {name}: {int(bad.sum())} of {got.size} elements differ (exact "
-                              f"comparison); worst at index {_fmt_idx(i, got.shape)}: got {_v(g)}, expected {_v(w)}"
-                              f"{extra}\n  rerun: {rerun}")
+            how = f"more than {tol.lsb} in the last place" if tol.lsb and not is_float else "exact comparison"
+            raise CaseFailure(f"{describe}\n  {name}: {int(bad.sum())} of {got.size} elements differ ({how}); worst "
+                              f"at index {_fmt_idx(i, got.shape)}: got {_v(g)}, expected {_v(w)}{extra}\n"
+                              f"  rerun: {rerun}")
         return
     bad, abs_err, ulps, allowed = _float_bad(got, want, tol, n, magnitude)
     if bad.any():

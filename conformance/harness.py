@@ -21,10 +21,12 @@ from glow_core.types import TensorType, tensor_type_of
 from .cases import Unsupported
 
 
-def primitive_function(prim: str, arrays, attrs) -> Function:
-    """A Function computing ``prim(*arrays, **attrs)`` on placeholders x0, x1, ...; outputs y0, y1, ..."""
+def primitive_function(prim: str, arrays, attrs, consts=()) -> Function:
+    """A Function computing ``prim(*arrays, **attrs)`` on placeholders x0, x1, ... (constants for the operand
+    indices in ``consts``, e.g. a quantized primitive's weight parameters); outputs y0, y1, ..."""
     fn = Function(f"conformance_{prim}")
-    vals = [fn.add_input(f"x{i}", tensor_type_of(np.asarray(a))) for i, a in enumerate(arrays)]
+    vals = [fn.constant(np.asarray(a), f"c{i}") if i in consts else fn.add_input(f"x{i}", tensor_type_of(np.asarray(a)))
+            for i, a in enumerate(arrays)]
     out = Builder(fn, where=f"conformance case ({prim})", fold=False, name="case").emit(prim, *vals, **attrs)
     outs = out if isinstance(out, list) else [out]
     fn.set_outputs(outs, [f"y{i}" for i in range(len(outs))])
@@ -46,10 +48,10 @@ def check_supported(backend, prim: str, arrays, attrs):
                           f"{', '.join(info.in_dtypes)} (is_op_supported)")
 
 
-def compile_primitive(backend, prim: str, arrays, attrs, before_compile=None):
+def compile_primitive(backend, prim: str, arrays, attrs, before_compile=None, consts=()):
     """The CompileResult of the one-node function (no graph optimizations: the primitive must reach the backend)."""
     check_supported(backend, prim, arrays, attrs)
-    fn = primitive_function(prim, arrays, attrs)
+    fn = primitive_function(prim, arrays, attrs, consts)
     try:
         return compile_graph(fn, backend, {"optimize": False}, before_compile=before_compile)
     except UnsupportedOpError as e:
@@ -60,10 +62,10 @@ def feed(arrays) -> dict:
     return {f"x{i}": np.ascontiguousarray(a).reshape(np.shape(a)) for i, a in enumerate(arrays)}
 
 
-def run_primitive(backend, prim: str, arrays, attrs) -> list[np.ndarray]:
+def run_primitive(backend, prim: str, arrays, attrs, consts=()) -> list[np.ndarray]:
     """Outputs of ``prim`` on ``backend`` (skips through Unsupported when the backend refuses it)."""
-    res = compile_primitive(backend, prim, arrays, attrs)
-    outs = res.compiled.execute(feed(arrays))
+    res = compile_primitive(backend, prim, arrays, attrs, consts=consts)
+    outs = res.compiled.execute({k: a for k, a in feed(arrays).items() if k in res.ir.inputs})
     return [np.asarray(outs[f"y{i}"]) for i in range(len(outs))]
 
 

@@ -20,6 +20,7 @@ from . import oracles as O
 from .cases import Case, CaseFailure, profiles_for
 from .checker import compare
 from .harness import reference_primitive, run_primitive
+from .quantized_cases import cases as quantized_cases
 
 BOOL = ("bool",)
 MAIN = NUMERIC + BOOL
@@ -638,7 +639,8 @@ def index_cases():
 
 def cases():
     return (elementwise_cases() + cast_cases() + storage_cases() + matmul_cases() + conv_cases() + pool_cases()
-            + reduce_cases() + line_cases() + index_cases())
+            + reduce_cases() + line_cases() + index_cases()
+            + quantized_cases(CONV_VARIANTS, MATMUL_SHAPES, POOL_VARIANTS))
 
 
 def uncovered() -> list[str]:

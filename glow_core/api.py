@@ -19,13 +19,12 @@ from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .lower import lower
-from .passes import run_pipeline
+from .passes import POST_LOWERING_PIPELINE, run_pipeline
+from . import quantization
 from .discovery import get_backend
 from .torch_import import is_torch_model, to_onnx
 from .types import dtype
 from .verify import verify_function
-
-POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 
 
 @dataclass
@@ -40,8 +39,10 @@ class CompileResult:
 
 def compile_function(model, backend: Backend, input_shapes=None, constants=None, options=None) -> CompileResult:
     """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
-    options = dict(options or {})
+    options = quantization.prepare(options or {})
     m, _ = load_model(model)
+    if options.get("quantize") is not None:
+        options["quantize"].check(m, input_shapes)
     try:
         fn = import_model(m, input_shapes=input_shapes, constants=constants)
     except MemoryError:
@@ -59,6 +60,9 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     options = dict(options or {})
     stats = {} if stats is None else stats
     stats["lowered"] = lower(fn, backend.should_lower)
+    q = quantization.run(fn, options, lambda node: _refusal(backend, node))
+    if q is not None:
+        stats["quantization"] = q
     backend.transform_post_lowering(fn)
     if options.get("optimize", True):
         stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
@@ -93,6 +97,13 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     return CompileResult(fn, irf, compiled, stats)
 
 
+def _refusal(backend: Backend, node) -> str | None:
+    """None when ``backend`` runs ``node``, else why not (its Unsupported reason, or a generic one)."""
+    answer = backend.is_op_supported(NodeInfo.of(node))
+    return None if answer else refusal_reason(answer, f"backend '{backend.name}' does not run {node.op} on "
+                                                      f"{', '.join(v.dtype.name for v in node.inputs if v)}")
+
+
 class CompiledModel:
     """A model compiled for one backend; call ``run(inputs)`` (or the object) with numpy arrays by name."""
 
@@ -103,7 +114,7 @@ class CompiledModel:
         self.model, _ = load_model(model)
         self.backend = get_backend(backend)
         self.input_shapes = dict(options.pop("input_shapes", None) or {})
-        self.options = options
+        self.options = quantization.prepare(options)
         self.specs = graph_input_specs(self.model)
         self.input_names = [s[0] for s in self.specs]
         self.output_names = [o.name for o in self.model.graph.output]

@@ -172,6 +172,11 @@ LAZY_BROADCAST_ELEMENTS = 1024
 
 
 def keep_lazy(op, inputs, out_types) -> bool:
+    """Whether a primitive with constant inputs stays a node: a large broadcast of a small constant, and the
+    dequantization of quantized weights (the quantization passes fuse it into integer primitives, and fold
+    what they leave)."""
+    if op == "dequantize":
+        return inputs[0].type.numel > 1
     return (op == "broadcast" and out_types[0].numel > LAZY_BROADCAST_ELEMENTS
             and out_types[0].numel > inputs[0].type.numel)
 
@@ -210,13 +215,17 @@ def _types(node: Node) -> list:
 
 
 def lower_node(fn: Function, node: Node, fold: bool = True, n_outputs: int | None = None) -> list[Value]:
-    """Emit the lowering of high-level ``node`` into ``fn`` and return its output values."""
+    """Emit the lowering of high-level ``node`` into ``fn`` and return its output values; the nodes it adds
+    record ``node`` as their origin."""
     n_outputs = len(node.outputs) if n_outputs is None else n_outputs
     d = get_op(node.op)
     b = Builder(fn, where=f"node '{node.name}' ({node.op})", opset=node.opset, fold=fold, name=node.name or "n",
                 n_outputs=n_outputs)
+    start = len(fn.nodes)
     with compile_time(node):
         outs = d.lower(b, *node.inputs, **node.attrs)
+    for m in fn.nodes[start:]:
+        m.origin = m.origin or node.source
     if isinstance(outs, Value):
         outs = [outs]
     outs = list(outs)

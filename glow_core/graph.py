@@ -39,7 +39,7 @@ def split_outer(inputs, attrs: dict) -> tuple[list, list]:
 class Value:
     """An SSA value: a placeholder (function input), a constant, or a node output."""
 
-    __slots__ = ("name", "type", "producer", "const", "kind", "id")
+    __slots__ = ("name", "type", "producer", "const", "kind", "id", "onnx_name")
 
     def __init__(self, name: str, type: TensorType, kind: str, producer: "Node | None" = None,
                  const: np.ndarray | None = None):
@@ -49,6 +49,7 @@ class Value:
         self.producer = producer
         self.const = const
         self.id = next(_ids)
+        self.onnx_name: str | None = None  # the ONNX value this is (set by the importer, kept by lowering)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -80,6 +81,12 @@ class Node:
     outputs: list[Value] = field(default_factory=list)
     name: str = ""
     opset: int = 0
+    origin: "tuple[str, str] | None" = None  # (name, op) of the model's node it was lowered from; None: itself
+
+    @property
+    def source(self) -> tuple[str, str]:
+        """(name, op type) of the model's node this node computes (part of)."""
+        return self.origin or (self.name, self.op)
 
     def __repr__(self) -> str:
         ins = ", ".join(f"%{v.name}" if v is not None else "-" for v in self.inputs)

@@ -293,8 +293,8 @@ def remove_dead_allocations(irf: IRFunction) -> int:
 
 
 def share_buffers(irf: IRFunction) -> int:
-    """In-place reuse: an elementwise instruction writes into an input activation whose life ends there
-    (same byte size and element size, not aliased by a view). Returns the number of buffers shared."""
+    """In-place reuse: an elementwise instruction writes into an input activation whose life ends there (same
+    byte size and dtype, not aliased by a view: the buffer keeps its type). Returns the number of buffers shared."""
     shared = 0
     while True:
         code = _code(irf)
@@ -316,7 +316,7 @@ def share_buffers(irf: IRFunction) -> int:
             for b, kind in ins.operands:
                 if (kind == "in" and b.kind == "activation" and b is not out and id(b) not in viewed
                         and last.get(id(b)) == idx and b.size == out.size
-                        and b.type.dtype.itemsize == out.type.dtype.itemsize):
+                        and b.type.dtype == out.type.dtype):
                     _replace_buffer(irf, out, b)
                     irf.buffers = [x for x in irf.buffers if x is not out]
                     shared += 1

@@ -24,6 +24,8 @@ def lower(fn: Function, should_lower=lambda node: True) -> int:
             continue
         outs = lower_node(fn, n, fold=True)
         for a, b in zip(n.outputs, outs):
+            if b.onnx_name is None and b.kind == "node":
+                b.onnx_name = a.onnx_name
             _replace(fn, old, a, b)
         count += 1
     return count

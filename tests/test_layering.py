@@ -26,7 +26,7 @@ LAYERS = (
     ("builder", ("glow_core.builder",)),
     ("importer", ("glow_core.importer", "glow_core.importer.*", "glow_core.torch_import")),
     ("passes", ("glow_core.passes", "glow_core.passes.*", "glow_core.lower", "glow_core.verify",
-                "glow_core.fusion", "glow_core.flops")),
+                "glow_core.fusion", "glow_core.flops", "glow_core.quantization", "glow_core.quantization.*")),
     ("ir", ("glow_core.ir", "glow_core.memory")),
     ("backend", ("glow_core.backend", "glow_core.discovery")),
     ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.runtime")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from glow_core.backend import Backend, CompiledFunction, NodeInfo
+from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.ops.registry import get_primitive
 
 from . import toolchain
@@ -21,10 +21,12 @@ class CPUBackend(Backend):
 
     name = "cpu"
 
-    def is_op_supported(self, node_info: NodeInfo) -> bool:
+    def is_op_supported(self, node_info: NodeInfo) -> "bool | Unsupported":
         p = get_primitive(node_info.op)
         if p is None:
             return False
+        if p.quantized == "own":
+            return Unsupported(f"no int8 kernel for quantized primitive '{node_info.op}' in the cpu backend yet")
         if node_info.in_dtypes and node_info.in_dtypes[0] not in p.dtypes:
             return False
         dts = node_info.in_dtypes + node_info.out_dtypes

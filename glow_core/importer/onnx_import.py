@@ -325,6 +325,7 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
             if len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape)):
                 raise ImportError_(f"graph input '{nm}': shape {shape} does not match declared {dims}")
         env[nm] = fn.add_input(nm, TensorType(dt, shape))
+        env[nm].onnx_name = nm
     for t in m.graph.initializer:
         if t.name not in env:
             env[t.name] = fn.constant(tensor_to_array(t), t.name or "init")
@@ -397,6 +398,8 @@ def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, templ
         for o, v in zip(n.output, outs):
             if o:
                 env[o] = v
+                if v.onnx_name is None and not v.is_const:
+                    v.onnx_name = o
 
 
 def _import_body(g: onnx.GraphProto, outer: list[str], env: dict, opset: int, where: str) -> Function:

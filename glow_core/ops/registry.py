@@ -53,6 +53,7 @@ class PrimitiveDef:
     movement: bool = False  # only moves, selects, reinterprets or converts elements: computed in the operands'
     #                         own dtypes (never in float32) and runs on storage-only 1-byte types
     exact: bool = False  # the result must be bit-exact on every dtype
+    quantized: str = ""  # how it treats quantized operand types (scale/offset), see QUANTIZED
 
     def normalize_attrs(self, attrs: dict, where: str) -> dict:
         """``attrs`` with defaults filled in; ShapeError naming ``where`` for unknown or missing ones."""
@@ -73,7 +74,8 @@ class PrimitiveDef:
     def out_types(self, in_types: list[TensorType], attrs: dict) -> list[TensorType]:
         """Output types for these input types and attributes (keys starting with ``_`` are backend
         annotations, such as a fused activation, not semantics)."""
-        return self.shape_rule(list(in_types), **{k: v for k, v in attrs.items() if not k.startswith("_")})
+        outs = self.shape_rule(list(in_types), **{k: v for k, v in attrs.items() if not k.startswith("_")})
+        return outs if self.quantized == "own" else _qparams(self.quantized == "keep", in_types, outs)
 
     def bind(self, attrs: dict, in_dtypes, out_dtypes) -> Callable[..., list[np.ndarray]]:
         """The reference kernel with fixed attributes, for operands of ``in_dtypes``.
@@ -132,20 +134,49 @@ class OpDef:
         return [np.asarray(x) for x in (out if isinstance(out, (tuple, list)) else [out])]
 
 
+#: The values of ``PrimitiveDef.quantized``: how a primitive treats operands of quantized types.
+QUANTIZED = {
+    "": "computes on the stored integers; its results are plain (unquantized) types",
+    "keep": "only moves, selects or compares stored values: results of the operands' dtype keep the scale and "
+            "offset the quantized operands share (plain when they disagree)",
+    "own": "a quantized primitive: its attributes say how it reads its operands and give its result's type",
+}
+
+
+def _qparams(keep: bool, in_types, outs):
+    """Output types with the quantization parameters a non-``own`` primitive gives them (see QUANTIZED)."""
+    q = {(t.dtype, t.scale, t.offset) for t in in_types if t is not None and t.is_quantized}
+    by_dtype = {}
+    for dt, scale, offset in q:
+        by_dtype[dt] = (scale, offset) if dt not in by_dtype else None
+    out = []
+    for t in outs:
+        params = by_dtype.get(t.dtype) if keep else None
+        if params is None and not t.is_quantized:
+            out.append(t)
+        else:
+            out.append(TensorType(t.dtype, t.shape, *(params or (None, None))))
+    return out
+
+
 PRIMITIVES: dict[str, PrimitiveDef] = {}
 OPS: dict[str, OpDef] = {}
 
 
 def primitive(name, family, inputs, dtypes, shape_rule, kernel, doc, *, tolerance, attrs=None, variadic=False,
-              elementwise=False, inplace=None, movement=False, exact=False) -> PrimitiveDef:
-    """Register a primitive: its record, with its reference kernel (``inplace`` defaults to ``elementwise``)."""
+              elementwise=False, inplace=None, movement=False, exact=False, quantized=None) -> PrimitiveDef:
+    """Register a primitive: its record, with its reference kernel (``inplace`` defaults to ``elementwise``,
+    ``quantized`` to "keep" for movement primitives, else "")."""
     if name in PRIMITIVES:
         raise GlowError(f"primitive {name} is defined twice")
     if not callable(kernel):
         raise GlowError(f"primitive {name}: the reference kernel must be a function, got {kernel!r}")
+    quantized = ("keep" if movement else "") if quantized is None else quantized
+    if quantized not in QUANTIZED:
+        raise GlowError(f"primitive {name}: quantized={quantized!r}; accepted: {', '.join(map(repr, QUANTIZED))}")
     PRIMITIVES[name] = PrimitiveDef(name, family, tuple(inputs), dict(attrs or {}), tuple(dtypes), shape_rule,
                                     kernel, doc, tolerance, variadic, elementwise,
-                                    elementwise if inplace is None else inplace, movement, exact)
+                                    elementwise if inplace is None else inplace, movement, exact, quantized)
     return PRIMITIVES[name]
 
 

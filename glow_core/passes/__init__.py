@@ -19,6 +19,8 @@ PASSES = {
 }
 
 DEFAULT_PIPELINE = ("dce", "fold-batchnorm", "remove-noops", "cse", "constant-fold", "dce")
+#: The cleanup after lowering (and after the quantization passes).
+POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 
 
 def run_pipeline(fn, names, max_rounds: int = 4) -> dict[str, int]:

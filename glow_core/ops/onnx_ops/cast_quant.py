@@ -1,10 +1,13 @@
 """Cast and quantization ONNX ops: Cast, CastLike, BitCast, (De)QuantizeLinear, DynamicQuantizeLinear,
 MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
 
-Everything lowers into primitives: `cast`/`bitcast` for conversions; quantization is div, round, add, clip
-(max/min) and cast, with per-axis and blocked scales and zero points expanded by reshape/broadcast/slice;
-the integer and QLinear ops widen their operands to int32, subtract the zero points, run `matmul`/`conv`
-in int32 and (QLinear) requantize in float64.
+Everything lowers into primitives: `cast`/`bitcast` for conversions. With constant quantization parameters of
+the shapes the quantized primitives take (per tensor, or per axis for weights), (De)QuantizeLinear become
+`quantize` / `dequantize` and the integer and QLinear ops `qconv` / `qmatmul` (their semantics:
+glow_core/ops/primitives/quantized.py). Otherwise (parameters computed at run time, blocked scales, float8
+targets) quantization is div, round, add, clip (max/min) and cast, with per-axis and blocked scales and zero
+points expanded by reshape/broadcast/slice, and the integer and QLinear ops widen their operands to int32,
+subtract the zero points, run `matmul`/`conv` in int32 and (QLinear) requantize in float64.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import numpy as np
 
 from ...errors import GlowError, ShapeError, UnsupportedOpError
 from ...types import dtype
+from ..primitives.quantized import QDTYPES
 from ..registry import onnx_op
 from .linalg import batched_matmul
 from .nn import conv_pads
@@ -130,6 +134,9 @@ def quantize_linear(b, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, blo
     if out.name not in _INT_RANGES and out.name not in _FLOAT_Q:
         raise ShapeError(f"{b.where}: cannot quantize to {out}; accepted: "
                          f"{', '.join(list(_INT_RANGES) + list(_FLOAT_Q))}")
+    params = _const_params(y_scale, y_zero_point, 1)
+    if params is not None and out.name in QDTYPES and x.dtype.name == "float32" and not precision:
+        return b.quantize(x, scale=float(params[0][0]), offset=int(params[1][0]), dtype=out.name)
     scale = _param(b, y_scale, x.shape, axis, block_size, "y_scale")
     zp = _param(b, y_zero_point, x.shape, axis, block_size, "y_zero_point")
     if precision:
@@ -156,6 +163,9 @@ def dequantize_linear(b, x, x_scale, x_zero_point=None, *, axis=1, block_size=0,
     type). float8 zero points must be zero and are ignored."""
     axis = _axis(b, axis, x, x_scale, block_size)
     out = _to_dtype(b, output_dtype, "output_dtype") if output_dtype else x_scale.dtype
+    params = None if block_size else _const_params(x_scale, x_zero_point, x.shape[axis] if x.rank else 1)
+    if params is not None and x.dtype.name in QDTYPES + ("int32",) and out.name == "float32":
+        return b.dequantize(x, b.const(params[0]), b.const(params[1]), axis=axis)
     acc = "float64" if "float64" in (out.name, x_scale.dtype.name) else "float32"
     scale = _param(b, x_scale, x.shape, axis, block_size, "x_scale")
     zp = _param(b, x_zero_point, x.shape, axis, block_size, "x_zero_point")
@@ -241,16 +251,22 @@ def _reshape_neg(b, v, shape):
 
 @onnx_op("MatMulInteger")
 def matmul_integer(b, a, bm, a_zero_point=None, b_zero_point=None):
-    """int32 matmul of the zero-point-shifted operands (cast to int32, sub, matmul)."""
-    return _matmul_int(b, a, a_zero_point, bm, b_zero_point)
+    """Primitive `qmatmul` with the int32 accumulator as result, when the zero points are constants (per tensor
+    for a, per tensor or column for b) and a has rank >= 2; else an int32 matmul of the zero-point-shifted
+    operands (cast to int32, sub, matmul)."""
+    q = _qmatmul(b, a, None, a_zero_point, bm, None, b_zero_point, None, None)
+    return q if q is not None else _matmul_int(b, a, a_zero_point, bm, b_zero_point)
 
 
 @onnx_op("ConvInteger")
 def conv_integer(b, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad="NOTSET", dilations=None, group=1,
                  kernel_shape=None, pads=None, strides=None):
-    """int32 conv of the zero-point-shifted operands (cast to int32, sub, conv)."""
-    return _conv_int(b, x, x_zero_point, w, w_zero_point, None, auto_pad, dilations, group, kernel_shape,
-                     pads, strides)
+    """Primitive `qconv` with the int32 accumulator as result, when the zero points are constants (per tensor
+    for x, per tensor or channel for w); else an int32 conv of the zero-point-shifted operands (cast to int32,
+    sub, conv)."""
+    geometry = (auto_pad, dilations, group, kernel_shape, pads, strides)
+    q = _qconv(b, x, None, x_zero_point, w, None, w_zero_point, None, None, None, geometry)
+    return q if q is not None else _conv_int(b, x, x_zero_point, w, w_zero_point, None, *geometry)
 
 
 def _requantize(b, acc, multiplier, y_zp, out):
@@ -271,8 +287,12 @@ def _scalar_or(b, v, shape):
 
 @onnx_op("QLinearMatMul")
 def qlinear_matmul(b, a, a_scale, a_zero_point, bm, b_scale, b_zero_point, y_scale, y_zero_point=None):
-    """Int32 matmul of the shifted operands, then requantize by a_scale * b_scale / y_scale (computed in
-    the scale type) plus y_zero_point, rounded and clipped to the output type."""
+    """Primitive `qmatmul` when the scales and zero points are constants (per tensor, b's per tensor or column)
+    and a has rank >= 2. Else an int32 matmul of the shifted operands, then requantize by a_scale * b_scale /
+    y_scale (computed in the scale type) plus y_zero_point, rounded and clipped to the output type."""
+    q = _qmatmul(b, a, a_scale, a_zero_point, bm, b_scale, b_zero_point, y_scale, y_zero_point)
+    if q is not None:
+        return q
     acc = _matmul_int(b, a, a_zero_point, bm, b_zero_point)
     sa = _scalar_or(b, a_scale, (-1, 1))
     sb = _scalar_or(b, b_scale, (1, -1))
@@ -285,12 +305,90 @@ def qlinear_matmul(b, a, a_scale, a_zero_point, bm, b_scale, b_zero_point, y_sca
 @onnx_op("QLinearConv")
 def qlinear_conv(b, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias=None, *,
                  auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
-    """Int32 conv of the shifted operands plus the int32 bias, then requantize by
-    x_scale * w_scale / y_scale (w_scale per output channel when 1-D) plus y_zero_point."""
-    acc = _conv_int(b, x, x_zero_point, w, w_zero_point, bias, auto_pad, dilations, group, kernel_shape,
-                    pads, strides)
+    """Primitive `qconv` when the scales and zero points are constants (per tensor, w's per tensor or channel).
+    Else an int32 conv of the shifted operands plus the int32 bias, then requantize by x_scale * w_scale /
+    y_scale (w_scale per output channel when 1-D) plus y_zero_point."""
+    geometry = (auto_pad, dilations, group, kernel_shape, pads, strides)
+    q = _qconv(b, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, bias, geometry)
+    if q is not None:
+        return q
+    acc = _conv_int(b, x, x_zero_point, w, w_zero_point, bias, *geometry)
     sw = _scalar_or(b, w_scale, (1, -1) + (1,) * (x.rank - 2))
     mult = b.binary("div", b.binary("mul", b.cast_(_scalar_or(b, x_scale, ()), sw.dtype), sw),
                     b.cast_(_scalar_or(b, y_scale, ()), sw.dtype))
     out = y_zero_point.dtype if y_zero_point is not None else x.dtype
     return _requantize(b, acc, mult, y_zero_point, out)
+
+
+# -- the quantized primitives: constant quantization parameters ----------------------------------------------
+def _const_params(scale, zp, n):
+    """(float32 scales, int32 offsets) as 1-D arrays of length 1 or n when ``scale`` (None: 1.0, for the integer
+    ops) and ``zp`` (None: 0) are constants of that many elements (a scalar or a vector); None otherwise."""
+    if (scale is not None and not scale.is_const) or (zp is not None and not zp.is_const):
+        return None
+    if scale is not None and (scale.dtype.name != "float32" or scale.rank > 1):
+        return None
+    z = None if zp is None else np.asarray(zp.const).astype(np.int32).reshape(-1)
+    s = np.asarray(scale.const, np.float32).reshape(-1) if scale is not None else \
+        np.ones(1 if z is None else z.size, np.float32)
+    z = np.zeros(s.shape, np.int32) if z is None else z
+    if (zp is not None and zp.rank > 1) or s.size not in (1, n) or z.size != s.size:
+        return None
+    return (s, z) if np.all(np.isfinite(s) & (s > 0)) else None
+
+
+def _int8_weights(b, w, zp):
+    """uint8 weights and their offsets as int8 (both shifted by -128: w - zp is unchanged)."""
+    if w.dtype.name != "uint8":
+        return w, zp
+    w8 = b.cast_(b.binary("sub", b.cast_(w, "int32"), b.const(np.int32(128))), "int8")
+    return w8, (zp - 128).astype(np.int32)
+
+
+def _qout(y_scale, y_zp, fallback_dtype):
+    """(out_scale, out_offset, out_dtype) of a requantized result: y_scale and y_zp constant scalars."""
+    p = _const_params(y_scale, y_zp, 1)
+    if p is None:
+        return None
+    out = y_zp.dtype.name if y_zp is not None else fallback_dtype
+    return (float(p[0][0]), int(p[1][0]), out) if out in QDTYPES else None
+
+
+def _qconv(b, x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias, geometry):
+    """`qconv` for QLinearConv (scales given) or ConvInteger (scales None: the int32 accumulator), or None when
+    the parameters are not constants of the shapes qconv takes."""
+    auto_pad, dilations, group, kernel_shape, pads, strides = geometry
+    if x.dtype.name not in ("int8", "uint8") or w.dtype.name not in ("int8", "uint8") or x.rank < 3 or \
+            w.rank != x.rank:
+        return None
+    xp, wp = _const_params(x_scale, x_zp, 1), _const_params(w_scale, w_zp, w.shape[0])
+    out = (1.0, 0, "int32") if x_scale is None else _qout(y_scale, y_zp, x.dtype.name)
+    if xp is None or wp is None or out is None or (bias is not None and (bias.dtype.name != "int32" or
+                                                                          bias.shape != (w.shape[0],))):
+        return None
+    w8, w_off = _int8_weights(b, w, wp[1])
+    n = x.rank - 2
+    k = list(kernel_shape or w.shape[2:])
+    strides = list(strides or [1] * n)
+    dilations = list(dilations or [1] * n)
+    p = conv_pads(b, x.shape[2:], k, strides, dilations, pads, auto_pad)
+    bias = bias if bias is not None else b.const(np.zeros(w.shape[0], np.int32))
+    return b.qconv(x, w8, bias, b.const(wp[0]), b.const(w_off), strides=strides, dilations=dilations, pads=p,
+                   group=group or 1, x_scale=float(xp[0][0]), x_offset=int(xp[1][0]), out_scale=out[0],
+                   out_offset=out[1], out_dtype=out[2])
+
+
+def _qmatmul(b, a, a_scale, a_zp, bm, b_scale, b_zp, y_scale, y_zp):
+    """`qmatmul` for QLinearMatMul (scales given) or MatMulInteger (scales None), or None (see _qconv)."""
+    if a.dtype.name not in ("int8", "uint8") or bm.dtype.name not in ("int8", "uint8") or a.rank < 2 or bm.rank < 2:
+        return None
+    ap, bp = _const_params(a_scale, a_zp, 1), _const_params(b_scale, b_zp, bm.shape[-1])
+    out = (1.0, 0, "int32") if a_scale is None else _qout(y_scale, y_zp, a.dtype.name)
+    if ap is None or bp is None or out is None:
+        return None
+    batch = b.broadcast_shapes(a.shape[:-2], bm.shape[:-2])
+    x = b.broadcast_to(a, batch + a.shape[-2:])
+    y = b.broadcast_to(bm, batch + bm.shape[-2:])
+    bias = b.const(np.zeros(bm.shape[-1], np.int32))
+    return b.qmatmul(x, y, bias, b.const(bp[0]), b.const(bp[1]), a_scale=float(ap[0][0]), a_offset=int(ap[1][0]),
+                     out_scale=out[0], out_offset=out[1], out_dtype=out[2])

@@ -11,4 +11,4 @@ Conventions every primitive follows:
 - floating-point arithmetic on float16/bfloat16 is computed in float32 and
   rounded once to the result type.
 """
-from . import casts, elementwise, linalg, movement, reductions  # noqa: F401  (each registers its primitives)
+from . import casts, elementwise, linalg, movement, quantized, reductions  # noqa: F401  (each registers its primitives)

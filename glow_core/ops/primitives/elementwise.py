@@ -152,7 +152,7 @@ for _n, (_dt, _out, _kernel, _tol, _doc) in UNARY.items():
               elementwise=True, exact=_tol == COMPARE)
 for _n, (_dt, _out, _kernel, _tol, _doc) in BINARY.items():
     primitive(_n, "elementwise", ("a", "b"), _dt, _binary_rule(_n, _dt, _out), _kernel, _doc, tolerance=_tol,
-              elementwise=True, exact=_tol == COMPARE)
+              elementwise=True, exact=_tol == COMPARE, quantized="keep" if _n in ("max", "min") else "")
 
 primitive("mod", "elementwise", ("a", "b"), NUMERIC, lambda ts, fmod: _binary_rule("mod", NUMERIC)(ts), mod,
           "Remainder. fmod=0: the sign of the divisor (Python %); fmod=1: the sign of the dividend (C fmod). "

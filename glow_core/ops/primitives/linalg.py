@@ -156,7 +156,9 @@ def max_pool(x, kernel, strides, dilations, pads):
     return out.astype(x.dtype, copy=False)
 
 
-def avg_pool(x, kernel, strides, dilations, pads, count_include_pad=0):
+def window_sums(x, kernel, strides, dilations, pads, count_include_pad):
+    """(sum over each window in float64, padding adding 0; the window's divisor: its in-bounds element count,
+    or with count_include_pad=1 its size clipped to the padded input) of average pooling."""
     n = x.ndim - 2
     out_sp = _out_sp(x.shape[2:], kernel, strides, dilations, pads)
     padw = [(0, 0), (0, 0)] + [(pads[i], pads[i + n]) for i in range(n)]
@@ -164,13 +166,18 @@ def avg_pool(x, kernel, strides, dilations, pads, count_include_pad=0):
     axes = tuple(range(2 + n, 2 + 2 * n))
     s = _windows(xp, kernel, strides, dilations, out_sp).sum(axis=axes)
     ones = np.pad(np.ones((1, 1) + x.shape[2:]), padw, constant_values=1 if count_include_pad else 0)
-    cnt = _windows(ones, kernel, strides, dilations, out_sp).sum(axis=axes)
+    return s, _windows(ones, kernel, strides, dilations, out_sp).sum(axis=axes)
+
+
+def avg_pool(x, kernel, strides, dilations, pads, count_include_pad=0):
+    s, cnt = window_sums(x, kernel, strides, dilations, pads, count_include_pad)
     return (s / cnt).astype(x.dtype)
 
 
 WINDOW = {"kernel": REQUIRED, "strides": REQUIRED, "dilations": REQUIRED, "pads": REQUIRED}
 primitive("max_pool", "pool", ("x",), NUMERIC, _pool_rule("max_pool"), max_pool,
-          "Max over each window; padded positions are ignored (never selected).", attrs=WINDOW, tolerance="pool")
+          "Max over each window; padded positions are ignored (never selected).", attrs=WINDOW, tolerance="pool",
+          quantized="keep")
 primitive("avg_pool", "pool", ("x",), FLOATS, _pool_rule("avg_pool"), avg_pool,
           "Mean over each window. count_include_pad=1 divides by the window size clipped to the padded "
           "input; 0 divides by the number of in-bounds elements.", attrs=dict(WINDOW, count_include_pad=0),

@@ -49,7 +49,7 @@ REDUCE = {  # name: (accepted dtypes, reference kernel, tolerance class, doc)
 }
 for _n, (_dt, _kernel, _tol, _doc) in REDUCE.items():
     primitive(_n, "reduce", ("x",), _dt, _reduce_rule(_n, _dt), _kernel, _doc, attrs={"axes": REQUIRED, "keepdims": 1},
-              tolerance=_tol, exact=_tol == "reduce-exact")
+              tolerance=_tol, exact=_tol == "reduce-exact", quantized="keep" if _tol == "reduce-exact" else "")
 
 
 def _arg_rule(name):
