@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from backends.cpu.int8_engine import (TARGETS, Int8EngineError, Requant, avg_pool_multipliers, plan_qadd,
-                                      plan_qconv, plan_qlookup, plan_qmatmul, plan_qpool, plan_qrescale)
+                                      plan_qconv, plan_qlookup, plan_qmatmul, plan_qmul, plan_qpool, plan_qrescale)
 from backends.cpu.int8_harness import FLAGS, PATH_FLAGS, GemmRunner, compile_library, run_simple
 from backends.cpu.toolchain import find_compiler
 from glow_core.errors import GlowError
@@ -223,8 +223,15 @@ def test_elementwise_and_pool_bit_exact(path):
         lo = yo if fused == "relu" else lo
         k = plan_qadd(a.shape, a_dtype=adt, a_offset=ao, a_multiplier=ma, b_dtype=bdt, b_offset=bo,
                       b_multiplier=mb, y=Requant(ydt, yo, lo, hi), name=f"add{i}")
-        s = (np.rint((a.astype(np.int64) - ao).astype(np.float32) * np.float32(ma)).astype(np.int64)
-             + np.rint((b.astype(np.int64) - bo).astype(np.float32) * np.float32(mb)).astype(np.int64))
+        # one rounding of the sum of the exact products, in float64
+        s = np.rint((a.astype(np.int64) - ao) * np.float64(np.float32(ma))
+                    + (b.astype(np.int64) - bo) * np.float64(np.float32(mb))).astype(np.int64)
+        kernels.append(k)
+        runs.append(([a, b], np.clip(s + yo, lo, hi).astype(ydt)))
+        k = plan_qmul(a.shape, a_dtype=adt, a_offset=ao, b_dtype=bdt, b_offset=bo, multiplier=ma * mb,
+                      y=Requant(ydt, yo, lo, hi), name=f"mul{i}")
+        s = np.rint(((a.astype(np.int64) - ao) * (b.astype(np.int64) - bo)).astype(np.float64)
+                    * np.float64(np.float32(ma * mb))).astype(np.int64)
         kernels.append(k)
         runs.append(([a, b], np.clip(s + yo, lo, hi).astype(ydt)))
     for xdt, ydt in (("int8", "uint8"), ("uint8", "int8")):
@@ -245,7 +252,7 @@ def test_elementwise_and_pool_bit_exact(path):
             k = plan_qpool("max", xs, kk, st, (1, 1), pd, x_dtype=xdt, name=f"pool{i}")
             runs.append(([x, np.zeros(1, np.float32)], np.max([win(xp, a, b) for a, b in sl], axis=0).astype(xdt)))
         else:
-            xo, yo, m = int(rng.integers(*TYPES[xdt])), 17, 0.8
+            xo, yo, xs_, ys_ = int(rng.integers(*TYPES[xdt])), 17, 0.05, 0.0625
             xp = np.zeros((n, c, h + pd[0] + pd[2], w + pd[1] + pd[3]), np.int64)
             xp[:, :, pd[0]:pd[0] + h, pd[1]:pd[1] + w] = x.astype(np.int64) - xo
             inb = np.zeros(xp.shape[2:], np.int64)
@@ -253,9 +260,9 @@ def test_elementwise_and_pool_bit_exact(path):
             cnt_src = np.ones_like(inb) if inc else inb
             s = np.sum([win(xp, a, b) for a, b in sl], axis=0)
             cnt = np.sum([win(cnt_src, a, b) for a, b in sl], axis=0)
-            table = avg_pool_multipliers(m, kk[0] * kk[1])
-            # reference table written from the definition: float32(m) / float32(count)
-            assert np.array_equal(table[1:], np.float32(m) / np.arange(1, kk[0] * kk[1] + 1).astype(np.float32))
+            table = avg_pool_multipliers(xs_, ys_, kk[0] * kk[1])
+            # reference table written from the definition: float32(x_scale / (y_scale * count)) in float64
+            assert np.array_equal(table[1:], (xs_ / (ys_ * np.arange(1, kk[0] * kk[1] + 1))).astype(np.float32))
             k = plan_qpool("avg", xs, kk, st, (1, 1), pd, x_dtype=xdt, x_offset=xo, y=Requant("uint8", yo),
                            count_include_pad=inc, name=f"pool{i}")
             e = np.clip(np.rint(s.astype(np.float32) * table[cnt]).astype(np.int64) + yo, 0, 255).astype(np.uint8)
@@ -277,8 +284,8 @@ def test_elementwise_and_pool_bit_exact(path):
     (lambda: plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), x_dtype="uint8", x_offset=0,
                         y=Requant("int8", 0, 10, 5)), "clamp [10, 5]"),
     (lambda: plan_qmatmul((2, 3), (4, 5), a_dtype="int8", a_offset=0, y=Requant("int8")), "[..., M, K]"),
-    (lambda: plan_qadd((4,), a_dtype="int8", a_offset=0, a_multiplier=1e6, b_dtype="int8", b_offset=0,
-                       b_multiplier=1.0, y=Requant("int8")), "at most"),
+    (lambda: plan_qmul((4,), a_dtype="int8", a_offset=0, b_dtype="int8", b_offset=0, multiplier=1e300,
+                       y=Requant("int8")), "must be finite"),
     (lambda: plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), x_dtype="int8", x_offset=0,
                         y=Requant("int8"), name="bad name"), "not a C identifier"),
 ])

@@ -1,4 +1,4 @@
-"""Int8 kernels without a reduction over channels: rescale, add (two rescales fused), lookup table, max and
+"""Int8 kernels without a reduction over channels: rescale, add (two rescales fused), mul, lookup table, max and
 average pooling. Plain C loops the compiler vectorizes; the planners check parameters and bake them in."""
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import math
 import numpy as np
 
 from glow_core.backend import Unsupported
+from glow_core.ops.primitives.quantized import multiplier
 
 from .int8_common import (QTYPES, Int8EngineError, Int8Kernel, QTarget, Requant, c_float, check_dtype, check_name,
                           check_offset, host_qtarget, template_env, threads_for)
 
 #: Elementwise kernels count 64 "multiply-adds" per element against PARALLEL_MIN_MACS.
 ELEMENT_WORK = 64
-#: The largest multiplier magnitude of a fused add: |q - offset| <= 255 then keeps every term within 2^24.
-ADD_MAX_MULTIPLIER = 65536.0
 
 
 def _f32(what: str, m) -> np.float32:
@@ -51,24 +50,34 @@ def plan_qrescale(shape, *, x_dtype: str, x_offset: int, multiplier: float, y: R
 def plan_qadd(shape, *, a_dtype: str, a_offset: int, a_multiplier: float, b_dtype: str, b_offset: int,
               b_multiplier: float, y: Requant, num_threads: int = 1, target: QTarget | None = None,
               name: str = "gq_add") -> Int8Kernel:
-    """y = clamp(rint((a - ao) * ma) + rint((b - bo) * mb) + y.offset) for a, b of one shape (kind "add"): the
-    two rescales to the output's parameters (ma = scale_a / scale_y, mb likewise) fused with the add and a fused
-    activation's clamp."""
+    """y = clamp(rint((a - ao) * ma + (b - bo) * mb) + y.offset) for a, b of one shape (kind "add"), in double
+    with one rounding: the two rescales to the output's parameters (ma = scale_a / scale_y, mb likewise) fused
+    with the add and a fused activation's clamp."""
+    return _binary("add", shape, a_dtype, a_offset, b_dtype, b_offset, a_multiplier, b_multiplier, y, num_threads,
+                   target, name)
+
+
+def plan_qmul(shape, *, a_dtype: str, a_offset: int, b_dtype: str, b_offset: int, multiplier: float, y: Requant,
+              num_threads: int = 1, target: QTarget | None = None, name: str = "gq_mul") -> Int8Kernel:
+    """y = clamp(rint((double)((a - ao) * (b - bo)) * m) + y.offset), m = scale_a * scale_b / scale_y (kind
+    "add": the same signature)."""
+    return _binary("mul", shape, a_dtype, a_offset, b_dtype, b_offset, multiplier, multiplier, y, num_threads,
+                   target, name)
+
+
+def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_threads, target, name) -> Int8Kernel:
     check_name(name)
-    for what, dt, off in (("add input a", a_dtype, a_offset), ("add input b", b_dtype, b_offset)):
+    for what, dt, off in ((f"{op} input a", a_dtype, a_offset), (f"{op} input b", b_dtype, b_offset)):
         check_dtype(what, dt, ("int8", "uint8"))
         check_offset(what, off, dt)
-    check_dtype("add output", y.dtype, ("int8", "uint8"))
-    ma, mb = _f32("add a", a_multiplier), _f32("add b", b_multiplier)
-    if max(abs(ma), abs(mb)) > ADD_MAX_MULTIPLIER:
-        raise Int8EngineError(f"int8 engine: add multipliers {ma!r}, {mb!r} must be at most {ADD_MAX_MULTIPLIER} in "
-                              f"magnitude (input scale / output scale)")
+    check_dtype(f"{op} output", y.dtype, ("int8", "uint8"))
+    ma, mb = _f32(f"{op} a", ma), _f32(f"{op} b", mb)
     lo, hi = y.bounds()
     size = _size(shape)
     nt = threads_for(size * ELEMENT_WORK, num_threads)
-    desc = f"int8 add {a_dtype}+{b_dtype}->{y.dtype} of {size} elements, rescales fused, {nt} thread(s)"
+    desc = f"int8 {op} {a_dtype},{b_dtype}->{y.dtype} of {size} elements, requantization fused, {nt} thread(s)"
     src = template_env().get_template("qelementwise.c.j2").render(
-        op="add", name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
+        op=op, name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
         a_ctype=QTYPES[a_dtype][0], b_ctype=QTYPES[b_dtype][0], y_ctype=QTYPES[y.dtype][0], aoff=a_offset,
         boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt)
     return Int8Kernel(name, "add", src, 0, desc, size)
@@ -89,12 +98,14 @@ def plan_qlookup(shape, *, x_dtype: str, y_dtype: str, num_threads: int = 1, tar
     return Int8Kernel(name, "lookup", src, 0, desc, size)
 
 
-def avg_pool_multipliers(multiplier: float, window: int) -> np.ndarray:
-    """The table an average pool kernel reads: entry c = float32(m) / float32(c) in float32 (m = input scale /
-    output scale), entry 0 = 0 (a window wholly in the padding gives the output offset)."""
-    m = _f32("average pool", multiplier)
+def avg_pool_multipliers(x_scale: float, out_scale: float, window: int) -> np.ndarray:
+    """The table an average pool kernel reads: entry c = float32(x_scale / (out_scale * c)) computed in float64
+    (the qavg_pool primitive's M[count]), entry 0 = 0 (a window wholly in the padding gives the output offset)."""
     t = np.zeros(window + 1, np.float32)
-    t[1:] = m / np.arange(1, window + 1, dtype=np.float32)
+    t[1:] = [multiplier(x_scale, out_scale=float(out_scale) * c) for c in range(1, window + 1)]
+    if not np.all(np.isfinite(t)):
+        raise Int8EngineError(f"int8 engine: average pool multipliers of scales {x_scale!r} / {out_scale!r} must be "
+                              f"finite")
     return t
 
 

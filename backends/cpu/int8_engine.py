@@ -10,6 +10,7 @@ Interface with codegen (the whole of it)::
     k = plan_qrescale(shape, x_dtype=..., x_offset=..., multiplier=m, y=y, ...)
     k = plan_qadd(shape, a_dtype=..., a_offset=..., a_multiplier=sa/sy, b_dtype=..., b_offset=...,
                   b_multiplier=sb/sy, y=y, ...)
+    k = plan_qmul(shape, a_dtype=..., a_offset=..., b_dtype=..., b_offset=..., multiplier=sa*sb/sy, y=y, ...)
     k = plan_qlookup(shape, x_dtype=..., y_dtype=..., ...)
     k = plan_qpool("max" | "avg", x_shape, kernel, strides, dilations, pads, x_dtype=..., x_offset=..., y=y,
                    count_include_pad=0, ...)
@@ -26,9 +27,9 @@ Signatures (all geometry and per-tensor parameters are baked in; nothing is allo
   void *y, uint8_t *scratch)``; x is the int8/uint8 input, y the int8/uint8/int32 output (``y`` must not alias
   ``x`` or ``scratch``).
 * rescale: ``void NAME(const void *x, void *y)``; add: ``void NAME(const void *a, const void *b, void *y)``
-  (a, b and y of one shape; y may alias a or b); lookup: ``void NAME(const void *x, const uint8_t *table,
+  (add and mul; a, b and y of one shape; y may alias a or b); lookup: ``void NAME(const void *x, const uint8_t *table,
   void *y)`` with the 256-entry table indexed by x - min(x's type); pool: ``void NAME(const void *x,
-  const float *mult, void *y)``, mult = ``avg_pool_multipliers(m, kh * kw)`` for "avg" (any pointer for "max").
+  const float *mult, void *y)``, mult = ``avg_pool_multipliers(x_scale, y_scale, kh * kw)`` for "avg" (any pointer for "max").
 
 Semantics (the reference interpreter's): real = (q - offset) * scale; acc = sum (x - xo)(w - wo) + bias in
 int32; y = clamp(rint((float)acc * M) + out_offset, lo, hi) with rint half-to-even and M float32 (per output
@@ -43,9 +44,9 @@ from __future__ import annotations
 from .int8_common import (PARALLEL_MIN_MACS, TARGETS, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant,
                           host_qtarget)
 from .int8_conv import plan_qconv
-from .int8_elementwise import avg_pool_multipliers, plan_qadd, plan_qlookup, plan_qpool, plan_qrescale
+from .int8_elementwise import avg_pool_multipliers, plan_qadd, plan_qlookup, plan_qmul, plan_qpool, plan_qrescale
 from .int8_matmul import plan_qmatmul
 
 __all__ = ["PARALLEL_MIN_MACS", "TARGETS", "Int8EngineError", "Int8Kernel", "QConstants", "QTarget", "Requant",
            "avg_pool_multipliers", "host_qtarget", "plan_qadd", "plan_qconv", "plan_qlookup", "plan_qmatmul",
-           "plan_qpool", "plan_qrescale"]
+           "plan_qmul", "plan_qpool", "plan_qrescale"]

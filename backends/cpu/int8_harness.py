@@ -5,11 +5,13 @@ Not used by the backend itself (codegen places kernels in its own translation un
 from __future__ import annotations
 
 import ctypes
+import hashlib
 
 import numpy as np
 
 from .int8_common import Int8Kernel, QConstants
-from .toolchain import build_shared
+from .codegen import KernelCode
+from .toolchain import build_kernels
 
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fopenmp"]
 #: Flags that force each C path of a 16- or 8-lane layout on this x86-64 host (tests).
@@ -38,14 +40,16 @@ def aligned(nbytes: int) -> np.ndarray:
 
 
 def compile_library(kernels: list[Int8Kernel], flags=None) -> ctypes.CDLL:
-    """One shared library of the kernels with an exported ``<name>_entry`` wrapper each."""
+    """One shared library of the kernels with an exported ``<name>_entry`` wrapper each (built and cached by the
+    backend's toolchain as one kernel unit)."""
     wrappers = []
     for k in kernels:
         params = SIGNATURES[k.kind]
         args = ", ".join(p.split("*")[-1].strip() for p in params.split(","))
-        wrappers.append(f"void {k.name}_entry({params}) {{ {k.name}({args}); }}")
-    text = "#include <stdint.h>\n" + "\n".join(k.source for k in kernels) + "\n" + "\n".join(wrappers) + "\n"
-    return ctypes.CDLL(build_shared(text, {}, list(FLAGS if flags is None else flags)))
+        wrappers.append(f"GLOW_KERNEL void {k.name}_entry({params}) {{ {k.name}({args}); }}")
+    text = "\n".join(k.source for k in kernels) + "\n" + "\n".join(wrappers) + "\n"
+    unit = KernelCode("gq_unit_" + hashlib.sha1(text.encode()).hexdigest()[:20], text, (), (), "int8 harness")
+    return ctypes.CDLL(build_kernels([unit], list(FLAGS if flags is None else flags)).paths[unit.name])
 
 
 def entry(lib: ctypes.CDLL, kernel: Int8Kernel):
