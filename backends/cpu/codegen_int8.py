@@ -8,8 +8,9 @@ loops (qconv_loops.c.j2, qmatmul_loops.c.j2); quantize and dequantize are
 elementwise expressions. Everything follows glow_core/ops/primitives/quantized.py bit for bit: the multipliers
 come from its ``multiplier`` helpers, and the kernels round half to even as its reference kernels do.
 
-int16 activations (the quantized-int16 profile) and 3-d convolutions and pools are refused by ``supported``;
-the quantizer then keeps those nodes in float.
+3-d convolutions and average pools run direct loops too (qconv_loops.c.j2, qavg_pool_loops.c.j2). int16
+activations (the quantized-int16 profile) are refused by ``supported``; the quantizer then keeps those nodes in
+float.
 """
 from __future__ import annotations
 
@@ -42,19 +43,27 @@ def supported(info: NodeInfo) -> "bool | Unsupported":
         return ins[0] in ("float32", "float16", "bfloat16") and outs[0] in ("int8", "uint8", "int16")
     if op in ("dequantize", "rescale"):
         return True
-    if op == "lookup":
-        return outs[0] in _EIGHT or Unsupported(f"cpu backend: lookup tables of {outs[0]} (8-bit tables only)")
     if ins[0] not in _EIGHT:
         return Unsupported(f"cpu backend: {op} on {ins[0]} (the int8 engine takes int8 and uint8 activations)")
     if op in ("qadd", "qmul"):
         return ins[1] in _EIGHT or Unsupported(f"cpu backend: {op} with a {ins[1]} operand (int8, uint8)")
-    if op in ("qconv", "qavg_pool") and len(info.attrs.get("strides", ())) > 2:
-        return Unsupported(f"cpu backend: {op} over {len(info.attrs['strides'])} spatial dims (1-d and 2-d)")
+    if op in ("qconv", "qavg_pool") and len(info.attrs.get("strides", ())) > 3:
+        return Unsupported(f"cpu backend: {op} over {len(info.attrs['strides'])} spatial dims (1-d to 3-d)")
     return True
 
 
 def _requant(attrs) -> E.Requant:
     return E.Requant(attrs["out_dtype"], int(attrs["out_offset"]), attrs.get("clamp_min"), attrs.get("clamp_max"))
+
+
+def _window3(attrs, x_shape, out_shape, kernel) -> dict:
+    """A 1-d, 2-d or 3-d window's geometry as 3-d (leading dims of size 1): sp, o, k, s, d, pad, pad_end."""
+    n = len(kernel)
+    lead = 3 - n
+    pads = attrs["pads"]
+    return dict(sp=[1] * lead + list(x_shape[2:]), o=[1] * lead + list(out_shape[2:]), k=[1] * lead + list(kernel),
+                s=[1] * lead + list(attrs["strides"]), d=[1] * lead + list(attrs["dilations"]),
+                pad=[0] * lead + list(pads[:n]), pad_end=[0] * lead + list(pads[n:]))
 
 
 def _geometry(attrs):
@@ -92,6 +101,9 @@ def plan(ki, num_threads: int):
     xd = x.type.dtype.name
     common = dict(num_threads=num_threads, name="GLOW_KERNEL_NAME_q")
     k = None
+    if ki.op in ("qconv", "qavg_pool") and x.type.rank > 4:  # 3-d: direct loops
+        _PLANS[key] = None
+        return None
     if ki.op in BAKED:
         if not ins[1].const:
             _PLANS[key] = None
@@ -122,7 +134,7 @@ def plan(ki, num_threads: int):
     elif ki.op == "qavg_pool":
         k = E.plan_qpool("avg", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd, x_offset=int(a["x_offset"]),
                          y=_requant(a), count_include_pad=a.get("count_include_pad", 0), **common)
-    elif ki.op == "lookup":
+    elif ki.op == "lookup" and out.type.dtype.name in _EIGHT:
         k = E.plan_qlookup(x.type.shape, x_dtype=xd, y_dtype=out.type.dtype.name, **common)
     if k is not None and not k:
         raise BackendError(f"cpu backend: {ki.op}: {k.reason}")
@@ -181,16 +193,11 @@ class QuantizedKernels:
             return self._weights(ki, fn)
         x, w = ki.ins[:2]
         a = ki.attrs
-        xs, ws, os_ = x.type.shape, w.type.shape, ki.outs[0].type.shape
-        if len(xs) == 3:  # 1-d: height 1
-            xs, ws, os_ = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], os_[:2] + (1,) + os_[2:]
-            st, dl, pd = (1,) + tuple(a["strides"]), (1,) + tuple(a["dilations"]), (0, a["pads"][0])
-        else:
-            st, dl, pd = a["strides"], a["dilations"], a["pads"][:2]
-        return self._loops(ki, fn, "qconv_loops.c.j2", x_off=int(a["x_offset"]), n=xs[0], c=xs[1], h=xs[2],
-                           w=xs[3], f=ws[0], cg=ws[1], fg=ws[0] // a.get("group", 1), kh=ws[2], kw=ws[3],
-                           oh=os_[2], ow=os_[3], sh=st[0], sw=st[1], dh=dl[0], dw=dl[1], pt=pd[0], pl=pd[1],
-                           work=prod(os_) * prod(ws[1:]))
+        g = _window3(a, x.type.shape, ki.outs[0].type.shape, w.type.shape[2:])
+        return self._loops(ki, fn, "qconv_loops.c.j2", x_off=int(a["x_offset"]), n=x.type.shape[0],
+                           c=x.type.shape[1], f=w.type.shape[0], cg=w.type.shape[1],
+                           fg=w.type.shape[0] // a.get("group", 1), work=ki.outs[0].type.numel * prod(w.type.shape[1:]),
+                           **g)
 
     def k_qmatmul(self, ki, fn):
         if plan(ki, self.nt) is not None:
@@ -210,11 +217,31 @@ class QuantizedKernels:
 
     def k_qavg_pool(self, ki, fn):
         a = ki.attrs
+        x, out = ki.ins[0], ki.outs[0]
         table = E.avg_pool_multipliers(a["x_scale"], a["out_scale"], prod(a["kernel"]))
         (mult,) = self.derive_many((), lambda arrays: [table], "avg pool multipliers " + table.tobytes().hex(), 1)
-        return self._engine(ki, fn, [self.ptr(ki.ins[0]), f"(const float *){mult}", self.ptr(ki.outs[0])])
+        if plan(ki, self.nt) is not None:
+            return self._engine(ki, fn, [self.ptr(x), f"(const float *){mult}", self.ptr(out)])
+        y = _requant(a)
+        flo, fhi = y.float_bounds()
+        self.choice = "int32 loops over 3-d windows"
+        return self.t("qavg_pool_loops.c.j2",
+                      fn=fn, x_t=ctype(x.type.dtype.name).storage, y_t=ctype(out.type.dtype.name).storage,
+                      x_ptr=self.ptr(x), y_ptr=self.ptr(out), mult_ptr=mult, nc=prod(x.type.shape[:2]),
+                      x_off=int(a["x_offset"]), include_pad=bool(a.get("count_include_pad", 0)), flo=flo, fhi=fhi,
+                      y_off=y.offset, work=out.type.numel * prod(a["kernel"]),
+                      **_window3(a, x.type.shape, out.type.shape, a["kernel"]))
 
     def k_lookup(self, ki, fn):
+        if plan(ki, self.nt) is None:  # a wider table: an indexed load
+            x, table, out = ki.ins[0], ki.ins[1], ki.outs[0]
+            xt, ot = ctype(x.type.dtype.name).storage, ctype(out.type.dtype.name).storage
+            self.choice = f"lookup table of {out.type.dtype.name}"
+            return self.t("elementwise.c.j2",
+                          fn=fn, decls=[f"{ot} *out = {self.tptr(out)}", f"const {xt} *in0 = {self.tptr(x, True)}",
+                                        f"const {ot} *tab = {self.tptr(table, True)}"],
+                          loads=[], store=f"out[i] = tab[(int32_t)in0[i] - ({qrange(x.type.dtype.name)[0]})]",
+                          n=out.type.numel, parallel=self.nt > 1, checks=[], err=0)
         return self._engine(ki, fn, [self.ptr(ki.ins[0]), f"(const uint8_t *){self.ptr(ki.ins[1])}",
                                      self.ptr(ki.outs[0])])
 
