@@ -1,8 +1,18 @@
 """Tier "models": whole networks (float32, some in float16), seeded inputs; expectation from
-onnx.reference.ReferenceEvaluator (reference backend) or the reference interpreter (any other backend)."""
+onnx.reference.ReferenceEvaluator (reference backend) or the reference interpreter (any other backend).
+
+The QDQ models are networks quantized by ``onnxruntime.quantization.quantize_static`` (QDQ format, MinMax,
+calibrated on seeded inputs) with the last DequantizeLinear removed, so the output is the integer tensor: the
+reference backend is checked against onnxruntime's own int8 run, any other backend against the interpreter,
+both within the quantized tolerance (1 in the last place)."""
 from __future__ import annotations
 
+import functools
+import os
+import tempfile
+
 import numpy as np
+import onnx
 
 from glow_core import example_models
 from glow_core.types import dtype as gdtype
@@ -40,6 +50,57 @@ DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "fl
           "lstm_unrolled": ("float32", "float64")}
 
 
+#: QDQ models: name -> (float model, per-channel weights, activation dtype)
+QDQ = {
+    "qdq_cnn": (lambda: example_models.cnn(seed=1), False, "int8"),
+    "qdq_resnet": (lambda: example_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1), True, "int8"),
+    "qdq_mobilenet": (lambda: M.mobilenet(seed=1), False, "uint8"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _qdq_model(name: str) -> onnx.ModelProto:
+    """QDQ[name] quantized by onnxruntime (calibrated on 4 seeded inputs), its output the quantized tensor."""
+    import pytest
+    q = pytest.importorskip("onnxruntime.quantization", reason="no oracle: QDQ models need onnxruntime")
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+    build, per_channel, act = QDQ[name]
+    model = build()
+    rng = np.random.default_rng(7)
+    calib = [_feeds(model, rng) for _ in range(4)]
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib)
+
+        def get_next(self):
+            return next(self.it, None)
+    with tempfile.TemporaryDirectory() as tmp:
+        f32, pre, out = (os.path.join(tmp, f) for f in ("f32.onnx", "pre.onnx", "qdq.onnx"))
+        onnx.save(model, f32)
+        quant_pre_process(f32, pre, skip_symbolic_shape=True)
+        q.quantize_static(pre, out, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+                          activation_type=q.QuantType.QInt8 if act == "int8" else q.QuantType.QUInt8,
+                          weight_type=q.QuantType.QInt8, calibrate_method=q.CalibrationMethod.MinMax)
+        qm = onnx.load(out)
+    g = qm.graph
+    out_name = g.output[0].name
+    dq = next(n for n in g.node if n.op_type == "DequantizeLinear" and out_name in n.output)
+    g.node.remove(dq)
+    for n in g.node:
+        n.output[:] = [out_name if o == dq.input[0] else o for o in n.output]
+    g.output[0].type.tensor_type.elem_type = onnx.TensorProto.INT8 if act == "int8" else onnx.TensorProto.UINT8
+    return qm
+
+
+def _ort_run(model, feeds):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return s.run(None, feeds)
+
+
 def cases():
     out = []
     for name, fn in MODELS.items():
@@ -49,4 +110,11 @@ def cases():
                 return m, _feeds(m, rng)
             out.append(model_case(f"models/{name}/{dt}/seeded", "models", name, dt, build, "model",
                                   profiles=("models",)))
+    for name in QDQ:
+        def build(rng, name=name):
+            m = _qdq_model(name)
+            return m, _feeds(m, rng)
+        out.append(model_case(f"models/{name}/{QDQ[name][2]}/seeded", "models", name, QDQ[name][2], build,
+                              "quantized", profiles=("models", "quantized-int8"),
+                              oracle=lambda feeds, name=name: _ort_run(_qdq_model(name), feeds)))
     return out

@@ -85,13 +85,11 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
     options = dict(options or {})
     stats = {} if stats is None else stats
-    with stage(stats, "lowering"):
+    with stage(stats, "lowering"):  # lowering, then quantization (when asked for), then activation fusion
         stats["lowered"] = lower(fn, backend.should_lower)
-    with stage(stats, "quantization"):
         q = quantization.run(fn, options, lambda node: _refusal(backend, node))
-    if q is not None:
-        stats["quantization"] = q
-    with stage(stats, "lowering"):
+        if q is not None:
+            stats["quantization"] = q
         stats["fused_activations"] = fuse_activations(fn, backend.supports_fused_activation)
     with stage(stats, "post-lowering"):
         backend.transform_post_lowering(fn)
@@ -142,13 +140,6 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     return CompileResult(fn, irf, compiled, stats)
 
 
-def _refusal(backend: Backend, node) -> str | None:
-    """None when ``backend`` runs ``node``, else why not (its Unsupported reason, or a generic one)."""
-    answer = backend.is_op_supported(NodeInfo.of(node))
-    return None if answer else refusal_reason(answer, f"backend '{backend.name}' does not run {node.op} on "
-                                                      f"{', '.join(v.dtype.name for v in node.inputs if v)}")
-
-
 def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction, dict]:
     """The IR of ``fn`` in its node order through the IR passes, checked, with scratch attached and its memory
     planned (no capacity check); and the passes' counts."""
@@ -167,6 +158,13 @@ def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction
         attach_scratch(irf, backend.scratch_bytes)
         plan_memory(irf)
     return irf, counts
+
+
+def _refusal(backend: Backend, node) -> str | None:
+    """None when ``backend`` runs ``node``, else why not (its Unsupported reason, or a generic one)."""
+    answer = backend.is_op_supported(NodeInfo.of(node))
+    return None if answer else refusal_reason(answer, f"backend '{backend.name}' does not run {node.op} on "
+                                                      f"{', '.join(v.dtype.name for v in node.inputs if v)}")
 
 
 class CompiledModel:

@@ -9,7 +9,7 @@ import numpy as np
 
 import onnx
 
-from . import api, example_models
+from . import api, example_models, quantization
 from .bench import bench, format_report, random_inputs
 from .discovery import available_backends
 from .errors import GlowError
@@ -30,10 +30,50 @@ def _parse_inputs(items, model):
     return out
 
 
+def _quantization_options(args) -> dict:
+    """The quantization options of a command that has the --quantize group (only those the user gave)."""
+    out = {}
+    if getattr(args, "quantize", None):
+        out["quantize"] = args.quantize
+    for k in ("schema", "precision", "calibration", "convert_to"):
+        if getattr(args, k, None):
+            out[k] = getattr(args, k)
+    if getattr(args, "per_channel", False):
+        out["per_channel"] = True
+    if getattr(args, "keep_float", None):
+        out["keep_float"] = list(args.keep_float)
+    return out
+
+
 def _compile(args, **options):
     """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while)."""
     with Progress(f"compiling {os.path.basename(args.model)} for {args.backend}", tick=True):
-        return api.compile(args.model, args.backend, **options)
+        return api.compile(args.model, args.backend, **_quantization_options(args), **options)
+
+
+def _quantization_summary(cm) -> list[str]:
+    """What the quantizer did (the compile statistics), one line per node left in float."""
+    st = cm.last.stats.get("quantization") if cm.last else None
+    if not st:
+        return []
+    floats = st.get("float_nodes", [])
+    lines = [f"quantized {st.get('quantized_nodes', 0)} nodes; {len(floats)} compute in float"
+             + (":" if floats else "")]
+    lines += [f"  {n} ({op}): {why}" for n, op, why in floats]
+    lines += [f"  {n} ({op}) runs as integer/float32 primitives: {why}" for n, op, why in st.get("emulated", [])]
+    return lines
+
+
+def _stacks(items, model) -> list[dict]:
+    """Input dicts from --input NAME=FILE.npy files that hold a stack of samples on their first axis."""
+    stacks = _parse_inputs(items, model)
+    if not stacks:
+        raise GlowError("give the samples with --input NAME=FILE.npy (each file a stack: samples on the first axis)")
+    counts = {k: (a.shape[0] if a.ndim else 0) for k, a in stacks.items()}
+    if len(set(counts.values())) != 1 or not next(iter(counts.values())):
+        raise GlowError(f"--input files must hold the same number (>= 1) of samples on their first axis, got "
+                        f"{counts}")
+    return [{k: a[i] for k, a in stacks.items()} for i in range(next(iter(counts.values())))]
 
 
 def cmd_backends(args):
@@ -51,6 +91,31 @@ def cmd_run(args):
         path = os.path.join(args.output_dir, f"{safe}.npy")
         np.save(path, arr)
         print(f"{name}: {arr.dtype} {list(arr.shape)} -> {path}")
+
+
+def cmd_profile(args):
+    samples = _stacks(args.input, None)
+    with Progress(f"profiling {os.path.basename(args.model)}", total=len(samples), unit="samples") as bar:
+        prof = quantization.profile(args.model, samples, progress=lambda i: bar.update(i, note=f"{i} samples"))
+    prof.save(args.output)
+    print(f"profiled {len(prof.tensors)} tensors over {prof.samples} samples -> {args.output}")
+
+
+def cmd_quantize_report(args):
+    samples = _stacks(args.input, None)
+    prof = quantization.Profile.load(args.profile)
+    opts = {k: v for k, v in _quantization_options(args).items() if k not in ("quantize", "keep_float", "convert_to")}
+    with Progress(f"quantize-report {os.path.basename(args.model)}", tick=True):
+        base = quantization.quantize_report(args.model, prof, samples, **opts)
+        kept = quantization.quantize_report(args.model, prof, samples, keep_float=args.keep_float, **opts) \
+            if args.keep_float else None
+    print((kept or base).format())
+    if kept is not None:
+        print("\nwith --keep-float " + " ".join(args.keep_float) + " against everything quantized:")
+        for name, o in kept.outputs.items():
+            b = base.outputs[name]
+            top1 = "" if o["top1"] is None else f", top-1 agreement {100 * b['top1']:.1f}% -> {100 * o['top1']:.1f}%"
+            print(f"  output {name}: SQNR {b['sqnr']:.2f} -> {o['sqnr']:.2f} dB{top1}")
 
 
 def cmd_dump(args):
@@ -109,6 +174,8 @@ def cmd_compile(args):
             print(f"wrote {f}")
     else:
         print(f"compiled '{args.model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
+    for line in _quantization_summary(cm):
+        print(line)
 
 
 def cmd_conformance(args, rest):
@@ -122,6 +189,8 @@ def cmd_conformance(args, rest):
 EXAMPLES = {
     None: "examples:\n"
           "  glowc demo                                    compile and run the built-in CNN\n"
+          "  glowc profile model.onnx --input input=samples.npy -o profile.json\n"
+          "  glowc run model.onnx --quantize profile.json --per-channel     int8 from that profile\n"
           "  glowc run model.onnx --backend cpu --input input=x.npy --output-dir out/\n"
           "  glowc bench model.onnx --backend cpu --threads 1 --compare onnxruntime\n"
           "  glowc dump model.onnx --ir                    the low-level IR the backend compiles\n"
@@ -140,6 +209,13 @@ EXAMPLES = {
     "compile": "example:\n  glowc compile model.onnx --backend cpu --emit-bundle bundle/ && make -C bundle",
     "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
                    "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
+    "profile": "example:\n  glowc profile model.onnx --input input=calibration.npy -o profile.json\n"
+               "each --input file holds a stack of samples on its first axis (e.g. [16, 1, 3, 224, 224] for 16 "
+               "samples\nof a [1, 3, 224, 224] input); then: glowc run model.onnx --quantize profile.json ...",
+    "quantize-report": "examples:\n  glowc quantize-report model.onnx --profile profile.json --input input=test.npy\n"
+                       "  glowc quantize-report model.onnx --profile profile.json --input input=test.npy "
+                       "--keep-float conv1 --keep-float Softmax\nprints every quantized tensor's SQNR against the "
+                       "float model, marks where the most is lost,\nand the outputs' SQNR and top-1 agreement",
 }
 
 
@@ -167,6 +243,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _quantize_group(parser, report=False):
+    """The quantization options (glowc run/compile/dump, and quantize-report without --quantize)."""
+    g = parser.add_argument_group("quantization")
+    if not report:
+        g.add_argument("--quantize", metavar="PROFILE", help="quantize with this profile (glowc profile writes it)")
+    g.add_argument("--schema", choices=quantization.SCHEMAS, help="how scales and offsets are chosen (default "
+                                                                   "asymmetric)")
+    g.add_argument("--precision", choices=quantization.PRECISIONS, help="int8 (default) or int16")
+    g.add_argument("--per-channel", action="store_true", help="conv and matmul weights per output channel")
+    g.add_argument("--calibration", choices=quantization.CALIBRATIONS, help="range from the profile: minmax "
+                                                                             "(default), entropy (KL), percentile")
+    g.add_argument("--keep-float", action="append", metavar="NODE_OR_OP", help="keep this node (ONNX name) or op "
+                   "type in float (repeatable)")
+    if not report:
+        g.add_argument("--convert-to", choices=quantization.TARGETS, help="compute the float32 parts in this type")
+
+
 def build_parser():
     p = _Parser(prog="glowc", description="Glow Kit compiler driver", epilog=EXAMPLES[None],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -179,6 +272,7 @@ def build_parser():
     r.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", default=".")
+    _quantize_group(r)
     d = _sub(sub, "dump", "print the optimized graph and/or low-level IR, or write them as Graphviz or ONNX")
     d.add_argument("model")
     d.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
@@ -188,6 +282,7 @@ def build_parser():
     d.add_argument("--onnx", metavar="FILE", help="write the optimized, lowered graph as ONNX (glow domain)")
     d.add_argument("--source", action="store_true",
                    help="print the generated code (cpu: one C unit; each call names its kernel's algorithm)")
+    _quantize_group(d)
     b = _sub(sub, "bench", "measure latency, throughput and GFLOP/s, per op kind, optionally against onnxruntime")
     b.add_argument("model")
     b.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
@@ -204,6 +299,18 @@ def build_parser():
     c.add_argument("--emit-bundle", metavar="DIR")
     c.add_argument("--bundle-name", default="model")
     c.add_argument("--target", metavar="CPU", help="target CPU for the bundle (-march=CPU)")
+    _quantize_group(c)
+    pr = _sub(sub, "profile", "record every tensor's range over sample inputs (for --quantize)")
+    pr.add_argument("model")
+    pr.add_argument("--input", action="append", metavar="NAME=FILE.npy", required=True,
+                    help="a stack of samples of input NAME (samples on the first axis); one per model input")
+    pr.add_argument("-o", "--output", required=True, metavar="FILE", help="the profile (JSON) to write")
+    qr = _sub(sub, "quantize-report", "where quantization loses accuracy: per-tensor SQNR against the float model")
+    qr.add_argument("model")
+    qr.add_argument("--profile", required=True, metavar="FILE", help="the profile (glowc profile)")
+    qr.add_argument("--input", action="append", metavar="NAME=FILE.npy", required=True,
+                    help="a stack of test inputs of input NAME (samples on the first axis)")
+    _quantize_group(qr, report=True)
     cf = _sub(sub, "conformance", "run the conformance suite (extra args go to pytest)")
     cf.add_argument("--backend", required=True, help=backend_help)
     return p
@@ -223,7 +330,8 @@ def main(argv=None):
             cmd_conformance(args, rest)
         else:
             {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
-             "compile": cmd_compile, "bench": cmd_bench}[args.cmd](args)
+             "compile": cmd_compile, "bench": cmd_bench, "profile": cmd_profile,
+             "quantize-report": cmd_quantize_report}[args.cmd](args)
     except GlowError as e:
         if args.traceback:
             raise

@@ -334,8 +334,7 @@ def remove_dead_allocations(irf: IRFunction) -> int:
 
 def share_buffers(irf: IRFunction) -> int:
     """In-place reuse: an elementwise instruction writes into an input activation whose life ends there
-    (same byte size and dtype, not aliased by a view: the buffer keeps its type). Returns the number of
-    buffers shared.
+    (same byte size and dtype, not aliased by a view: the buffer keeps its type). Returns the number of buffers shared.
 
     One walk in order with the live ranges computed once: sharing ``out`` into ``b`` at instruction i only
     extends ``b``'s life to ``out``'s end, which no instruction before i can use."""

@@ -145,6 +145,10 @@ def test_first_hour(tmp_path, record_property):
         timings["conformance_s"] = time.perf_counter() - t
         assert p.returncode == 0, f"conformance failed ({p.returncode}):\n{p.stdout[-6000:]}\n{p.stderr[-3000:]}"
         assert (project / "report.html").is_file()
+        # its kernels start as the reference kernels: the quantized profiles pass from the first day
+        profiles = json.loads((project / "report.json").read_text())["profiles"]
+        assert profiles["quantized-int8"]["verdict"] == "pass", profiles["quantized-int8"]
+        assert profiles["quantized-int16"]["verdict"] == "pass", profiles["quantized-int16"]
     finally:
         pip_uninstall("glow-acme-npu")
         timings["total_s"] = time.perf_counter() - t0

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "vendor_guide"
 BIN = Path(sys.executable).parent
 PAGES = ("tutorial.md", "architecture.md", "backend_api.md", "primitives.md", "conformance.md", "bundles.md",
-         "adding_a_primitive.md", "custom_ops.md")
+         "adding_a_primitive.md", "custom_ops.md", "quantization.md")
 
 
 def tutorial_blocks(text: str) -> list[str]:

@@ -371,6 +371,13 @@ class Quantizer:
         """Constants named after node n (arrays, or Values passed through)."""
         return [a if isinstance(a, Value) else self.fn.constant(a, f"{n.name}_{k}") for k, a in arrays.items()]
 
+    def require_quantized_input(self, values):
+        """Profile mode: quantize a node that only moves or combines values only when one of them is already
+        quantized (else it would add a quantize before and a dequantize after, and gain nothing)."""
+        if not self.source.strict and not any(v is not None and self._resolve(v).id in self.qform
+                                              and self._resolve(v).id in self.replaced for v in values):
+            self.refuse("its inputs are computed in float")
+
     def operand(self, v: Value) -> tuple[Value, QParams]:
         """The quantized form of an operand of an elementwise op: a value's, or a constant quantized."""
         c = constant_of(v)
@@ -437,6 +444,7 @@ def _matmul(qz: Quantizer, n: Node):
 
 def _binary(op):
     def rule(qz: Quantizer, n: Node):
+        qz.require_quantized_input(n.inputs)
         end, lo, hi, chain = qz.clamp_chain(n.outputs[0])
         out = qz.params(end)
         (aq, ap), (bq, bp) = qz.operand(n.inputs[0]), qz.operand(n.inputs[1])
@@ -464,8 +472,7 @@ def _keep_params(qz: Quantizer, n: Node):
     (first) operand's parameters; the other operands are rescaled to them, constants quantized with them."""
     ins = list(n.inputs)
     data = [i for i, v in enumerate(ins) if v is not None and v.dtype.is_float]
-    if not data:
-        qz.refuse("no float operand")
+    qz.require_quantized_input([ins[i] for i in data])
     q0, p0 = qz.qin(ins[data[0]])
     ins[data[0]] = q0
     for i in data[1:]:
@@ -483,6 +490,7 @@ def _keep_params(qz: Quantizer, n: Node):
 
 
 def _concat(qz: Quantizer, n: Node):
+    qz.require_quantized_input(n.inputs)
     out = qz.params(n.outputs[0])
     ins = [qz.qin(v, want=out)[0] for v in n.inputs]
     qz.bind(n.outputs[0], qz.emit("concat", *ins, **n.attrs), out)
@@ -518,6 +526,7 @@ def _global_avg(qz: Quantizer, n: Node):
 
 def _lookup(qz: Quantizer, n: Node):
     """A unary float function as a 256-entry table: quantize_out(f(dequantize_in(q))) for every 8-bit q."""
+    qz.require_quantized_input(n.inputs)
     out = qz.params(n.outputs[0])
     xq, xp = qz.qin(n.inputs[0])
     if xp.dtype not in ("int8", "uint8") or out.dtype not in QDTYPES:
