@@ -5,6 +5,8 @@ integer work runs on the int8 engine (not on float emulation), with its weights 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 
 import numpy as np
 import onnx
@@ -72,3 +74,27 @@ def test_onnxruntime_qdq_model_bit_exact(small_resnet, tmp_path):
     ort_quant.quantize_static(src, dst, Reader(), quant_format=ort_quant.QuantFormat.QDQ, per_channel=True,
                               activation_type=ort_quant.QuantType.QUInt8, weight_type=ort_quant.QuantType.QInt8)
     _check(onnx.load(dst), x)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_quantized_bundle_runs_without_python(small_resnet, tmp_path):
+    """A bundle (one translation unit, -O2 without -march=native: the engine's portable C path on the same
+    packed layout) computes what the interpreter computes, bit for bit."""
+    model, samples, x = small_resnet
+    prof = profile(model, samples)
+    cm = glow_core.compile(model, "cpu", num_threads=1, quantize=prof, per_channel=True)
+    out = tmp_path / "bundle"
+    cm.backend.emit_bundle(cm.last.ir, str(out), {"bundle_name": "qnet"})
+    r = subprocess.run(["make", "-C", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (name, value), = x.items()
+    (tmp_path / "x.bin").write_bytes(value.tobytes())
+    res = tmp_path / "res"
+    res.mkdir()
+    r = subprocess.run([str(out / "bundle_main"), str(out / "qnet.weights.bin"), str(tmp_path / "x.bin"), str(res)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    want = glow_core.compile(model, "interpreter", quantize=prof, per_channel=True).run(x)
+    for k, v in want.items():
+        got = np.frombuffer((res / f"{k}.bin").read_bytes(), v.dtype).reshape(v.shape)
+        assert np.array_equal(got, v), k
