@@ -845,5 +845,6 @@ class _Kernel(QuantizedKernels):
 
 
 
-__all__ = ["Derived", "KernelCode", "KernelInstr", "constant_value", "kernel_code", "scratch_layout", "gemm_source", "c_comment", "c_ident",
+__all__ = ["Derived", "KernelCode", "KernelInstr", "constant_value", "kernel_code", "scratch_layout", "gemm_source",
+           "c_comment", "c_ident",
            "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]

@@ -90,58 +90,57 @@ _PLANS: dict = {}
 
 def plan(ki, num_threads: int):
     """The int8 engine's kernel of instruction ``ki`` (memoized by its signature), or None when ``ki`` does not
-    run on the engine (quantize, dequantize, a matmul of two activations); BackendError when the engine
-    declines it."""
+    run on the engine (quantize, dequantize, wider lookup tables, 3-d windows, a weight computed at run time);
+    BackendError when the engine declines it."""
     key = (ki.signature, num_threads)
-    if key in _PLANS:
-        return _PLANS[key]
+    if key not in _PLANS:
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        _PLANS[key] = _plan(ki, num_threads)
+    k = _PLANS[key]
+    if k is not None and not k:
+        raise BackendError(f"cpu backend: {ki.op}: {k.reason}")
+    return k
+
+
+def _plan(ki, num_threads: int):
     a = ki.attrs
     ins, out = ki.ins, ki.outs[0]
     x = ins[0]
     xd = x.type.dtype.name
     common = dict(num_threads=num_threads, name="GLOW_KERNEL_NAME_q")
-    k = None
-    if ki.op in ("qconv", "qavg_pool") and x.type.rank > 4:  # 3-d: direct loops
-        _PLANS[key] = None
+    if ki.op in ("qconv", "qavg_pool") and x.type.rank > 4:
         return None
     if ki.op in BAKED:
-        if not ins[1].const:
-            _PLANS[key] = None
-            return None
         w = ins[1]
-        xo = a["x_offset"] if ki.op == "qconv" else a["a_offset"]
+        if not w.const:
+            return None
         m, wo, y = _weight_params(ki)
         wargs = dict(w_dtype=w.type.dtype.name, w_offset=wo if len(set(wo.tolist())) > 1 else int(wo[0]),
-                     multiplier=m if len(set(m.tolist())) > 1 else float(m[0]), y=y)
+                     multiplier=m if len(set(m.tolist())) > 1 else float(m[0]), y=y, **common)
         if ki.op == "qconv":
-            k = E.plan_qconv(x.type.shape, w.type.shape, *_geometry(a), a.get("group", 1), x_dtype=xd,
-                             x_offset=int(xo), **wargs, **common)
-        else:
-            k = E.plan_qmatmul(x.type.shape, w.type.shape, a_dtype=xd, a_offset=int(xo), **wargs, **common)
-    elif ki.op == "rescale":
-        k = E.plan_qrescale(x.type.shape, x_dtype=xd, x_offset=int(a["in_offset"]),
-                            multiplier=multiplier(a["in_scale"], out_scale=a["out_scale"]), y=_requant(a), **common)
-    elif ki.op in ("qadd", "qmul"):
-        b = ins[1]
-        ab = dict(a_dtype=xd, a_offset=int(a["a_offset"]), b_dtype=b.type.dtype.name, b_offset=int(a["b_offset"]),
-                  y=_requant(a))
+            return E.plan_qconv(x.type.shape, w.type.shape, *_geometry(a), a.get("group", 1), x_dtype=xd,
+                                x_offset=int(a["x_offset"]), **wargs)
+        return E.plan_qmatmul(x.type.shape, w.type.shape, a_dtype=xd, a_offset=int(a["a_offset"]), **wargs)
+    if ki.op == "rescale":
+        return E.plan_qrescale(x.type.shape, x_dtype=xd, x_offset=int(a["in_offset"]),
+                               multiplier=multiplier(a["in_scale"], out_scale=a["out_scale"]), y=_requant(a),
+                               **common)
+    if ki.op in ("qadd", "qmul"):
+        ab = dict(a_dtype=xd, a_offset=int(a["a_offset"]), b_dtype=ins[1].type.dtype.name,
+                  b_offset=int(a["b_offset"]), y=_requant(a), **common)
         if ki.op == "qadd":
-            k = E.plan_qadd(x.type.shape, a_multiplier=multiplier(a["a_scale"], out_scale=a["out_scale"]),
-                            b_multiplier=multiplier(a["b_scale"], out_scale=a["out_scale"]), **ab, **common)
-        else:
-            k = E.plan_qmul(x.type.shape, multiplier=multiplier(a["a_scale"], a["b_scale"], out_scale=a["out_scale"]),
-                            **ab, **common)
-    elif ki.op == "qavg_pool":
-        k = E.plan_qpool("avg", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd, x_offset=int(a["x_offset"]),
-                         y=_requant(a), count_include_pad=a.get("count_include_pad", 0), **common)
-    elif ki.op == "lookup" and out.type.dtype.name in _EIGHT:
-        k = E.plan_qlookup(x.type.shape, x_dtype=xd, y_dtype=out.type.dtype.name, **common)
-    if k is not None and not k:
-        raise BackendError(f"cpu backend: {ki.op}: {k.reason}")
-    if len(_PLANS) > 4096:
-        _PLANS.clear()
-    _PLANS[key] = k
-    return k
+            return E.plan_qadd(x.type.shape, a_multiplier=multiplier(a["a_scale"], out_scale=a["out_scale"]),
+                               b_multiplier=multiplier(a["b_scale"], out_scale=a["out_scale"]), **ab)
+        return E.plan_qmul(x.type.shape, multiplier=multiplier(a["a_scale"], a["b_scale"], out_scale=a["out_scale"]),
+                           **ab)
+    if ki.op == "qavg_pool":
+        return E.plan_qpool("avg", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd,
+                            x_offset=int(a["x_offset"]), y=_requant(a),
+                            count_include_pad=a.get("count_include_pad", 0), **common)
+    if ki.op == "lookup" and out.type.dtype.name in _EIGHT:
+        return E.plan_qlookup(x.type.shape, x_dtype=xd, y_dtype=out.type.dtype.name, **common)
+    return None
 
 
 def scratch_bytes(ki) -> int:

@@ -29,7 +29,8 @@ Signatures (all geometry and per-tensor parameters are baked in; nothing is allo
 * rescale: ``void NAME(const void *x, void *y)``; add: ``void NAME(const void *a, const void *b, void *y)``
   (add and mul; a, b and y of one shape; y may alias a or b); lookup: ``void NAME(const void *x, const uint8_t *table,
   void *y)`` with the 256-entry table indexed by x - min(x's type); pool: ``void NAME(const void *x,
-  const float *mult, void *y)``, mult = ``avg_pool_multipliers(x_scale, y_scale, kh * kw)`` for "avg" (any pointer for "max").
+  const float *mult, void *y)``, mult = ``avg_pool_multipliers(x_scale, y_scale, kh * kw)`` for "avg" (any
+  pointer for "max").
 
 Semantics (the reference interpreter's): real = (q - offset) * scale; acc = sum (x - xo)(w - wo) + bias in
 int32; y = clamp(rint((float)acc * M) + out_offset, lo, hi) with rint half-to-even and M float32 (per output
