@@ -175,7 +175,11 @@ def case(prim, dt, variant, make, consts=(), profiles=None):
             compare(g, np.asarray(w), "quantized-reference" if ctx.is_reference else tol, desc, ctx.rerun(case_id),
                     name=f"output y{i}")
     prof = profiles or (("quantized-int16",) if "int16" in dt else ("quantized-int8",))
-    return Case(case_id, "primitives", prim, dt, run, prof, {"variant": variant, "tolerance": tol})
+    # make/attrs in the float cases' form (tier_negative builds refusal cases from them)
+    seed0 = case_seed(case_id, 0)
+    return Case(case_id, "primitives", prim, dt, run, prof, {"variant": variant, "tolerance": tol,
+                                                             "make": lambda rng: make(rng)[0],
+                                                             "attrs": make(np.random.default_rng(seed0))[1]})
 
 
 # (dtype, scale, offset) parameter sets: offsets at both extremes, scales large and small

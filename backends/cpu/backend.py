@@ -11,6 +11,7 @@ from glow_core.ops.registry import get_primitive
 from . import toolchain
 from .bundle import write_bundle
 from .codegen import KernelInstr, c_ident, prelude_text, scratch_layout
+from .codegen_int8 import supported as quantized_supported
 from .ctypes_map import supported
 from .kernels_ew import ACTIVATION_PARAMS
 from .program import Program
@@ -23,7 +24,8 @@ FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul") for act in 
 
 class CPUBackend(Backend):
     """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
-    it. Storage-only float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
+    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine). Storage-only
+    float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"
 
@@ -32,7 +34,7 @@ class CPUBackend(Backend):
         if p is None:
             return False
         if p.quantized == "own":
-            return Unsupported(f"no int8 kernel for quantized primitive '{node_info.op}' in the cpu backend yet")
+            return quantized_supported(node_info)
         if node_info.in_dtypes and node_info.in_dtypes[0] not in p.dtypes:
             return False
         dts = node_info.in_dtypes + node_info.out_dtypes
@@ -53,7 +55,7 @@ class CPUBackend(Backend):
 
     def scratch_bytes(self, instr) -> int:
         """im2col columns, converted weights/outputs, converted matmul operands, row buffers and the GEMM's
-        packed panels (codegen.scratch_layout)."""
+        packed panels; the int8 engine's conv planes and matmul row panels (codegen.scratch_layout)."""
         return scratch_layout(KernelInstr.of(instr)).total
 
     def fallback_backends(self) -> list:

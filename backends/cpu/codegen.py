@@ -18,6 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 from math import prod
+from typing import Callable
 
 import jinja2
 import numpy as np
@@ -28,6 +29,8 @@ from glow_core.graph import frozen
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
+from .codegen_int8 import BAKED, QuantizedKernels
+from .codegen_int8 import scratch_bytes as int8_scratch_bytes
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, storage_cast
 
@@ -159,21 +162,35 @@ class Operand:
         return self.type.nbytes
 
 
+def constant_value(b) -> np.ndarray:
+    """The value of constant buffer ``b`` (a weight, or a view of one)."""
+    if b.data is not None:
+        return np.asarray(b.data)
+    root = b.root
+    raw = np.ascontiguousarray(root.data).reshape(-1).view(np.uint8)
+    off = b.address - root.offset
+    return raw[off:off + b.size].view(b.type.dtype.np).reshape(b.type.shape)
+
+
 class KernelInstr:
     """An instruction as its kernel sees it: op, attributes and ``Operand``s, without names or addresses
-    (``ir.Instr``'s ``ins``/``outs``/``scratch`` interface)."""
+    (``ir.Instr``'s ``ins``/``outs``/``scratch`` interface), and ``values``: the constant values of the inputs
+    (by input index) whose values the kernel's source depends on (codegen_int8.BAKED)."""
 
-    __slots__ = ("op", "attrs", "operands", "signature")
+    __slots__ = ("op", "attrs", "operands", "values", "signature")
 
-    def __init__(self, op: str, attrs: dict, operands: list[tuple[Operand, str]]):
-        self.op, self.attrs, self.operands = op, attrs, operands
+    def __init__(self, op: str, attrs: dict, operands: list[tuple[Operand, str]], values: dict | None = None):
+        self.op, self.attrs, self.operands, self.values = op, attrs, operands, dict(values or {})
         self.signature = (op, frozen(attrs), tuple((k, o.type.dtype.name, o.type.shape, o.type.scale, o.type.offset,
-                                                     o.const) for o, k in operands))
+                                                     o.const) for o, k in operands), frozen(self.values))
 
     @classmethod
     def of(cls, instr) -> "KernelInstr":
+        ins = [b for b, k in instr.operands if k in ("in", "inout")]
+        values = {i: constant_value(ins[i]) for i in BAKED.get(instr.op, ())
+                  if i < len(ins) and ins[i].region == "constant"}
         return cls(instr.op, instr.attrs, [(Operand(i, b.type, b.region == "constant"), k)
-                                           for i, (b, k) in enumerate(instr.operands)])
+                                           for i, (b, k) in enumerate(instr.operands)], values)
 
     @property
     def outs(self) -> list[Operand]:
@@ -189,13 +206,25 @@ class KernelInstr:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """Constants a kernel reads that compile time prepares from constant operands: ``make(values of the operands
+    in slots) -> count arrays`` (converted weights; packed int8 weights, corrections and multipliers). ``tag``
+    names the transformation: the same operand buffers and tag share one copy in the constant region."""
+
+    slots: tuple[int, ...]
+    make: Callable
+    tag: str
+    count: int
+
+
+@dataclass(frozen=True)
 class KernelCode:
     """One generated kernel: ``source`` defines ``int NAME(uint8_t *const *p)`` (linkage ``GLOW_KERNEL``)."""
 
     name: str
     source: str
     gemms: tuple[str, ...]  # GEMM variants it calls (see gemm_source)
-    derived: tuple[tuple[int, str], ...]  # constants prepared at compile time: (operand slot, target dtype)
+    derived: tuple[Derived, ...]  # constants prepared at compile time, after the operands in p
     choice: str  # the algorithm, for listings (glowc dump, the bundle's comments)
 
 
@@ -323,6 +352,9 @@ def scratch_layout(ki) -> ScratchLayout:
         return conv_plan(ki).scratch
     if ki.op == "matmul":
         return matmul_plan(ki).scratch
+    if ki.op in BAKED:
+        n = int8_scratch_bytes(ki)
+        return ScratchLayout({"int8": 0}, n) if n else ScratchLayout({}, 0)
     return ScratchLayout({}, 0)
 
 
@@ -367,14 +399,15 @@ def kernel_code(ki: KernelInstr, num_threads: int) -> KernelCode:
     return code
 
 
-class _Kernel:
-    """Renders the kernel of one KernelInstr (one method per primitive family)."""
+class _Kernel(QuantizedKernels):
+    """Renders the kernel of one KernelInstr (one method per primitive family; the quantized ones in
+    codegen_int8)."""
 
     def __init__(self, ki: KernelInstr, num_threads: int):
         self.ki = ki
         self.nt = num_threads
         self.gemms: set[str] = set()
-        self.derived: list[tuple[int, str]] = []
+        self.derived: list[Derived] = []
         self.choice = ""
 
     def render(self) -> str:
@@ -415,8 +448,15 @@ class _Kernel:
 
     def derive(self, b, np_dtype: str) -> str:
         """The address of operand ``b`` converted to ``np_dtype`` at compile time (an extra constant)."""
-        self.derived.append((b.slot, np_dtype))
-        return f"p[{len(self.ki.operands) + len(self.derived) - 1}]"
+        (ptr,) = self.derive_many((b.slot,), lambda arrays: [arrays[0].astype(np_dtype)], f"as {np_dtype}", 1)
+        return ptr
+
+    def derive_many(self, slots, make, tag: str, count: int) -> list[str]:
+        """The addresses of the ``count`` arrays ``make([values of the constant operands in slots])`` returns
+        (constants prepared at compile time, see ``Derived``)."""
+        first = len(self.ki.operands) + sum(d.count for d in self.derived)
+        self.derived.append(Derived(tuple(slots), make, tag, count))
+        return [f"p[{first + i}]" for i in range(count)]
 
     def epilogue(self, dt: str) -> str | None:
         """The fused activation (FUSED_ACTIVATION) as an expression of the stored value ``v``, or None."""
@@ -796,5 +836,6 @@ class _Kernel:
 
 
 
-__all__ = ["KernelCode", "KernelInstr", "kernel_code", "scratch_layout", "gemm_source", "c_comment", "c_ident",
+__all__ = ["Derived", "KernelCode", "KernelInstr", "constant_value", "kernel_code", "scratch_layout", "gemm_source",
+           "c_comment", "c_ident",
            "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]

@@ -8,7 +8,7 @@ import numpy as np
 
 from glow_core.memory import align_up
 
-from .codegen import KernelCode, KernelInstr, c_comment, gemm_source, kernel_code, template
+from .codegen import KernelCode, KernelInstr, c_comment, constant_value, gemm_source, kernel_code, template
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
 REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
@@ -21,16 +21,6 @@ class Call:
     instr: object
     code: KernelCode
     ptrs: list[tuple[str, int]]
-
-
-def _const_array(b) -> np.ndarray:
-    """The value of constant buffer ``b`` (a weight, or a view of one)."""
-    if b.data is not None:
-        return np.asarray(b.data)
-    root = b.root
-    raw = np.ascontiguousarray(root.data).reshape(-1).view(np.uint8)
-    off = b.address - root.offset
-    return raw[off:off + b.size].view(b.type.dtype.np).reshape(b.type.shape)
 
 
 class Program:
@@ -48,15 +38,17 @@ class Program:
             code = kernel_code(KernelInstr.of(ins), num_threads)
             self.kernels.setdefault(code.name, code)
             ptrs = [(b.region, b.address) for b, _ in ins.operands]
-            for slot, np_dtype in code.derived:
-                b = ins.operands[slot][0]
-                key = (b.root.name, b.address, b.type, np_dtype)
+            for d in code.derived:
+                bufs = [ins.operands[slot][0] for slot in d.slots]
+                key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
                 if key not in placed:
-                    arr = np.ascontiguousarray(_const_array(b).astype(np_dtype))
-                    placed[key] = end
-                    self.derived.append((end, arr))
-                    end = align_up(end + arr.nbytes)
-                ptrs.append(("constant", placed[key]))
+                    placed[key] = []
+                    for arr in d.make([constant_value(b) for b in bufs]):
+                        arr = np.ascontiguousarray(arr)
+                        placed[key].append(end)
+                        self.derived.append((end, arr))
+                        end = align_up(end + max(arr.nbytes, 1))
+                ptrs.extend(("constant", off) for off in placed[key])
             self.calls.append(Call(ins, code, ptrs))
         self.constant_size = end if self.derived else irf.plan.constant_size
 

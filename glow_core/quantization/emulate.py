@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..builder import Builder
+from ..errors import UnsupportedOpError
 from ..graph import Function
 from ..ops.primitives.quantized import ACC, multiplier, multipliers, qrange
 
@@ -29,6 +30,14 @@ def _shifted(b: Builder, x, offset, wide, shape=()):
     """x - offset in the integer type ``wide`` (offset: a constant, reshaped to ``shape``)."""
     return b.binary("sub", b.cast_(x, wide), b.reshape_(b.cast_(offset, wide), shape) if not isinstance(
         offset, (int, np.integer)) else b.const(np.asarray(offset, np.dtype(wide))))
+
+
+def _scales(v, n: int, op: str) -> np.ndarray:
+    """The constant weight scales of an emulated ``op`` as n values (a computed scale cannot be emulated)."""
+    if v.const is None:
+        raise UnsupportedOpError(f"{op}: the weight scales are computed at run time; emulating {op} in float needs "
+                                 "them constant (an initializer or a value folded at compile time)")
+    return np.broadcast_to(v.const, (n,))
 
 
 def quantize(b, x, scale, offset, dtype):
@@ -58,7 +67,7 @@ def qconv(b, x, w, bias, w_scale, w_offset, strides, dilations, pads, group, x_s
                  b.cast_(bias, acc_t), strides=strides, dilations=dilations, pads=pads, group=group)
     if out_dtype == acc_t:
         return acc
-    m = multipliers(x_scale, np.broadcast_to(w_scale.const, (w.shape[0],)), out_scale)
+    m = multipliers(x_scale, _scales(w_scale, w.shape[0], "qconv"), out_scale)
     return _requantize(b, acc, m.reshape((1, -1) + (1,) * (x.rank - 2)), out_offset, out_dtype, clamp_min,
                        clamp_max)
 
@@ -72,7 +81,7 @@ def qmatmul(b, a, bm, bias, b_scale, b_offset, a_scale, a_offset, out_scale, out
     acc = b.binary("add", acc, b.cast_(bias, acc_t))
     if out_dtype == acc_t:
         return acc
-    return _requantize(b, acc, multipliers(a_scale, np.broadcast_to(b_scale.const, (n,)), out_scale), out_offset,
+    return _requantize(b, acc, multipliers(a_scale, _scales(b_scale, n, "qmatmul"), out_scale), out_offset,
                        out_dtype, clamp_min, clamp_max)
 
 

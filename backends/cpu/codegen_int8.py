@@ -1,0 +1,281 @@
+"""The quantized primitives in the CPU backend's code generation.
+
+conv, matmul (with a constant second operand), rescale, add, mul, average pooling and 8-bit lookup tables run the
+int8 engine's kernels (int8_engine: vpdpbusd register tiles, requantization in the epilogue); their weights are
+packed, and their bias and zero-point terms folded into per-channel corrections, at compile time (derived
+constants). A conv or matmul whose weight is computed at run time (a matmul of two activations) runs plain int32
+loops (qconv_loops.c.j2, qmatmul_loops.c.j2); quantize and dequantize are
+elementwise expressions. Everything follows glow_core/ops/primitives/quantized.py bit for bit: the multipliers
+come from its ``multiplier`` helpers, and the kernels round half to even as its reference kernels do.
+
+3-d convolutions and average pools run direct loops too (qconv_loops.c.j2, qavg_pool_loops.c.j2). int16
+activations (the quantized-int16 profile) are refused by ``supported``; the quantizer then keeps those nodes in
+float.
+"""
+from __future__ import annotations
+
+import hashlib
+from math import prod
+
+import numpy as np
+
+from glow_core.backend import NodeInfo, Unsupported
+from glow_core.errors import BackendError
+from glow_core.ops.primitives.quantized import multiplier, multipliers, qrange
+
+from . import int8_engine as E
+from .ctypes_map import ctype
+from .int8_common import c_float
+
+#: The quantized primitives the backend runs.
+INT8_OPS = frozenset(("quantize", "dequantize", "rescale", "qconv", "qmatmul", "qadd", "qmul", "qavg_pool",
+                      "lookup"))
+#: Inputs (by index) whose constant values a kernel's source depends on: a conv's or matmul's weight scales and
+#: offsets (codegen.KernelInstr carries them in its signature).
+BAKED = {"qconv": (3, 4), "qmatmul": (3, 4)}
+_EIGHT = ("int8", "uint8")
+
+
+def supported(info: NodeInfo) -> "bool | Unsupported":
+    """Whether the backend runs quantized primitive ``info`` (an Unsupported with the reason when not)."""
+    op, ins, outs = info.op, info.in_dtypes, info.out_dtypes
+    if op == "quantize":
+        return ins[0] in ("float32", "float16", "bfloat16") and outs[0] in ("int8", "uint8", "int16")
+    if op in ("dequantize", "rescale"):
+        return True
+    if ins[0] not in _EIGHT:
+        return Unsupported(f"cpu backend: {op} on {ins[0]} (the int8 engine takes int8 and uint8 activations)")
+    if op in ("qadd", "qmul"):
+        return ins[1] in _EIGHT or Unsupported(f"cpu backend: {op} with a {ins[1]} operand (int8, uint8)")
+    if op in ("qconv", "qavg_pool") and len(info.attrs.get("strides", ())) > 3:
+        return Unsupported(f"cpu backend: {op} over {len(info.attrs['strides'])} spatial dims (1-d to 3-d)")
+    return True
+
+
+def _requant(attrs) -> E.Requant:
+    return E.Requant(attrs["out_dtype"], int(attrs["out_offset"]), attrs.get("clamp_min"), attrs.get("clamp_max"))
+
+
+def _window3(attrs, x_shape, out_shape, kernel) -> dict:
+    """A 1-d, 2-d or 3-d window's geometry as 3-d (leading dims of size 1): sp, o, k, s, d, pad, pad_end."""
+    n = len(kernel)
+    lead = 3 - n
+    pads = attrs["pads"]
+    return dict(sp=[1] * lead + list(x_shape[2:]), o=[1] * lead + list(out_shape[2:]), k=[1] * lead + list(kernel),
+                s=[1] * lead + list(attrs["strides"]), d=[1] * lead + list(attrs["dilations"]),
+                pad=[0] * lead + list(pads[:n]), pad_end=[0] * lead + list(pads[n:]))
+
+
+def _geometry(attrs):
+    return attrs["strides"], attrs["dilations"], attrs["pads"]
+
+
+def _weight_params(ki):
+    """A conv's or matmul's (multipliers [F], weight offsets [F], output Requant) from its constant weight
+    scales and offsets (the multipliers are 1 when the result is the int32 accumulator)."""
+    if 3 not in ki.values or 4 not in ki.values:
+        raise BackendError(f"cpu backend: {ki.op} needs constant weight scales and offsets")
+    a = ki.attrs
+    f = ki.ins[1].type.shape[0 if ki.op == "qconv" else -1]
+    ws = ki.values[3].reshape(-1)
+    wo = np.broadcast_to(ki.values[4].reshape(-1).astype(np.int64), (f,))
+    if a["out_dtype"] == "int32":
+        return np.ones(f, np.float32), wo, E.Requant("int32")
+    xs = a["x_scale"] if ki.op == "qconv" else a["a_scale"]
+    return np.broadcast_to(multipliers(xs, ws, a["out_scale"]), (f,)), wo, _requant(a)
+
+
+_PLANS: dict = {}
+
+
+def plan(ki, num_threads: int):
+    """The int8 engine's kernel of instruction ``ki`` (memoized by its signature), or None when ``ki`` does not
+    run on the engine (quantize, dequantize, wider lookup tables, 3-d windows, a weight computed at run time);
+    BackendError when the engine declines it."""
+    key = (ki.signature, num_threads)
+    if key not in _PLANS:
+        if len(_PLANS) > 4096:
+            _PLANS.clear()
+        _PLANS[key] = _plan(ki, num_threads)
+    k = _PLANS[key]
+    if k is not None and not k:
+        raise BackendError(f"cpu backend: {ki.op}: {k.reason}")
+    return k
+
+
+def _plan(ki, num_threads: int):
+    a = ki.attrs
+    ins, out = ki.ins, ki.outs[0]
+    x = ins[0]
+    xd = x.type.dtype.name
+    common = dict(num_threads=num_threads, name="GLOW_KERNEL_NAME_q")
+    if ki.op in ("qconv", "qavg_pool") and x.type.rank > 4:
+        return None
+    if ki.op in BAKED:
+        w = ins[1]
+        if not w.const:
+            return None
+        m, wo, y = _weight_params(ki)
+        wargs = dict(w_dtype=w.type.dtype.name, w_offset=wo if len(set(wo.tolist())) > 1 else int(wo[0]),
+                     multiplier=m if len(set(m.tolist())) > 1 else float(m[0]), y=y, **common)
+        if ki.op == "qconv":
+            return E.plan_qconv(x.type.shape, w.type.shape, *_geometry(a), a.get("group", 1), x_dtype=xd,
+                                x_offset=int(a["x_offset"]), **wargs)
+        return E.plan_qmatmul(x.type.shape, w.type.shape, a_dtype=xd, a_offset=int(a["a_offset"]), **wargs)
+    if ki.op == "rescale":
+        return E.plan_qrescale(x.type.shape, x_dtype=xd, x_offset=int(a["in_offset"]),
+                               multiplier=multiplier(a["in_scale"], out_scale=a["out_scale"]), y=_requant(a),
+                               **common)
+    if ki.op in ("qadd", "qmul"):
+        ab = dict(a_dtype=xd, a_offset=int(a["a_offset"]), b_dtype=ins[1].type.dtype.name,
+                  b_offset=int(a["b_offset"]), y=_requant(a), **common)
+        if ki.op == "qadd":
+            return E.plan_qadd(x.type.shape, a_multiplier=multiplier(a["a_scale"], out_scale=a["out_scale"]),
+                               b_multiplier=multiplier(a["b_scale"], out_scale=a["out_scale"]), **ab)
+        return E.plan_qmul(x.type.shape, multiplier=multiplier(a["a_scale"], a["b_scale"], out_scale=a["out_scale"]),
+                           **ab)
+    if ki.op == "qavg_pool":
+        return E.plan_qpool("avg", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd,
+                            x_offset=int(a["x_offset"]), y=_requant(a),
+                            count_include_pad=a.get("count_include_pad", 0), **common)
+    if ki.op == "lookup" and out.type.dtype.name in _EIGHT:
+        return E.plan_qlookup(x.type.shape, x_dtype=xd, y_dtype=out.type.dtype.name, **common)
+    return None
+
+
+def scratch_bytes(ki) -> int:
+    """The @scratch bytes of a quantized instruction (the engine's conv transform planes, matmul row panels)."""
+    k = plan(ki, 1)
+    return k.scratch_bytes if k is not None else 0
+
+
+class QuantizedKernels:
+    """codegen._Kernel's methods for the quantized primitives (``k_<op>``)."""
+
+    def _engine(self, ki, fn, call_args: list[str]) -> str:
+        """The engine kernel's source and the GLOW_KERNEL wrapper calling it on ``call_args``."""
+        k = plan(ki, self.nt)
+        self.choice = k.describe
+        return (k.source + f"\nGLOW_KERNEL int {fn}(uint8_t *const *p) {{\n  {fn}_q({', '.join(call_args)});\n"
+                f"  return 0;\n}}\n")
+
+    def _weights(self, ki, fn):
+        """conv and matmul with a constant weight: packed weights, corrections and multipliers (derived)."""
+        k = plan(ki, self.nt)
+        w, bias, ws, wo = ki.ins[1:5]
+        tag = "int8 pack " + hashlib.sha1(k.source.encode()).hexdigest()
+
+        def make(arrays):
+            c = k.pack(arrays[0], arrays[1])
+            return [c.weights, c.corrections, c.multipliers]
+        wp, corr, mult = self.derive_many((w.slot, bias.slot, ws.slot, wo.slot), make, tag, 3)
+        return self._engine(ki, fn, [f"(const uint8_t *){self.ptr(ki.ins[0])}", f"(const int8_t *){wp}",
+                                     f"(const int32_t *){corr}", f"(const float *){mult}", self.ptr(ki.outs[0]),
+                                     f"(uint8_t *){self.scratch_ptr() if k.scratch_bytes else '0'}"])
+
+    def _loops(self, ki, fn, template: str, **ctx) -> str:
+        """A conv or matmul whose weight is computed at run time: plain int32 loops (``template``)."""
+        x, w, bias = ki.ins[:3]
+        out = ki.outs[0]
+        m, wo, y = _weight_params(ki)
+        requant = y.dtype != "int32"
+        flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
+        self.choice = f"int32 loops ({'requantized' if requant else 'int32 result'}; the weight is not constant)"
+        return self.t(template,
+                      fn=fn, x_t=ctype(x.type.dtype.name).storage, w_t=ctype(w.type.dtype.name).storage,
+                      y_t=ctype(out.type.dtype.name).storage, x_ptr=self.ptr(x), w_ptr=self.ptr(w),
+                      bias_ptr=self.ptr(bias), y_ptr=self.ptr(out), w_off=[str(int(v)) for v in wo],
+                      mult=[c_float(v) for v in m], requant=requant, flo=flo, fhi=fhi, y_off=y.offset, **ctx)
+
+    def k_qconv(self, ki, fn):
+        if plan(ki, self.nt) is not None:
+            return self._weights(ki, fn)
+        x, w = ki.ins[:2]
+        a = ki.attrs
+        g = _window3(a, x.type.shape, ki.outs[0].type.shape, w.type.shape[2:])
+        return self._loops(ki, fn, "qconv_loops.c.j2", x_off=int(a["x_offset"]), n=x.type.shape[0],
+                           c=x.type.shape[1], f=w.type.shape[0], cg=w.type.shape[1],
+                           fg=w.type.shape[0] // a.get("group", 1), work=ki.outs[0].type.numel * prod(w.type.shape[1:]),
+                           **g)
+
+    def k_qmatmul(self, ki, fn):
+        if plan(ki, self.nt) is not None:
+            return self._weights(ki, fn)
+        a = ki.ins[0]
+        m, k = a.type.shape[-2:]
+        return self._loops(ki, fn, "qmatmul_loops.c.j2", a_off=int(ki.attrs["a_offset"]),
+                           batch=prod(a.type.shape[:-2]), m=m, k=k, n=ki.ins[1].type.shape[-1])
+
+    def k_rescale(self, ki, fn):
+        return self._engine(ki, fn, [self.ptr(ki.ins[0]), self.ptr(ki.outs[0])])
+
+    def k_qadd(self, ki, fn):
+        return self._engine(ki, fn, [self.ptr(ki.ins[0]), self.ptr(ki.ins[1]), self.ptr(ki.outs[0])])
+
+    k_qmul = k_qadd
+
+    def k_qavg_pool(self, ki, fn):
+        a = ki.attrs
+        x, out = ki.ins[0], ki.outs[0]
+        table = E.avg_pool_multipliers(a["x_scale"], a["out_scale"], prod(a["kernel"]))
+        (mult,) = self.derive_many((), lambda arrays: [table], "avg pool multipliers " + table.tobytes().hex(), 1)
+        if plan(ki, self.nt) is not None:
+            return self._engine(ki, fn, [self.ptr(x), f"(const float *){mult}", self.ptr(out)])
+        y = _requant(a)
+        flo, fhi = y.float_bounds()
+        self.choice = "int32 loops over 3-d windows"
+        return self.t("qavg_pool_loops.c.j2",
+                      fn=fn, x_t=ctype(x.type.dtype.name).storage, y_t=ctype(out.type.dtype.name).storage,
+                      x_ptr=self.ptr(x), y_ptr=self.ptr(out), mult_ptr=mult, nc=prod(x.type.shape[:2]),
+                      x_off=int(a["x_offset"]), include_pad=bool(a.get("count_include_pad", 0)), flo=flo, fhi=fhi,
+                      y_off=y.offset, work=out.type.numel * prod(a["kernel"]),
+                      **_window3(a, x.type.shape, out.type.shape, a["kernel"]))
+
+    def k_lookup(self, ki, fn):
+        if plan(ki, self.nt) is None:  # a wider table: an indexed load
+            x, table, out = ki.ins[0], ki.ins[1], ki.outs[0]
+            xt, ot = ctype(x.type.dtype.name).storage, ctype(out.type.dtype.name).storage
+            self.choice = f"lookup table of {out.type.dtype.name}"
+            return self.t("elementwise.c.j2",
+                          fn=fn, decls=[f"{ot} *out = {self.tptr(out)}", f"const {xt} *in0 = {self.tptr(x, True)}",
+                                        f"const {ot} *tab = {self.tptr(table, True)}"],
+                          loads=[], store=f"out[i] = tab[(int32_t)in0[i] - ({qrange(x.type.dtype.name)[0]})]",
+                          n=out.type.numel, parallel=self.nt > 1, checks=[], err=0)
+        return self._engine(ki, fn, [self.ptr(ki.ins[0]), f"(const uint8_t *){self.ptr(ki.ins[1])}",
+                                     self.ptr(ki.outs[0])])
+
+    def k_quantize(self, ki, fn):
+        """saturate(rint(x / scale) + offset), the division in float32 (clamped before the conversion: the
+        bounds are integers, so clamping and rounding commute)."""
+        x, out = ki.ins[0], ki.outs[0]
+        a = ki.attrs
+        lo, hi = qrange(out.type.dtype.name)
+        off = int(a["offset"])
+        s = c_float(a["scale"])
+        ct = ctype(x.type.dtype.name)
+        ot = ctype(out.type.dtype.name).storage
+        self.choice = "quantize: float32 division, rint, saturate"
+        return self.t("elementwise.c.j2",
+                      fn=fn, decls=[f"{ot} *out = {self.tptr(out)}", f"const {ct.storage} *in0 = {self.tptr(x, True)}"],
+                      loads=[f"float f = rintf((float)({ct.ld('in0[i]')}) / {s})",
+                             f"f = f < {float(lo - off)!r}f ? {float(lo - off)!r}f : f",
+                             f"f = f > {float(hi - off)!r}f ? {float(hi - off)!r}f : f"],
+                      store=f"out[i] = ({ot})((int32_t)f + {off})", n=out.type.numel, parallel=self.nt > 1,
+                      checks=[], err=0)
+
+    def k_dequantize(self, ki, fn):
+        """float32(q - offset) * scale, the parameters per ``axis`` when they are vectors."""
+        q, scale, offset = ki.ins
+        out = ki.outs[0]
+        qt = ctype(q.type.dtype.name).storage
+        per = scale.type.numel > 1
+        axis = ki.attrs.get("axis", 0)
+        c = f"(i / {prod(q.type.shape[axis + 1:])}) % {scale.type.numel}" if per else "0"
+        self.choice = "dequantize" + (f" per axis {axis}" if per else "")
+        return self.t("elementwise.c.j2",
+                      fn=fn, decls=[f"float *out = {self.tptr(out)}", f"const {qt} *in0 = {self.tptr(q, True)}",
+                                    f"const float *sc = {self.tptr(scale, True)}",
+                                    f"const int32_t *of = {self.tptr(offset, True)}"],
+                      loads=[f"const int64_t c = {c}"],
+                      store="out[i] = (float)((int64_t)in0[i] - (int64_t)of[c]) * sc[c]", n=out.type.numel,
+                      parallel=self.nt > 1, checks=[], err=0)

@@ -1,0 +1,311 @@
+"""The CPU backend's int8 engine against numpy integer arithmetic written from the semantics (not from the
+engine): real = (q - offset) * scale; acc = sum (x - xo)(w - wo) + bias accumulated in int64 then taken as
+int32; y = clamp(rint(float32(acc) * float32 M) + out_offset, lo, hi) with np.rint (half to even).
+
+Every case is rendered, compiled by the system C compiler into a shared library (one per C path and thread
+count) and called through ctypes; results must be bit-exact. C paths: the host's SIMD path for 16-lane and
+8-lane layouts, AVX-VNNI and the exact AVX2 emulation forced by -mno-* flags, and the portable C path forced by
+-DGLOW_Q_PORTABLE, each where the host can run it."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from backends.cpu.int8_engine import (TARGETS, Int8EngineError, Requant, avg_pool_multipliers, plan_qadd,
+                                      plan_qconv, plan_qlookup, plan_qmatmul, plan_qmul, plan_qpool, plan_qrescale)
+from backends.cpu.int8_harness import FLAGS, PATH_FLAGS, GemmRunner, compile_library, run_simple
+from backends.cpu.toolchain import find_compiler
+from glow_core.errors import GlowError
+
+try:
+    find_compiler()
+    HAVE_CC = True
+except GlowError:
+    HAVE_CC = False
+pytestmark = pytest.mark.skipif(not HAVE_CC, reason="no C compiler")
+
+
+def _host_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split())
+    except OSError:
+        pass
+    return set()
+
+
+HOST = _host_flags()
+# (layout target, C path, threads, what the host must have to run it): each SIMD path once, the 16-lane layout at
+# 1 and 2 threads, the portable path on both layouts.
+PATHS = [("avx512vnni", "native", 1, {"avx512_vnni", "avx512bw", "avx512vl"}),
+         ("avx512vnni", "native", 2, {"avx512_vnni", "avx512bw", "avx512vl"}),
+         ("avxvnni", "avxvnni", 1, {"avx_vnni"}),
+         ("avx2", "avx2", 1, {"avx2"}),
+         ("avx512vnni", "portable", 1, set()),
+         ("portable", "portable", 2, set())]
+RUNNABLE = [(t, p, n) for t, p, n, need in PATHS if need <= HOST]
+TYPES = {"int8": (-128, 127), "uint8": (0, 255)}
+
+# -- cases: one line each ----------------------------------------------------------------------------------------
+# conv: x shape, w shape, strides, dilations, pads, group, x dtype, x offset ("rand" | "lo" | "hi"),
+#       weight offsets ("zero" | "tensor" | "channel"), per-channel multipliers, y dtype, fused "relu"/"relu6"/None,
+#       multiplier scale (large: saturates at both ends)
+CONV = [
+    ((1, 8, 6, 7), (5, 8, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "rand", "zero", False, "int8", None, 1),
+    ((2, 6, 9, 10), (7, 6, 3, 3), (2, 2), (1, 1), (1, 0, 1, 2), 1, "uint8", "rand", "zero", True, "uint8", None, 1),
+    ((1, 3, 23, 21), (9, 3, 7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1, "uint8", "hi", "zero", True, "int8", "relu", 1),
+    ((1, 16, 8, 8), (33, 16, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, "int8", "lo", "zero", True, "int8", None, 1),
+    ((1, 10, 9, 9), (19, 10, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1, "int8", "rand", "tensor", False, "uint8", None, 1),
+    ((1, 8, 9, 9), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8, "int8", "rand", "zero", True, "int8", "relu", 1),
+    ((2, 12, 10, 11), (12, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 12, "uint8", "rand", "channel", True, "uint8", None, 1),
+    ((1, 12, 7, 8), (18, 4, 3, 2), (1, 2), (2, 1), (2, 0, 1, 1), 3, "int8", "rand", "channel", True, "int8", "relu6", 1),
+    ((1, 5, 6, 7), (3, 5, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "hi", "tensor", False, "int8", None, 100),
+    ((1, 5, 6, 7), (3, 5, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "uint8", "lo", "zero", True, "uint8", None, 100),
+    ((1, 7, 5, 5), (4, 7, 2, 2), (3, 3), (1, 1), (0, 0, 0, 0), 1, "uint8", "rand", "zero", False, "int32", None, 1),
+    ((3, 4, 1, 17), (6, 4, 1, 5), (1, 2), (1, 2), (0, 2, 0, 3), 1, "int8", "rand", "zero", True, "int8", None, 1),
+    ((1, 64, 28, 28), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", "relu", 1),
+    ((1, 128, 7, 7), (96, 128, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "rand", "tensor", True, "int8", None, 1),
+]
+# matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
+MATMUL = [
+    ((1, 512), (512, 100), "int8", "rand", "zero", False, "int8", None, 1),
+    ((7, 33), (33, 50), "uint8", "rand", "zero", True, "uint8", "relu", 1),
+    ((2, 7, 33), (2, 33, 50), "int8", "hi", "tensor", False, "int8", None, 1),
+    ((13, 10), (10, 17), "int8", "lo", "channel", True, "int8", None, 100),
+    ((5, 3), (3, 1), "uint8", "rand", "zero", False, "int32", None, 1),
+    ((96, 256), (256, 200), "uint8", "rand", "zero", True, "int8", None, 1),
+]
+# lanes-independent kernels: rescale (x dtype, x offset, y dtype, y offset, multiplier), add, lookup, pools
+RESCALE = [("int8", -128, "uint8", 0, 0.7), ("uint8", 255, "int8", 127, 3.3), ("int32", 12345, "int8", -3, 0.001),
+           ("int16", -7, "uint8", 200, 0.02), ("int8", 0, "int8", 0, 1.0)]
+ADD = [("int8", 5, 0.9, "uint8", 128, 1.3, "int8", -10, "relu"), ("uint8", 0, 0.5, "uint8", 255, 0.5, "uint8", 0, None),
+       ("int8", -128, 2.0, "int8", 127, 1.7, "int8", 3, None)]
+POOL = [("max", (2, 3, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), "int8", 0, 0),
+        ("max", (1, 4, 5, 5), (2, 2), (1, 1), (0, 0, 1, 1), "uint8", 0, 0),
+        ("avg", (2, 3, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), "int8", 1, 1),
+        ("avg", (2, 3, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), "uint8", 0, 0),
+        ("avg", (1, 16, 7, 7), (7, 7), (1, 1), (0, 0, 0, 0), "uint8", 0, 0)]
+
+
+# -- the reference ------------------------------------------------------------------------------------------------
+def requantize(acc, mult, y_dtype, y_offset, lo, hi):
+    """clamp(rint(float32(acc) * M) + offset, lo, hi)."""
+    if y_dtype == "int32":
+        return acc.astype(np.int32)
+    v = np.rint(acc.astype(np.int32).astype(np.float32) * mult.astype(np.float32)).astype(np.int64) + y_offset
+    return np.clip(v, lo, hi).astype(y_dtype)
+
+
+def ref_conv(x, w, bias, strides, dilations, pads, group, xo, wo):
+    n, c, h, wd = x.shape
+    f, cg, kh, kw = w.shape
+    xp = np.full((n, c, h + pads[0] + pads[2], wd + pads[1] + pads[3]), xo, np.int64)
+    xp[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + wd] = x
+    oh = (xp.shape[2] - (kh - 1) * dilations[0] - 1) // strides[0] + 1
+    ow = (xp.shape[3] - (kw - 1) * dilations[1] - 1) // strides[1] + 1
+    acc = np.zeros((n, f, oh, ow), np.int64)
+    fg = f // group
+    for g in range(group):
+        xs = xp[:, g * cg:(g + 1) * cg] - xo
+        for i in range(kh):
+            for j in range(kw):
+                a, b = i * dilations[0], j * dilations[1]
+                win = xs[:, :, a:a + strides[0] * (oh - 1) + 1:strides[0], b:b + strides[1] * (ow - 1) + 1:strides[1]]
+                ww = w[g * fg:(g + 1) * fg, :, i, j].astype(np.int64) - wo[g * fg:(g + 1) * fg, None]
+                acc[:, g * fg:(g + 1) * fg] += np.einsum("nchw,fc->nfhw", win, ww)
+    return acc + bias.astype(np.int64)[None, :, None, None]
+
+
+def _offset(rng, dtype, kind):
+    lo, hi = TYPES[dtype]
+    return {"lo": lo, "hi": hi}.get(kind, int(rng.integers(lo, hi + 1)))
+
+
+def _tensor(rng, dtype, shape):
+    lo, hi = TYPES[dtype]
+    return rng.integers(lo, hi + 1, shape).astype(dtype)
+
+
+def _requant(rng, y_dtype, fused, scale_m, count, per_chan):
+    """(Requant, multipliers[count], bounds)."""
+    m = rng.uniform(2e-4, 4e-3, count if per_chan else 1).astype(np.float32) * np.float32(scale_m)
+    m = np.broadcast_to(m, (count,)).astype(np.float32)
+    if y_dtype == "int32":
+        return Requant("int32"), m, (None, None)
+    lo, hi = TYPES[y_dtype]
+    off = int(rng.integers(lo + 20, hi - 20))
+    if fused == "relu":
+        lo = off
+    elif fused == "relu6":
+        lo, hi = off, min(hi, off + 40)
+    return Requant(y_dtype, off, lo, hi), m, (lo, hi)
+
+
+def conv_case(i, target):
+    xs, ws, st, dl, pd, g, xdt, xok, wok, pc, ydt, fused, sm = CONV[i]
+    rng = np.random.default_rng(1000 + i)
+    x, w = _tensor(rng, xdt, xs), rng.integers(-128, 128, ws).astype(np.int8)
+    f = ws[0]
+    bias = rng.integers(-20000, 20000, f).astype(np.int32)
+    xo = _offset(rng, xdt, xok)
+    wo = {"zero": np.zeros(f, np.int64), "tensor": np.full(f, int(rng.integers(-128, 128))),
+          "channel": rng.integers(-128, 128, f)}[wok]
+    y, m, (lo, hi) = _requant(rng, ydt, fused, sm, f, pc)
+    k = plan_qconv(xs, ws, st, dl, pd, g, x_dtype=xdt, x_offset=xo, w_offset=wo if wok != "zero" else 0,
+                   multiplier=m if pc else m[0], y=y, num_threads=2, target=TARGETS[target], name=f"conv{i}")
+    acc = ref_conv(x.astype(np.int64), w, bias, st, dl, pd, g, xo, wo)
+    return k, (w, bias), x, requantize(acc, m[None, :, None, None], ydt, y.offset, lo, hi)
+
+
+def matmul_case(i, target):
+    ash, wsh, adt, aok, wok, pc, ydt, fused, sm = MATMUL[i]
+    rng = np.random.default_rng(2000 + i)
+    a, w = _tensor(rng, adt, ash), rng.integers(-128, 128, wsh).astype(np.int8)
+    n = wsh[-1]
+    bias = rng.integers(-20000, 20000, n).astype(np.int32)
+    ao = _offset(rng, adt, aok)
+    wo = {"zero": np.zeros(n, np.int64), "tensor": np.full(n, int(rng.integers(-128, 128))),
+          "channel": rng.integers(-128, 128, n)}[wok]
+    y, m, (lo, hi) = _requant(rng, ydt, fused, sm, n, pc)
+    k = plan_qmatmul(ash, wsh, a_dtype=adt, a_offset=ao, w_offset=wo if wok != "zero" else 0,
+                     multiplier=m if pc else m[0], y=y, num_threads=2, target=TARGETS[target], name=f"mm{i}")
+    acc = np.matmul(a.astype(np.int64) - ao, w.astype(np.int64) - wo) + bias
+    return k, (w, bias), a, requantize(acc, m, ydt, y.offset, lo, hi)
+
+
+@functools.lru_cache(maxsize=None)
+def built(target: str, path: str, threads: int):
+    """All conv and matmul cases of one layout target: kernels, their library (one compile) and expectations."""
+    cases = [conv_case(i, target) for i in range(len(CONV))] + [matmul_case(i, target) for i in range(len(MATMUL))]
+    flags = [f for f in FLAGS if threads > 1 or f != "-fopenmp"] + PATH_FLAGS[path]
+    return cases, compile_library([c[0] for c in cases], flags)
+
+
+@pytest.mark.parametrize("target,path,threads", RUNNABLE)
+@pytest.mark.parametrize("index", range(len(CONV) + len(MATMUL)))
+def test_conv_matmul_bit_exact(target, path, threads, index):
+    cases, lib = built(target, path, threads)
+    k, (w, bias), x, expect = cases[index]
+    got = GemmRunner(k, w, bias, expect.shape, expect.dtype, lib=lib).run(x)
+    bad = np.argwhere(got != expect)
+    assert bad.size == 0, (f"{k.describe}: {len(bad)} of {expect.size} differ, first at {tuple(bad[0])}: "
+                           f"{got[tuple(bad[0])]} != {expect[tuple(bad[0])]}")
+
+
+def test_saturation_reaches_both_ends():
+    """The large-multiplier cases really saturate at both ends (so the bit-exact tests cover saturation)."""
+    for i, case in enumerate(CONV):
+        if case[-1] > 1:
+            expect = conv_case(i, "portable")[3]
+            lo, hi = TYPES[case[10]]
+            assert (expect == lo).any() and (expect == hi).any(), f"conv case {i} does not saturate"
+
+
+@pytest.mark.parametrize("path", ["native", "portable"])
+def test_elementwise_and_pool_bit_exact(path):
+    rng = np.random.default_rng(7)
+    kernels, runs = [], []
+    for i, (xdt, xo, ydt, yo, m) in enumerate(RESCALE):
+        info = np.iinfo(xdt)
+        x = rng.integers(max(info.min, -200000), min(info.max, 200000) + 1, (3, 5, 7)).astype(xdt)
+        k = plan_qrescale(x.shape, x_dtype=xdt, x_offset=xo, multiplier=m, y=Requant(ydt, yo), name=f"rs{i}")
+        e = requantize(np.rint((x.astype(np.int64) - xo).astype(np.float32) * np.float32(m)), np.float32(1),
+                       ydt, yo, *TYPES[ydt])
+        kernels.append(k)
+        runs.append(([x], e))
+    for i, (adt, ao, ma, bdt, bo, mb, ydt, yo, fused) in enumerate(ADD):
+        a, b = _tensor(rng, adt, (4, 33)), _tensor(rng, bdt, (4, 33))
+        lo, hi = TYPES[ydt]
+        lo = yo if fused == "relu" else lo
+        k = plan_qadd(a.shape, a_dtype=adt, a_offset=ao, a_multiplier=ma, b_dtype=bdt, b_offset=bo,
+                      b_multiplier=mb, y=Requant(ydt, yo, lo, hi), name=f"add{i}")
+        # one rounding of the sum of the exact products, in float64
+        s = np.rint((a.astype(np.int64) - ao) * np.float64(np.float32(ma))
+                    + (b.astype(np.int64) - bo) * np.float64(np.float32(mb))).astype(np.int64)
+        kernels.append(k)
+        runs.append(([a, b], np.clip(s + yo, lo, hi).astype(ydt)))
+        k = plan_qmul(a.shape, a_dtype=adt, a_offset=ao, b_dtype=bdt, b_offset=bo, multiplier=ma * mb,
+                      y=Requant(ydt, yo, lo, hi), name=f"mul{i}")
+        s = np.rint(((a.astype(np.int64) - ao) * (b.astype(np.int64) - bo)).astype(np.float64)
+                    * np.float64(np.float32(ma * mb))).astype(np.int64)
+        kernels.append(k)
+        runs.append(([a, b], np.clip(s + yo, lo, hi).astype(ydt)))
+    for xdt, ydt in (("int8", "uint8"), ("uint8", "int8")):
+        x, t = _tensor(rng, xdt, (2, 70)), _tensor(rng, ydt, 256)
+        kernels.append(plan_qlookup(x.shape, x_dtype=xdt, y_dtype=ydt, name=f"lut_{xdt}"))
+        runs.append(([x, t], t[x.astype(np.int64) - TYPES[xdt][0]]))
+    for i, (op, xs, kk, st, pd, xdt, ydt_same, inc) in enumerate(POOL):
+        x = _tensor(rng, xdt, xs)
+        n, c, h, w = xs
+        oh, ow = (h + pd[0] + pd[2] - kk[0]) // st[0] + 1, (w + pd[1] + pd[3] - kk[1]) // st[1] + 1
+        sl = [(a, b) for a in range(kk[0]) for b in range(kk[1])]
+
+        def win(arr, a, b):
+            return arr[..., a:a + st[0] * (oh - 1) + 1:st[0], b:b + st[1] * (ow - 1) + 1:st[1]]
+        if op == "max":
+            xp = np.full((n, c, h + pd[0] + pd[2], w + pd[1] + pd[3]), TYPES[xdt][0], np.int64)
+            xp[:, :, pd[0]:pd[0] + h, pd[1]:pd[1] + w] = x
+            k = plan_qpool("max", xs, kk, st, (1, 1), pd, x_dtype=xdt, name=f"pool{i}")
+            runs.append(([x, np.zeros(1, np.float32)], np.max([win(xp, a, b) for a, b in sl], axis=0).astype(xdt)))
+        else:
+            xo, yo, xs_, ys_ = int(rng.integers(*TYPES[xdt])), 17, 0.05, 0.0625
+            xp = np.zeros((n, c, h + pd[0] + pd[2], w + pd[1] + pd[3]), np.int64)
+            xp[:, :, pd[0]:pd[0] + h, pd[1]:pd[1] + w] = x.astype(np.int64) - xo
+            inb = np.zeros(xp.shape[2:], np.int64)
+            inb[pd[0]:pd[0] + h, pd[1]:pd[1] + w] = 1
+            cnt_src = np.ones_like(inb) if inc else inb
+            s = np.sum([win(xp, a, b) for a, b in sl], axis=0)
+            cnt = np.sum([win(cnt_src, a, b) for a, b in sl], axis=0)
+            table = avg_pool_multipliers(xs_, ys_, kk[0] * kk[1])
+            # reference table written from the definition: float32(x_scale / (y_scale * count)) in float64
+            assert np.array_equal(table[1:], (xs_ / (ys_ * np.arange(1, kk[0] * kk[1] + 1))).astype(np.float32))
+            k = plan_qpool("avg", xs, kk, st, (1, 1), pd, x_dtype=xdt, x_offset=xo, y=Requant("uint8", yo),
+                           count_include_pad=inc, name=f"pool{i}")
+            e = np.clip(np.rint(s.astype(np.float32) * table[cnt]).astype(np.int64) + yo, 0, 255).astype(np.uint8)
+            runs.append(([x, table], e))
+        kernels.append(k)
+    lib = compile_library(kernels, FLAGS + PATH_FLAGS[path])
+    for k, (inputs, expect) in zip(kernels, runs):
+        got = run_simple(k, inputs, expect.shape, expect.dtype, lib=lib)
+        assert np.array_equal(got, expect), f"{k.describe}: {(got != expect).sum()} of {expect.size} differ"
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), x_dtype="int16", x_offset=0,
+                        y=Requant("int8")), "conv input dtype 'int16'"),
+    (lambda: plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), x_dtype="uint8", x_offset=300,
+                        y=Requant("int8")), "offset 300"),
+    (lambda: plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), x_dtype="uint8", x_offset=0,
+                        multiplier=[1.0, 2.0, 3.0], y=Requant("int8")), "2 entries"),
+    (lambda: plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), x_dtype="uint8", x_offset=0,
+                        y=Requant("int8", 0, 10, 5)), "clamp [10, 5]"),
+    (lambda: plan_qmatmul((2, 3), (4, 5), a_dtype="int8", a_offset=0, y=Requant("int8")), "[..., M, K]"),
+    (lambda: plan_qmul((4,), a_dtype="int8", a_offset=0, b_dtype="int8", b_offset=0, multiplier=1e300,
+                       y=Requant("int8")), "must be finite"),
+    (lambda: plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (0, 0, 0, 0), x_dtype="int8", x_offset=0,
+                        y=Requant("int8"), name="bad name"), "not a C identifier"),
+])
+def test_bad_requests_are_named_errors(call, message):
+    with pytest.raises(Int8EngineError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        call()
+
+
+def test_unsupported_geometry_is_reported():
+    k = plan_qconv((1, 2, 3, 3, 3), (2, 2, 1, 1, 1), (1, 1, 1), (1, 1, 1), (0,) * 6, x_dtype="int8", x_offset=0,
+                   y=Requant("int8"))
+    assert not k and "2-d" in k.reason
+
+
+def test_kernels_of_both_layouts_share_one_translation_unit():
+    """Codegen places many kernels in one unit: 16- and 8-lane kernels and every kind compile together."""
+    ks = [plan_qconv((1, 4, 5, 5), (2, 4, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), x_dtype="int8", x_offset=0,
+                     y=Requant("int8"), target=TARGETS[t], name=f"k_conv_{t}") for t in ("avx512vnni", "avx2")]
+    ks.append(plan_qmatmul((3, 4), (4, 5), a_dtype="uint8", a_offset=0, y=Requant("int8"), name="k_mm"))
+    ks.append(plan_qpool("max", (1, 2, 4, 4), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), x_dtype="int8", name="k_pool"))
+    ks.append(plan_qadd((4,), a_dtype="int8", a_offset=0, a_multiplier=1.0, b_dtype="int8", b_offset=0,
+                        b_multiplier=1.0, y=Requant("int8"), name="k_add"))
+    compile_library(ks)
