@@ -1,0 +1,528 @@
+"""The conv engine: per convolution, Python chooses layout, algorithm and blocking; templates hold the loops.
+
+Interface with codegen (the whole of it)::
+
+    geom = ConvGeometry.from_conv(x_shape, w_shape, strides, dilations, pads, group)   # a `conv` instruction
+    geom = ConvGeometry.from_conv_transpose(x_shape, w_shape, strides, dilations, pads, output_padding, group)
+    plan = plan_conv(geom, dtype="float32", epilogue=Epilogue(("residual", "relu")), num_threads=2,
+                     in_layout="nchw", out_layout="nchw", name="k7_conv")
+    if not plan: ...            # Unsupported(reason): keep the generic kernel; plan.reason says why
+    plan.source                 # C: static helpers + `static void NAME(x, w, bias, y, scratch, res)`
+    plan.scratch_bytes          # bytes of the @scratch operand (64-byte aligned), 0 when none
+    plan.pack_weights(w)        # numpy, at compile time: w as the instruction holds it -> packed float32 constant
+    plan.describe               # one line for `glowc dump`
+
+The kernel's C signature is fixed: ``void NAME(const float *x, const float *w_packed, const float *bias,
+float *y, uint8_t *scratch, const float *res)``; all geometry is baked in, nothing is allocated, ``res`` is the
+residual input (same shape and layout as ``y``; pass NULL without a residual step). ``bias`` is the plain
+``[F]`` vector. ``y`` must not alias ``x``, ``res`` or ``scratch`` (partial sums are kept in ``y``). With
+``num_threads > 1`` the kernel opens one OpenMP region of exactly ``num_threads`` threads when the work is large
+enough (``PARALLEL_MIN_MACS``), else it runs serially; compiled without -fopenmp it is serial and correct.
+
+Layouts: "nchw" is the plain layout; "nchwc" is [N, ceil(C/cb), *spatial, cb] with cb lanes per channel block
+(``target.cb``: 16 with AVX-512, else 8) and zeros in the lanes past C. The kernels write finite values into
+those lanes of a blocked output and read them only with zero weights. ``layout_kernel`` renders the standalone
+NCHW <-> NCHWc conversions a layout pass will place.
+
+Epilogue (applied in registers before the single store): bias, then ``Epilogue.steps`` in order: "relu",
+("clip", lo, hi), "sigmoid", "silu", "gelu_erf", "gelu_tanh", "hard_swish" and "residual" (adds ``res``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable
+
+import jinja2
+import numpy as np
+
+from glow_core.backend import Unsupported
+from glow_core.errors import GlowError
+
+TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+
+#: Least multiply-adds for which a conv kernel runs as an OpenMP region (waking a thread costs microseconds).
+PARALLEL_MIN_MACS = 1 << 19
+#: Budget in bytes for the weight slab a register tile streams through per input-channel chunk (L1-resident).
+SLAB_BYTES = 40 * 1024
+#: Row blocks per thread when the kernel is parallel (static schedule: enough items to balance).
+ITEMS_PER_THREAD = 4
+LAYOUTS = ("nchw", "nchwc", "nhwc")
+
+
+class ConvEngineError(GlowError):
+    """A conv engine request that is malformed (unknown layout or epilogue step, shapes that disagree)."""
+
+
+@lru_cache(maxsize=None)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                              keep_trailing_newline=True, autoescape=False, trim_blocks=False)
+
+
+# -- target ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Target:
+    """What the blocking is tuned for: floats per hardware vector and vector registers (``cb`` lanes per channel
+    block; a block wider than a register spans several)."""
+
+    name: str
+    vector_floats: int
+    registers: int
+
+    @property
+    def cb(self) -> int:
+        return 16 if self.vector_floats >= 16 else 8
+
+    @property
+    def regs_per_block(self) -> int:
+        return max(1, self.cb // self.vector_floats)
+
+
+@lru_cache(maxsize=None)
+def host_target() -> Target:
+    """The machine compiling with -march=native: AVX-512F, AVX2/FMA, NEON (aarch64) or plain SSE2."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = line
+                    break
+    except OSError:
+        pass
+    words = set(flags.split())
+    if "avx512f" in words:
+        return Target("avx512", 16, 32)
+    if "avx2" in words and "fma" in words:
+        return Target("avx2", 8, 16)
+    if platform.machine() in ("aarch64", "arm64"):
+        return Target("neon", 4, 32)
+    return Target("sse", 4, 16)
+
+
+# -- geometry ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConvGeometry:
+    """One convolution: x [batch, channels, *spatial], w [filters, channels/group, *kernel], explicit begin+end
+    pads; ``input_dilation`` > 1 inserts zeros between input samples (a transposed convolution)."""
+
+    batch: int
+    channels: int
+    filters: int
+    group: int
+    spatial: tuple
+    kernel: tuple
+    strides: tuple
+    dilations: tuple
+    pads: tuple
+    input_dilation: tuple = ()
+
+    def __post_init__(self):
+        n = len(self.spatial)
+        if not self.input_dilation:
+            object.__setattr__(self, "input_dilation", (1,) * n)
+        for nm in ("kernel", "strides", "dilations", "input_dilation"):
+            if len(getattr(self, nm)) != n:
+                raise ConvEngineError(f"conv engine: {nm} {getattr(self, nm)} needs {n} entries")
+        if len(self.pads) != 2 * n:
+            raise ConvEngineError(f"conv engine: pads {self.pads} needs {2 * n} entries (begins then ends)")
+        if self.group < 1 or self.channels % self.group or self.filters % self.group:
+            raise ConvEngineError(f"conv engine: group {self.group} must divide channels {self.channels} and "
+                                  f"filters {self.filters}")
+
+    @classmethod
+    def from_conv(cls, x_shape, w_shape, strides, dilations, pads, group=1) -> "ConvGeometry":
+        """The geometry of a `conv` primitive (x, w shapes and its attributes)."""
+        if w_shape[1] * group != x_shape[1]:
+            raise ConvEngineError(f"conv engine: filter {tuple(w_shape)} with group {group} does not match "
+                                  f"input {tuple(x_shape)}")
+        return cls(x_shape[0], x_shape[1], w_shape[0], group, tuple(x_shape[2:]), tuple(w_shape[2:]),
+                   tuple(strides), tuple(dilations), tuple(pads))
+
+    @classmethod
+    def from_conv_transpose(cls, x_shape, w_shape, strides, dilations, pads, output_padding, group=1):
+        """(geometry, weight transform) of an ONNX ConvTranspose with explicit pads: the same as a stride-1 conv
+        over the input with zeros inserted (input_dilation = strides), the kernel flipped and its channel axes
+        swapped per group. The transform maps the ConvTranspose weight [C, F/group, *k] to [F, C/group, *k]."""
+        n = len(x_shape) - 2
+        k = tuple(w_shape[2:])
+        C, fg = x_shape[1], w_shape[1]
+        eff = [(k[i] - 1) * dilations[i] + 1 for i in range(n)]
+        begin = [eff[i] - 1 - pads[i] for i in range(n)]
+        end = [eff[i] - 1 - pads[n + i] + output_padding[i] for i in range(n)]
+
+        def transform(w):
+            w = np.asarray(w).reshape((group, C // group, fg) + k).swapaxes(1, 2).reshape((group * fg, C // group) + k)
+            return np.ascontiguousarray(w[(slice(None), slice(None)) + (slice(None, None, -1),) * n])
+        return cls(x_shape[0], C, group * fg, group, tuple(x_shape[2:]), k, (1,) * n, tuple(dilations),
+                   tuple(begin + end), tuple(strides)), transform
+
+    @property
+    def out_spatial(self) -> tuple:
+        n = len(self.spatial)
+        return tuple(((self.spatial[i] - 1) * self.input_dilation[i] + 1 + self.pads[i] + self.pads[n + i]
+                      - (self.kernel[i] - 1) * self.dilations[i] - 1) // self.strides[i] + 1 for i in range(n))
+
+    @property
+    def macs(self) -> int:
+        """Multiply-adds as conventionally counted: every kernel tap of every output (padding included); for a
+        transposed convolution every tap of every input sample (the inserted zeros excluded)."""
+        cg, k = self.channels // self.group, math.prod(self.kernel)
+        if all(d == 1 for d in self.input_dilation):
+            return self.batch * self.filters * cg * k * math.prod(self.out_spatial)
+        return self.batch * self.channels * (self.filters // self.group) * k * math.prod(self.spatial)
+
+    def describe(self) -> str:
+        sp = "x".join(map(str, self.spatial))
+        k = "x".join(map(str, self.kernel))
+        extra = [f"s{','.join(map(str, self.strides))}"] if any(s != 1 for s in self.strides) else []
+        if any(d != 1 for d in self.dilations):
+            extra.append(f"d{','.join(map(str, self.dilations))}")
+        if any(self.pads):
+            extra.append(f"p{','.join(map(str, self.pads))}")
+        if self.group != 1:
+            extra.append(f"g{self.group}")
+        if any(d != 1 for d in self.input_dilation):
+            extra.append(f"up{','.join(map(str, self.input_dilation))}")
+        return f"{self.batch}x{self.channels}x{sp} -> {self.filters} k{k} " + " ".join(extra)
+
+
+# -- epilogue ---------------------------------------------------------------------------------------------------
+#: Activation -> number of float parameters (every step is one of these or "residual").
+ACTIVATIONS = {"relu": 0, "clip": 2, "sigmoid": 0, "silu": 0, "gelu_erf": 0, "gelu_tanh": 0, "hard_swish": 0}
+
+
+def _c_float(v: float) -> str:
+    v = float(np.float32(v))
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return float.hex(v) + "f"
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What happens to each output after the bias: ``steps`` in order, each an activation name, a tuple
+    (name, *params) (("clip", lo, hi)), or "residual" (adds the ``res`` input, at most once)."""
+
+    steps: tuple = ()
+
+    def __post_init__(self):
+        norm = []
+        for s in self.steps:
+            name, params = (s, ()) if isinstance(s, str) else (s[0], tuple(float(p) for p in s[1:]))
+            if name == "residual" and not params:
+                norm.append("residual")
+                continue
+            if name not in ACTIVATIONS:
+                raise ConvEngineError(f"conv engine: epilogue step {s!r} is not one of residual, "
+                                      f"{', '.join(ACTIVATIONS)}")
+            if len(params) != ACTIVATIONS[name] or any(math.isnan(p) for p in params):
+                raise ConvEngineError(f"conv engine: epilogue step {s!r} takes {ACTIVATIONS[name]} non-NaN "
+                                      f"parameters")
+            norm.append((name,) + params if params else name)
+        if norm.count("residual") > 1:
+            raise ConvEngineError("conv engine: an epilogue adds at most one residual")
+        object.__setattr__(self, "steps", tuple(norm))
+
+    @property
+    def residual(self) -> bool:
+        return "residual" in self.steps
+
+    def c_steps(self, cb: int) -> list[str]:
+        """"residual", or a C expression of the vector ``v`` (gce_v<cb>) per step."""
+        out = []
+        for s in self.steps:
+            if s == "residual":
+                out.append(s)
+            elif isinstance(s, tuple):
+                out.append(f"gce_clip{cb}(v, {_c_float(s[1])}, {_c_float(s[2])})")
+            elif s == "silu":
+                out.append(f"v * gce_sigmoid{cb}(v)")
+            else:
+                out.append(f"gce_{s}{cb}(v)")
+        return out
+
+    def describe(self) -> str:
+        return "+".join(s if isinstance(s, str) else f"{s[0]}({s[1]:g},{s[2]:g})" for s in self.steps)
+
+
+# -- the plan codegen receives ------------------------------------------------------------------------------------
+@dataclass
+class ConvKernel:
+    """A planned conv kernel: C source (helpers + ``static void name(x, w, bias, y, scratch, res)``), scratch
+    bytes, the compile-time weight repacking and a one-line description of the choice."""
+
+    name: str
+    source: str
+    scratch_bytes: int
+    pack_weights: Callable[[np.ndarray], np.ndarray]
+    describe: str
+    algorithm: str
+    in_layout: str
+    out_layout: str
+    cb: int
+    geometry: ConvGeometry
+    epilogue: Epilogue
+    packed_size: int = 0
+    details: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def _align(n: int, a: int = 64) -> int:
+    return (n + a - 1) // a * a
+
+
+# -- per-dimension phases -------------------------------------------------------------------------------------------
+@dataclass
+class _Dim:
+    """One spatial dimension as the kernels see it. The input copy holds source index ``i * sub - pad`` at
+    index ``i`` (zero outside the source), ``padded`` long; the kernel reads it at ``stride`` with taps
+    ``sub_dil`` apart; each phase writes every ``step``-th output from ``start`` (``count`` of them) with
+    kernel taps ``taps`` starting at copy offset ``xoff``."""
+
+    size: int
+    out: int
+    stride: int
+    sub_dil: int
+    step: int
+    pad: int
+    padded: int
+    phases: list  # [(taps, xoff, start, count)]
+    sub: int = 1
+
+    @property
+    def trivial(self) -> bool:
+        """A 1-tap, stride-1 dimension read in place: rows of it can be flattened into one."""
+        return (self.stride == self.step == self.sub == 1 and self.pad == 0 and self.padded == self.size == self.out
+                and self.phases == [([0], 0, 0, self.out)])
+
+
+def _dim(size, k, s, d, pb, pe, up) -> _Dim:
+    out = ((size - 1) * up + 1 + pb + pe - (k - 1) * d - 1) // s + 1
+    if up == 1:
+        raw = [(list(range(k)), -pb, 0, out)]
+        sub_d, stride, step = d, s, 1
+    else:
+        sub_d, stride, step = d // math.gcd(d, up), 1, up
+        raw = []
+        for rho in range(min(up, out)):
+            taps = [t for t in range(k) if (rho + t * d - pb) % up == 0]
+            raw.append((taps, (rho + taps[0] * d - pb) // up if taps else 0, rho, len(range(rho, out, up))))
+    live = [r for r in raw if r[0] and r[3] > 0]
+    lo = min((r[1] for r in live), default=0)
+    hi = max(((r[3] - 1) * stride + r[1] + (len(r[0]) - 1) * sub_d for r in live), default=0)
+    pad = max(0, -lo)
+    return _Dim(size, out, stride, sub_d, step, pad, max(pad + hi + 1, 1),
+                [(t, (e + pad) if t else 0, st, c) for t, e, st, c in raw])
+
+
+def _subsampled(d: _Dim) -> _Dim:
+    """A one-tap dimension with its stride and padding moved into the input copy (output j reads copy j)."""
+    if d.step != 1 or len(d.phases) != 1 or len(d.phases[0][0]) != 1:
+        return d
+    xoff = d.phases[0][1]
+    return _Dim(d.size, d.out, 1, 1, 1, d.pad - xoff, d.out, [([0], 0, 0, d.out)], d.stride)
+
+
+def _flat(n: int) -> _Dim:
+    return _Dim(n, n, 1, 1, 1, 0, n, [([0], 0, 0, n)])
+
+
+def _dims(geom: ConvGeometry) -> list[_Dim]:
+    """Two dims (h, w) of the geometry; a 1-d conv is a 2-d one with a unit height."""
+    n = len(geom.spatial)
+    ds = [_dim(geom.spatial[i], geom.kernel[i], geom.strides[i], geom.dilations[i], geom.pads[i],
+               geom.pads[n + i], geom.input_dilation[i]) for i in range(n)]
+    return ([_flat(1)] + ds) if n == 1 else ds
+
+
+# -- direct convolution ------------------------------------------------------------------------------------------------
+def _tile_cost(j: int, t: int, steps: int) -> float:
+    """Estimated half-cycles of one register tile: per step max(FMAs, loads) (two of each per cycle), plus the
+    accumulators' initialisation and store and a call overhead."""
+    return steps * max(j * t, j + t) + 2 * j * t + 24
+
+
+def _choose_tile(target: Target, steps: int, cols: list, rows: list, nfb: int, jmax: int, forced=None):
+    """(J, T) minimising the estimated time over every phase's rows of ``cols`` outputs."""
+    best = None
+    for j in range(1, jmax + 1):
+        for t in range(1, 33):
+            if (j * t + j) * target.regs_per_block + 1 > target.registers:
+                break
+            if forced and (j, t) != tuple(forced):
+                continue
+            full, tail = divmod(nfb, j)
+            cost = 0.0
+            for c, r in zip(cols, rows):
+                per_row = sum(_tile_cost(jj, tt, steps) * cnt
+                              for jj, jn in ((j, full), (tail, 1 if tail else 0)) if jn
+                              for tt, cnt in ((t, c // t * jn), (c % t, jn if c % t else 0)) if cnt)
+                cost += r * per_row
+            if best is None or cost < best[0] - 1e-9:
+                best = (cost, j, t)
+    if best is None:
+        raise ConvEngineError(f"conv engine: no register tile fits {forced}")
+    return best[1], best[2]
+
+
+def _layout_strides(layout, cb, c, hw):
+    """(block stride, pixel stride, lane stride, image size) of a [c, hw] activation in ``layout``."""
+    nb = -(-c // cb)
+    if layout == "nchwc":
+        return hw * cb, cb, 1, nb * hw * cb
+    if layout == "nhwc":
+        return cb, c, 1, hw * c
+    return cb * hw, 1, hw, c * hw
+
+
+def _input_copy(dh: _Dim, dw: _Dim, c: int, in_layout: str, icb: int, cb: int, mult: int = 1):
+    """(prep dict for conv_layout.prep or None, the (h, w) dims the kernel reads, image floats it reads). x is
+    read as it is when it already has the kernel's blocking and needs no padding or subsampling; a kernel that
+    reads whole rows with one tap sees them flattened into a single row."""
+    same = ((in_layout == "nchwc" and icb == cb) or (in_layout == "nchw" and icb == 1) or
+            (in_layout == "nhwc" and icb == c))
+    prep = None
+    if not (same and mult == 1 and all(d.pad == 0 and d.sub == 1 and d.padded <= d.size for d in (dh, dw))):
+        dh, dw = _subsampled(dh), _subsampled(dw)
+        prep = dict(src_layout=in_layout, c=c, h=dh.size, w=dw.size, src_cb=c if in_layout == "nhwc" else cb,
+                    nblk=-(-c * mult // icb), icb=icb, hp=dh.padded, wp=dw.padded, pt=dh.pad, pl=dw.pad,
+                    sh=dh.sub, sw=dw.sub, mult=mult)
+        dh = dataclasses.replace(dh, size=dh.padded)
+        dw = dataclasses.replace(dw, size=dw.padded)
+    if dh.trivial and dw.trivial:
+        dh, dw = _flat(1), _flat(dh.size * dw.size)
+    return prep, dh, dw, -(-c * mult // icb) * icb * dh.size * dw.size
+
+
+def _plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
+    cb = target.cb
+    N, C, F, G = geom.batch, geom.channels, geom.filters, geom.group
+    cg, fg = C // G, F // G
+    dh, dw = _dims(geom)
+    nfb = -(-F // cb)
+    # input blocking: cb lanes (dense, or groups aligned with blocks), 1 (few or unaligned channels), all (nhwc)
+    if "nhwc" in (in_layout, out_layout):
+        if G != 1 or in_layout != out_layout or F % cb or dh.step != 1 or dw.step != 1:
+            return Unsupported(f"conv engine: nhwc is for dense, non-transposed convs with filters a multiple of "
+                               f"{cb}, in and out")
+        icb, per_group = C, nfb
+    elif G == 1:
+        icb, per_group = int(force.get("icb", cb if (-C % cb) <= 0.25 * C else 1)), nfb
+    elif cg % cb == 0 and fg % cb == 0:
+        icb, per_group = cb, fg // cb
+    else:
+        icb, per_group = 1, nfb
+    aligned = icb != 1 or G == 1
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, icb, cb)
+    scratch = _align(ximg * 4) if prep else 0
+    if prep:
+        prep["offset"] = 0
+    kmax = max(len(p[0]) for p in dh.phases) * max(len(p[0]) for p in dw.phases)
+    span = cg if G > 1 and aligned else (C if aligned else min(C, (-(-cb // fg) + 1) * cg))
+    jmax = min(4, per_group) if aligned else 1
+    cols = [pw[3] for _ in dh.phases for pw in dw.phases]
+    rows = [ph[3] for ph in dh.phases for _ in dw.phases]
+    j, t = _choose_tile(target, kmax * span, cols, rows, nfb, jmax, force.get("tile"))
+    # filter-block groups: [first block, J, first input block, input blocks, weight units before it]
+    groups, units = [], 0
+    for base in range(0, nfb, per_group):
+        for fb0 in range(base, min(base + per_group, nfb), j):
+            jj = min(j, base + per_group - fb0, nfb - fb0)
+            if not aligned:
+                g_lo, g_hi = fb0 * cb // fg, (min(F, (fb0 + jj) * cb) - 1) // fg
+                cin0, ncin = g_lo * cg, (g_hi - g_lo + 1) * cg
+            elif G > 1:
+                cin0, ncin = (fb0 * cb // fg) * cg // cb, cg // cb
+            else:
+                cin0, ncin = 0, -(-C // icb)
+            groups.append([fb0, jj, cin0, ncin, units])
+            units += ncin * jj
+    hp, wp = dh.size, dw.size
+    xrow = wp * icb
+    phases = [(ph, pw) for ph in dh.phases for pw in dw.phases]
+    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
+    max_rows = max(ph[3] for ph, _ in phases)
+    rblocks = min(max_rows, -(-ITEMS_PER_THREAD * nt // (len(phases) * len(groups)))) if parallel else 1
+    rblocks = int(force.get("rblocks", rblocks))
+    ptable, taps, wtotal = [], [], 0
+    for ph, pw in phases:
+        kh_n, kw_n = len(ph[0]), len(pw[0])
+        ptable.append([kh_n, kw_n, ph[1], pw[1], ph[2], pw[2], ph[3], pw[3], -(-ph[3] // rblocks), wtotal,
+                       len(taps)])
+        taps += [a * dh.sub_dil * xrow + b * dw.sub_dil * icb for a in range(kh_n) for b in range(kw_n)]
+        wtotal += units * kh_n * kw_n * icb * cb
+    chunk = int(force.get("chunk", max(1, SLAB_BYTES // (kmax * icb * j * cb * 4))))
+    oh, ow = dh.out, dw.out
+    yfb, ypx, _, yimg = _layout_strides("nhwc" if out_layout == "nhwc" else "nchwc", cb, F, oh * ow)
+    unblock = None
+    if out_layout == "nchw":
+        unblock = dict(offset=scratch, hw=oh * ow)
+        scratch += _align(nfb * oh * ow * cb * 4)
+    rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
+    ukernels = sorted({(g[1], tt) for g in groups for p in ptable
+                       for tt in (min(t, p[7]), p[7] % t) if tt > 0})
+    how = "nhwc" if icb == C and in_layout == "nhwc" else ("nchwc" if icb == cb else "planar input")
+    desc = (f"direct {how}, tile {j} blocks x {t} px, chunk {chunk}, {rblocks} row block(s), "
+            f"{len(phases)} phase(s), {'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, "
+            f"{nt if parallel else 1} thread(s)")
+    src = _env().get_template("conv_direct.c.j2").render(
+        name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
+        ukernels=[dict(j=a, t=b) for a, b in ukernels], groups=groups, phases=ptable, taps=taps or [0],
+        items=len(phases) * len(groups) * rblocks, rblocks=rblocks, chunk=chunk, tile=t, ostep=dh.step,
+        sh=dh.stride, sw=dw.stride, icb=icb, xcb=hp * wp * icb, xrow=xrow, ximg=ximg, yfb=yfb, ypx=ypx,
+        ypix=ypx * dw.step, yimg=yimg, ow_full=ow, rfb=rfb, rpx=rpx, rpix=rpx * dw.step, rlane=rlane, rimg=rimg,
+        residual=epi.residual, epi=epi.c_steps(cb))
+    ktaps = [(ph[0], pw[0]) for ph, pw in phases]
+    kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
+
+    def pack(w):
+        """[F, C/group, *k] -> per phase, per filter-block group: [input block][kh][kw][lane in][J][cb]."""
+        w = np.asarray(w, dtype=np.float32).reshape((F, cg) + kshape)
+        parts = []
+        for th, tw in ktaps:
+            for fb0, jj, cin0, ncin, _ in groups:
+                fidx = fb0 * cb + np.arange(jj * cb).reshape(jj, cb)
+                fcl = np.minimum(fidx, F - 1)
+                slots = cin0 * icb + np.arange(ncin * icb)
+                local = slots[:, None, None] - (fcl // fg)[None] * cg
+                valid = (fidx < F)[None] & (local >= 0) & (local < cg) & (slots < C)[:, None, None]
+                wt = w[fcl][:, :, :, th][:, :, :, :, tw]  # [J, cb, cg, kh', kw']
+                vals = wt[np.arange(jj)[None, :, None], np.arange(cb)[None, None, :], np.clip(local, 0, cg - 1)]
+                vals = np.where(valid[..., None, None], vals, np.float32(0))
+                parts.append(vals.reshape(ncin, icb, jj, cb, len(th), len(tw)).transpose(0, 4, 5, 1, 2, 3).ravel())
+        return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+
+    return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, "direct", in_layout, out_layout, cb, geom,
+                      epi, wtotal, dict(tile=(j, t), chunk=chunk, rblocks=rblocks, icb=icb, phases=len(phases)))
+
+
+def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue | None = None,
+              num_threads: int = 1, in_layout: str = "nchw", out_layout: str = "nchw", target: Target | None = None,
+              name: str = "gce_conv", force: dict | None = None):
+    """A ConvKernel for ``geom``, or Unsupported(reason) when the engine does not cover it (the caller keeps its
+    generic kernel). ``force`` overrides choices for studies and tests: algorithm, tile (J, T), chunk, rblocks,
+    icb."""
+    epilogue = epilogue or Epilogue()
+    target = target or host_target()
+    force = dict(force or {})
+    if in_layout not in LAYOUTS or out_layout not in LAYOUTS:
+        raise ConvEngineError(f"conv engine: layouts {in_layout!r} -> {out_layout!r}; accepted: {', '.join(LAYOUTS)}")
+    if dtype != "float32":
+        return Unsupported(f"conv engine: float32 only (got {dtype})")
+    if len(geom.spatial) not in (1, 2):
+        return Unsupported(f"conv engine: 1-d and 2-d convolutions only (this one is {len(geom.spatial)}-d)")
+    if any(o <= 0 for o in geom.out_spatial) or geom.batch == 0 or geom.channels == 0 or geom.filters == 0:
+        return Unsupported("conv engine: empty output or input")
+    if any(u != 1 for u in geom.input_dilation) and any(s != 1 for s in geom.strides):
+        return Unsupported("conv engine: input dilation (transposed conv) with a stride")
+    if num_threads < 1:
+        raise ConvEngineError(f"conv engine: num_threads must be >= 1, got {num_threads}")
+    return _plan_direct(geom, target, epilogue, num_threads, in_layout, out_layout, name, force)
