@@ -60,8 +60,10 @@ class ConvEngineError(GlowError):
 
 @lru_cache(maxsize=None)
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False, trim_blocks=False)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False, trim_blocks=False)
+    env.globals["schedule"] = os.environ.get("GCE_SCHEDULE", "static")
+    return env
 
 
 # -- target ----------------------------------------------------------------------------------------------------
@@ -402,6 +404,17 @@ def _input_copy(dh: _Dim, dw: _Dim, c: int, in_layout: str, icb: int, cb: int, m
     return prep, dh, dw, -(-c * mult // icb) * icb * dh.size * dw.size
 
 
+def _dense_input_block(c: int, cb: int, in_layout: str) -> int:
+    """Input lanes per block of a dense conv: the layout's cb when its zero lanes waste at most a third of the
+    work (no copy needed from nchwc), all channels in one block when fewer than cb (stems: each pixel's channels
+    side by side, measured 1.2-1.8x faster than planar), else the largest of cb/2, cb/4 wasting <= 25%, else 1."""
+    if in_layout == "nchwc" and -c % cb <= c / 3:
+        return cb
+    if c < cb:
+        return c
+    return next((b for b in (cb, cb // 2, cb // 4) if -c % b <= c / 4), 1)
+
+
 def _plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     cb = target.cb
     N, C, F, G = geom.batch, geom.channels, geom.filters, geom.group
@@ -415,7 +428,7 @@ def _plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
                                f"{cb}, in and out")
         icb, per_group = C, nfb
     elif G == 1:
-        icb, per_group = int(force.get("icb", cb if (-C % cb) <= 0.25 * C else 1)), nfb
+        icb, per_group = int(force.get("icb", _dense_input_block(C, cb, in_layout))), nfb
     elif cg % cb == 0 and fg % cb == 0:
         icb, per_group = cb, fg // cb
     else:
@@ -469,7 +482,7 @@ def _plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
     ukernels = sorted({(g[1], tt) for g in groups for p in ptable
                        for tt in (min(t, p[7]), p[7] % t) if tt > 0})
-    how = "nhwc" if icb == C and in_layout == "nhwc" else ("nchwc" if icb == cb else "planar input")
+    how = "nhwc" if in_layout == "nhwc" else ("nchwc" if icb == cb else f"{icb}-lane input blocks")
     desc = (f"direct {how}, tile {j} blocks x {t} px, chunk {chunk}, {rblocks} row block(s), "
             f"{len(phases)} phase(s), {'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, "
             f"{nt if parallel else 1} thread(s)")
@@ -504,6 +517,220 @@ def _plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
                       epi, wtotal, dict(tile=(j, t), chunk=chunk, rblocks=rblocks, icb=icb, phases=len(phases)))
 
 
+def _plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
+    """One filter per (input channel, multiplier): lanes are channels, no reduction across lanes."""
+    cb = target.cb
+    N, C, F = geom.batch, geom.channels, geom.filters
+    mult = F // C
+    dh, dw = _dims(geom)
+    if in_layout == "nhwc" or out_layout == "nhwc":
+        return Unsupported("conv engine: depthwise runs on nchw / nchwc only")
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb, mult)
+    (kh_taps, xoff_h, _, oh), = dh.phases
+    (kw_taps, xoff_w, _, ow), = dw.phases
+    kh, kw = len(kh_taps), len(kw_taps)
+    if xoff_h or xoff_w:  # a one-tap dim read in place at an offset: only with copies, never here
+        return Unsupported("conv engine: depthwise input offset")
+    nfb = -(-F // cb)
+    scratch = _align(ximg * 4) if prep else 0
+    if prep:
+        prep["offset"] = 0
+    regs = target.registers // target.regs_per_block - 3
+    t = int(force.get("tile", min(ow, regs, max(range(4, regs + 1), key=lambda t: (ow / (-(-ow // t) * t), t)))))
+    tiles = [t] + ([ow % t] if ow % t else [])
+    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
+    rblocks = min(oh, -(-ITEMS_PER_THREAD * nt // nfb)) if parallel else 1
+    rows = -(-oh // rblocks)
+    yfb, _, _, yimg = _layout_strides("nchwc", cb, F, oh * ow)
+    unblock = None
+    if out_layout == "nchw":
+        unblock = dict(offset=scratch, hw=oh * ow)
+        scratch += _align(nfb * oh * ow * cb * 4)
+    rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
+    desc = (f"depthwise nchwc{f' x{mult} channels' if mult > 1 else ''}, tile {t} px, {rblocks} row block(s), "
+            f"{'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, {nt if parallel else 1} thread(s)")
+    src = _env().get_template("conv_depthwise.c.j2").render(
+        name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
+        tiles=tiles, tile=t, kh=kh, kw=kw, dh=dh.sub_dil, dw=dw.sub_dil, sh=dh.stride, sw=dw.stride,
+        xrow=dw.size * cb, xcb=dh.size * dw.size * cb, ximg=ximg, oh=oh, ow=ow, nfb=nfb, rblocks=rblocks,
+        rows=rows, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg, residual=epi.residual,
+        epi=epi.c_steps(cb))
+    kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
+
+    def pack(w):
+        """[F, 1, *k] -> [F/cb][kh][kw][cb], zero lanes past F."""
+        w = np.asarray(w, dtype=np.float32).reshape((F,) + kshape)[:, kh_taps][:, :, kw_taps]
+        out = np.zeros((nfb * cb, kh, kw), np.float32)
+        out[:F] = w
+        return np.ascontiguousarray(out.reshape(nfb, cb, kh, kw).transpose(0, 2, 3, 1)).ravel()
+
+    return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, "depthwise", in_layout, out_layout, cb,
+                      geom, epi, nfb * cb * kh * kw, dict(tile=t, rblocks=rblocks))
+
+
+# -- Winograd F(m x m, 3 x 3) ------------------------------------------------------------------------------------
+#: m -> (B^T, G, A^T) for 3x3 kernels (Lavin & Gray), points 0, +-1, +-2 and infinity for m = 4.
+WINOGRAD = {
+    2: (np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64),
+        np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)),
+    4: (np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                  [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64),
+        np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                  [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
+}
+#: Bytes of transformed input and output one work item keeps (L2-resident between the three stages).
+WINOGRAD_ITEM_BYTES = 768 * 1024
+#: Larger transformed weights stream from memory once per tile batch: the direct kernel then wins.
+WINOGRAD_MAX_WEIGHT_BYTES = 16 << 20
+
+
+def _lincomb(row) -> str:
+    """C expression of sum(row[k] * @k) with ``@`` standing for the operand prefix; 1 and -1 as +/-."""
+    terms = []
+    for k, c in enumerate(row):
+        if c == 0:
+            continue
+        mag = abs(c)
+        t = f"@{k}" if mag == 1 else f"{_c_float(mag)} * @{k}"
+        terms.append(("- " if c < 0 else ("+ " if terms else "")) + t)
+    return " ".join(terms).replace("+ -", "- ") if terms else "0.0f * @0"
+
+
+def _winograd_fits(geom: ConvGeometry) -> bool:
+    return (len(geom.spatial) == 2 and geom.kernel == (3, 3) and geom.strides == (1, 1) and geom.dilations == (1, 1)
+            and geom.group == 1 and all(u == 1 for u in geom.input_dilation))
+
+
+def _winograd_choice(geom: ConvGeometry):
+    """Measured on ResNet-18's 3x3 layers (bench/bench_conv.py): F(4x4) wins on maps of 24+ (1.7-1.9x the
+    direct kernel at 56x56 and 28x28), F(2x2) on 12+ (1.2x at 14x14 with 256 channels), the direct kernel below
+    (7x7: its weights are read once instead of 16/9 or 4 times as many transformed ones). Not below 16 channels
+    in or out: F(4x4)'s rounding error grows with the dynamic range inside a tile, and few channels do not
+    average it out (tests/test_conv_engine.py measures it against the conformance bound)."""
+    oh, ow = geom.out_spatial
+    if geom.channels < 16 or geom.filters < 16:
+        return None
+    for m, least in ((4, 24), (2, 12)):
+        a = m + 2
+        if min(oh, ow) >= least and a * a * geom.channels * geom.filters * 4 <= WINOGRAD_MAX_WEIGHT_BYTES:
+            return f"winograd{m}"
+    return None
+
+
+def _plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
+    cb = target.cb
+    if in_layout == "nhwc" or out_layout == "nhwc":
+        return Unsupported("conv engine: winograd runs on nchw / nchwc only")
+    BT, _, AT = WINOGRAD[m]
+    a = m + 2
+    N, C, F = geom.batch, geom.channels, geom.filters
+    oh, ow = geom.out_spatial
+    tiles_h, tiles_w = -(-oh // m), -(-ow // m)
+    tiles = tiles_h * tiles_w
+    dh, dw = _dims(geom)
+    dh = dataclasses.replace(dh, padded=max(dh.padded, tiles_h * m + 2))
+    dw = dataclasses.replace(dw, padded=max(dw.padded, tiles_w * m + 2))
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb)
+    ncb, nfb = -(-C // cb), -(-F // cb)
+    j, t = _choose_tile(target, ncb * cb, [min(tiles, 28)], [1], nfb, min(4, nfb), force.get("tile"))
+    per_tile = a * a * (ncb + nfb) * cb * 4
+    tb = max(t, min(-(-tiles // t) * t, WINOGRAD_ITEM_BYTES // per_tile // t * t))
+    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
+    if parallel and -(-tiles // tb) < 2 * nt:
+        tb = max(t, -(-tiles // (2 * nt)) // t * t) if tiles >= 2 * nt * t else max(1, -(-tiles // (2 * nt)))
+    tb = int(force.get("tb", tb))
+    t = min(t, tb)
+    batches = -(-tiles // tb)
+    groups, units = [], 0
+    for fb0 in range(0, nfb, j):
+        jj = min(j, nfb - fb0)
+        groups.append([fb0, jj, 0, ncb, units])
+        units += ncb * jj
+    scratch = 0
+    if prep:
+        prep["offset"] = 0
+        scratch = _align(ximg * 4)
+    work_bytes = _align(per_tile * tb)
+    work_offset = scratch
+    scratch += work_bytes * (nt if parallel else 1)
+    unblock = None
+    if out_layout == "nchw":
+        unblock = dict(offset=scratch, hw=oh * ow)
+        scratch += _align(nfb * oh * ow * cb * 4)
+    yfb, _, _, yimg = _layout_strides("nchwc", cb, F, oh * ow)
+    rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
+    last = tiles - (batches - 1) * tb
+    ukernels = sorted({(g[1], tt) for g in groups for tt in (min(t, last), last % t if last > t else 0,
+                                                             min(t, tb), tb % t if tb > t else 0) if tt > 0})
+    desc = (f"winograd F({m}x{m},3x3) nchwc, {tiles} tiles in {batches} batch(es) of {tb}, GEMM tile {j} blocks "
+            f"x {t} tiles, {'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, "
+            f"{nt if parallel else 1} thread(s)")
+    src = _env().get_template("conv_winograd.c.j2").render(
+        name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F, m=m,
+        a=a, bt_rows=[_lincomb(r) for r in BT], at_rows=[_lincomb(r) for r in AT], ukernels=[
+            dict(j=x, t=y) for x, y in ukernels], groups=groups, tb=tb, tile=t, tiles=tiles, tiles_w=tiles_w,
+        batches=batches, ncb=ncb, nfb=nfb, vpos=ncb * tb * cb, mpos=nfb * tb * cb, wpos=units * cb * cb,
+        xrow=dw.size * cb, xcb=dh.size * dw.size * cb, ximg=ximg, oh=oh, ow=ow, work_offset=work_offset,
+        work_bytes=work_bytes, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg,
+        residual=epi.residual, epi=epi.c_steps(cb))
+    G_ = WINOGRAD[m][1]
+
+    def pack(w):
+        """U = G g G^T per (filter, channel) in float64, then per position the 1x1 blocking of the direct kernel:
+        [pos][filter-block group][input block][lane in][J][cb]."""
+        w = np.asarray(w, dtype=np.float64).reshape(F, C, 3, 3)
+        u = np.einsum("ik,fckl,jl->ijfc", G_, w, G_).reshape(a * a, F, C)
+        full = np.zeros((a * a, nfb * cb, ncb * cb), np.float64)
+        full[:, :F, :C] = u
+        parts = []
+        for pos in range(a * a):
+            for fb0, jj, _, _, _ in groups:
+                blk = full[pos, fb0 * cb:(fb0 + jj) * cb].reshape(jj, cb, ncb, cb)  # [J, lane out, cb, lane in]
+                parts.append(blk.transpose(2, 3, 0, 1).ravel())
+        return np.concatenate(parts).astype(np.float32)
+
+    return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, f"winograd{m}", in_layout, out_layout, cb,
+                      geom, epi, a * a * units * cb * cb, dict(tile=(j, t), tb=tb, m=m))
+
+
+@dataclass
+class LayoutKernel:
+    """A standalone layout conversion: ``static void name(const float *x, float *y)``."""
+
+    name: str
+    source: str
+    describe: str
+    src_layout: str
+    dst_layout: str
+    shape: tuple
+    cb: int
+
+
+def layout_kernel(shape, src_layout: str, dst_layout: str, *, num_threads: int = 1, target: Target | None = None,
+                  name: str = "gce_layout") -> LayoutKernel:
+    """NCHW <-> NCHWc conversion of an activation of plain ``shape`` [N, C, *spatial] (1-d and 2-d spatial)."""
+    cb = (target or host_target()).cb
+    if {src_layout, dst_layout} != {"nchw", "nchwc"}:
+        raise ConvEngineError(f"conv engine: layout kernels convert nchw <-> nchwc, not {src_layout} -> {dst_layout}")
+    if len(shape) not in (3, 4):
+        raise ConvEngineError(f"conv engine: layout kernels take [N, C, *spatial] with 1 or 2 spatial dims, not {shape}")
+    n, c = shape[:2]
+    h, w = (1, shape[2]) if len(shape) == 3 else shape[2:]
+    nb = -(-c // cb)
+    parallel = num_threads > 1 and n * nb * cb * h * w >= PARALLEL_MIN_MACS // 8
+    prep = None
+    if dst_layout == "nchwc":
+        prep = dict(src_layout="nchw", c=c, h=h, w=w, src_cb=cb, nblk=nb, icb=cb, hp=h, wp=w, pt=0, pl=0, sh=1, sw=1,
+                    mult=1)
+    desc = f"layout {src_layout}->{dst_layout} cb{cb} of {'x'.join(map(str, shape))}, {num_threads if parallel else 1} thread(s)"
+    src = _env().get_template("conv_layout.c.j2").render(
+        name=name, describe=desc, cb=cb, nt=num_threads, parallel=parallel, batch=n, prep=prep, c=c, hw=h * w,
+        img_in=nb * cb * h * w, img_out=nb * cb * h * w)
+    return LayoutKernel(name, src, "conv engine: " + desc, src_layout, dst_layout, tuple(shape), cb)
+
+
 def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue | None = None,
               num_threads: int = 1, in_layout: str = "nchw", out_layout: str = "nchw", target: Target | None = None,
               name: str = "gce_conv", force: dict | None = None):
@@ -525,4 +752,17 @@ def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue 
         return Unsupported("conv engine: input dilation (transposed conv) with a stride")
     if num_threads < 1:
         raise ConvEngineError(f"conv engine: num_threads must be >= 1, got {num_threads}")
+    algorithm = force.get("algorithm")
+    depthwise = geom.channels == geom.group and all(u == 1 for u in geom.input_dilation)
+    if algorithm == "depthwise" or (algorithm is None and depthwise):
+        if not depthwise:
+            raise ConvEngineError("conv engine: depthwise needs one input channel per group and no input dilation")
+        return _plan_depthwise(geom, target, epilogue, num_threads, in_layout, out_layout, name, force)
+    if algorithm is None and _winograd_fits(geom):
+        algorithm = _winograd_choice(geom)
+    if algorithm in ("winograd2", "winograd4"):
+        if not _winograd_fits(geom):
+            raise ConvEngineError("conv engine: winograd needs a dense 2-d 3x3 conv, stride 1, dilation 1")
+        return _plan_winograd(geom, target, epilogue, num_threads, in_layout, out_layout, name, force,
+                              int(algorithm[-1]))
     return _plan_direct(geom, target, epilogue, num_threads, in_layout, out_layout, name, force)

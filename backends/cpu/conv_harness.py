@@ -1,18 +1,15 @@
 """Standalone runner of conv engine kernels (tests and bench/bench_conv.py): render, compile with the system C
-compiler into a shared library in a temporary directory, call through ctypes with numpy-packed weights.
+compiler into a shared library (the backend's toolchain and cache), call through ctypes with numpy-packed weights.
 
 Not used by the backend itself (codegen places kernels in its own translation units)."""
 from __future__ import annotations
 
 import ctypes
-import os
-import subprocess
-import tempfile
 
 import numpy as np
 
-from .conv_engine import ConvKernel
-from .toolchain import ToolchainError, find_compiler
+from .conv_engine import ConvKernel, LayoutKernel
+from .toolchain import build_shared
 
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp"]
 
@@ -23,19 +20,14 @@ def _aligned(n_floats: int) -> np.ndarray:
     return raw[off:off + n_floats]
 
 
-def compile_library(sources: list[str], entries: list[str], flags=None) -> ctypes.CDLL:
-    """One shared library of ``sources`` with an exported ``<name>_entry`` wrapper per kernel name."""
-    wrappers = [f"void {e}_entry(const float *x, const float *w, const float *b, float *y, uint8_t *s, "
-                f"const float *r) {{ {e}(x, w, b, y, s, r); }}" for e in entries]
-    text = "#include <stdint.h>\n" + "\n".join(sources) + "\n" + "\n".join(wrappers) + "\n"
-    d = tempfile.mkdtemp(prefix="gce_")
-    c, so = os.path.join(d, "k.c"), os.path.join(d, "k.so")
-    with open(c, "w") as f:
-        f.write(text)
-    r = subprocess.run(find_compiler() + list(flags or FLAGS) + ["-o", so, c, "-lm"], capture_output=True, text=True)
-    if r.returncode:
-        raise ToolchainError(f"conv engine kernel failed to compile ({c}):\n{r.stderr[-4000:]}")
-    return ctypes.CDLL(so)
+def compile_library(kernels: list, flags=None) -> ctypes.CDLL:
+    """One shared library of ConvKernels / LayoutKernels with an exported ``<name>_entry`` wrapper per kernel,
+    built by the backend's toolchain (system C compiler, content-hash cache: an unchanged source compiles once)."""
+    wrappers = [f"void {k.name}_entry(const float *x, const float *w, const float *b, float *y, uint8_t *s, "
+                f"const float *r) {{ {k.name}(x, w, b, y, s, r); }}" if isinstance(k, ConvKernel) else
+                f"void {k.name}_entry(const float *x, float *y) {{ {k.name}(x, y); }}" for k in kernels]
+    text = "#include <stdint.h>\n" + "\n".join(k.source for k in kernels) + "\n" + "\n".join(wrappers) + "\n"
+    return ctypes.CDLL(build_shared(text, {}, list(flags or FLAGS)))
 
 
 def blocked(x: np.ndarray, cb: int) -> np.ndarray:
@@ -77,7 +69,7 @@ class ConvRunner:
 
     def __init__(self, kernel: ConvKernel, w: np.ndarray, bias: np.ndarray, lib: ctypes.CDLL | None = None):
         self.k = kernel
-        self.lib = lib or compile_library([kernel.source], [kernel.name])
+        self.lib = lib or compile_library([kernel])
         self.fn = getattr(self.lib, kernel.name + "_entry")
         self.fn.restype = None
         self.fn.argtypes = [ctypes.c_void_p] * 6
@@ -116,3 +108,21 @@ class ConvRunner:
         self.prepare(x, res)
         self.call()
         return self.result()
+
+
+def run_layout(kernel: LayoutKernel, x: np.ndarray, lib: ctypes.CDLL | None = None) -> np.ndarray:
+    """Run a layout kernel on ``x`` (plain NCHW for nchw -> nchwc, blocked for nchwc -> nchw)."""
+    lib = lib or compile_library([kernel])
+    fn = getattr(lib, kernel.name + "_entry")
+    fn.restype = None
+    fn.argtypes = [ctypes.c_void_p] * 2
+    n, c = kernel.shape[:2]
+    sp = tuple(kernel.shape[2:])
+    nb = -(-c // kernel.cb)
+    src = _aligned(x.size)
+    src[:] = np.ascontiguousarray(x, np.float32).reshape(-1)
+    out_shape = (n, nb) + sp + (kernel.cb,) if kernel.dst_layout == "nchwc" else tuple(kernel.shape)
+    dst = _aligned(int(np.prod(out_shape)))
+    dst[:] = np.nan
+    fn(src.ctypes.data, dst.ctypes.data)
+    return dst.reshape(out_shape)
