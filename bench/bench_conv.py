@@ -8,12 +8,16 @@ glow_cpu.conv_engine, compiled with the system C compiler into a shared library,
 numpy-packed weights, see glow_cpu.conv_harness) and onnxruntime running a one-node Conv (ConvTranspose) model
 of the same shapes (intra_op_num_threads = threads, IOBinding, default graph optimizations: onnxruntime inserts
 its own NCHWc reorders) run alternately, one call each per round, for about --seconds per case. The table shows
-GFLOP/s of the medians (2 * multiply-adds, conventionally counted) for:
+GFLOP/s of the medians (2 * multiply-adds, conventionally counted; Winograd's are the direct conv's) for:
 
 * ``nchw``: our kernel taking and returning plain NCHW (the layout conversions inside it), as codegen calls it
-  before a layout pass exists; ``ratio`` is its median time against onnxruntime's (> 1: we are faster);
+  before a layout pass exists;
 * ``blk``: the same convolution with NCHWc input and output (what runs once activations stay blocked);
-* ``ort``: onnxruntime, and its spread (interquartile range / median of its times: how noisy the machine was).
+* ``ort``: onnxruntime; ``ratio`` its median time / ours (nchw), ``best`` the same with the fastest times (on a
+  loaded machine the closest to an idle one's), ``noise`` the interquartile range / median of its times.
+
+With all ResNet-18 layers selected, the totals weigh each layer by how often it occurs (20 convs), and with 1
+and 2 threads the 2-vs-1 speedups follow.
 
 --clock cpu times the calling thread's CPU time instead of wall time (1 thread only: steadier on a loaded
 machine). --layout-study also runs the direct kernel with NHWC in and out (ResNet-18 layers): the measurement
@@ -76,6 +80,10 @@ CASES = [
     ("convT 4x4/2", "misc", 1, 64, 32, 28, 28, 4, 2, 1, 1, 1, True),
     ("batch4 3x3", "misc", 4, 64, 64, 28, 28, 3, 1, 1, 1, 1, False),
 ]
+#: How many times each ResNet-18 layer occurs (the "ResNet-18 convs" total weighs the medians by it).
+R18_COUNT = {"r18.conv1 7x7/2": 1, "r18.l1 3x3": 4, "r18.l2a 3x3/2": 1, "r18.l2ds 1x1/2": 1, "r18.l2 3x3": 3,
+             "r18.l3a 3x3/2": 1, "r18.l3ds 1x1/2": 1, "r18.l3 3x3": 3, "r18.l4a 3x3/2": 1, "r18.l4ds 1x1/2": 1,
+             "r18.l4 3x3": 3}
 QUICK = ("r18.l3 3x3", "mb2.dw192 3x3", "stem 3-16 3x3@64", "convT 4x4/2")
 ORT_IR_VERSION = 8
 
@@ -166,13 +174,13 @@ def run_case(case, threads, seconds, clock, layouts):
     times = measure(fns, seconds, clock)
     flop = 2 * geom.macs
     meds = [statistics.median(t) for t in times]
-    out = {lay: (flop / meds[i] / 1e9 if i is not None else None) for lay, i in labels}
-    out["ort"] = flop / meds[-1] / 1e9
-    out["ratio"] = meds[-1] / meds[labels[0][1]] if labels[0][1] is not None else None
-    out["spread"] = spread(times[-1])
-    out["gflop"] = flop / 1e9
-    out["desc"] = desc
-    return out
+    bests = [min(t) for t in times]
+    ours = labels[0][1]
+    return dict(gflop=flop / 1e9, desc=desc, spread=spread(times[-1]),
+                gfs={lay: (flop / meds[i] / 1e9 if i is not None else None) for lay, i in labels},
+                ort=flop / meds[-1] / 1e9, t_ours=meds[ours] if ours is not None else None, t_ort=meds[-1],
+                b_ours=bests[ours] if ours is not None else None, b_ort=bests[-1],
+                t_blk=meds[labels[1][1]] if labels[1][1] is not None else None)
 
 
 def main(argv=None):
@@ -198,29 +206,41 @@ def main(argv=None):
         ap.error("--clock cpu measures one thread: use --threads 1")
     print(f"conv engine vs onnxruntime: GFLOP/s of medians ({a.clock} clock, ~{a.seconds}s per case); "
           f"ratio = onnxruntime time / ours (nchw in/out)")
-    ratios = {t: [] for t in threads}
-    spreads = []
+    results = {}
     for t in threads:
         cols = "".join(f"{lay:>8s}" for lay in layouts)
-        print(f"\n-- {t} thread(s)\n{'case':20s} {'GFLOP':>6s}{cols}{'ort':>8s}{'ratio':>7s}{'noise':>7s}  choice")
+        print(f"\n-- {t} thread(s)\n{'case':20s} {'GFLOP':>6s}{cols}{'ort':>8s}{'ratio':>7s}{'best':>6s}{'noise':>6s}"
+              f"  choice")
         for case in cases:
-            r = run_case(case, t, a.seconds, clock, layouts)
-            vals = "".join(f"{r[lay]:8.1f}" if r[lay] else f"{'n/a':>8s}" for lay in layouts)
-            ratio = f"{r['ratio']:7.2f}" if r["ratio"] else f"{'n/a':>7s}"
-            print(f"{case[0]:20s} {r['gflop']:6.3f}{vals}{r['ort']:8.1f}{ratio}{r['spread']:7.2f}  {r['desc']}",
+            r = results[t, case[0]] = run_case(case, t, a.seconds, clock, layouts)
+            vals = "".join(f"{r['gfs'][lay]:8.1f}" if r["gfs"][lay] else f"{'n/a':>8s}" for lay in layouts)
+            ratio = f"{r['t_ort'] / r['t_ours']:7.2f}{r['b_ort'] / r['b_ours']:6.2f}" if r["t_ours"] else " " * 13
+            print(f"{case[0]:20s} {r['gflop']:6.3f}{vals}{r['ort']:8.1f}{ratio}{r['spread']:6.2f}  {r['desc']}",
                   flush=True)
-            if r["ratio"]:
-                ratios[t].append(r["ratio"])
-            spreads.append(r["spread"])
     print()
     for t in threads:
-        if ratios[t]:
-            gm = math.exp(sum(math.log(x) for x in ratios[t]) / len(ratios[t]))
-            print(f"{t} thread(s): geometric mean of ratios {gm:.2f} over {len(ratios[t])} cases "
-                  f"({sum(x >= 1 for x in ratios[t])} at or above onnxruntime)")
-    if spreads:
-        print(f"noise: median interquartile spread of onnxruntime's times {statistics.median(spreads):.2f}; "
-              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        rs = [results[t, c[0]] for c in cases if results[t, c[0]]["t_ours"]]
+        if rs:
+            gm = math.exp(sum(math.log(r["t_ort"] / r["t_ours"]) for r in rs) / len(rs))
+            print(f"{t} thread(s): geometric mean of ratios {gm:.2f} over {len(rs)} cases "
+                  f"({sum(r['t_ort'] >= r['t_ours'] for r in rs)} at or above onnxruntime)")
+    r18 = [c[0] for c in cases if c[0] in R18_COUNT]
+    if len(r18) == len(R18_COUNT):
+        for t in threads:
+            tot = {k: sum(R18_COUNT[c] * results[t, c][k] for c in r18) for k in ("t_ours", "t_blk", "t_ort",
+                                                                                 "b_ours", "b_ort")}
+            print(f"ResNet-18 convs (20 layers), {t} thread(s): ours {tot['t_ours'] * 1e3:.2f} ms (nchw), "
+                  f"{tot['t_blk'] * 1e3:.2f} ms (blocked), onnxruntime {tot['t_ort'] * 1e3:.2f} ms: ratio "
+                  f"{tot['t_ort'] / tot['t_ours']:.2f} (best times: {tot['b_ort'] / tot['b_ours']:.2f})")
+            results[t, "r18"] = tot
+        if 1 in threads and 2 in threads:
+            one, two = results[1, "r18"], results[2, "r18"]
+            print(f"ResNet-18 convs, 2 threads vs 1: ours {one['t_ours'] / two['t_ours']:.2f}x (best times "
+                  f"{one['b_ours'] / two['b_ours']:.2f}x), onnxruntime {one['t_ort'] / two['t_ort']:.2f}x (best "
+                  f"{one['b_ort'] / two['b_ort']:.2f}x)")
+    print(f"noise: median interquartile spread of onnxruntime's times "
+          f"{statistics.median(r['spread'] for r in results.values() if 'spread' in r):.2f}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
 
 
 if __name__ == "__main__":

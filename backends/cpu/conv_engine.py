@@ -49,8 +49,8 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 PARALLEL_MIN_MACS = 1 << 19
 #: Budget in bytes for the weight slab a register tile streams through per input-channel chunk (L1-resident).
 SLAB_BYTES = 40 * 1024
-#: Row blocks per thread when the kernel is parallel (static schedule: enough items to balance).
-ITEMS_PER_THREAD = 4
+#: OpenMP schedule of the work items: static partitioning (each thread its contiguous share, no atomics).
+SCHEDULE = "static"
 LAYOUTS = ("nchw", "nchwc", "nhwc")
 
 
@@ -62,7 +62,7 @@ class ConvEngineError(GlowError):
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False, trim_blocks=False)
-    env.globals["schedule"] = os.environ.get("GCE_SCHEDULE", "static")
+    env.globals["schedule"] = SCHEDULE
     return env
 
 
@@ -375,6 +375,36 @@ def _choose_tile(target: Target, steps: int, cols: list, rows: list, nfb: int, j
     return best[1], best[2]
 
 
+def _imbalance(loads: list, nt: int) -> float:
+    """Busiest thread's share of ``loads`` over the mean under OpenMP's static schedule (contiguous runs of
+    items, the first len % nt threads one item more)."""
+    q, r = divmod(len(loads), nt)
+    start, worst = 0, 0
+    for i in range(nt):
+        n = q + (i < r)
+        worst = max(worst, sum(loads[start:start + n]))
+        start += n
+    return worst * nt / max(sum(loads), 1)
+
+
+def _row_blocks(units: list, rows: list, nt: int) -> int:
+    """Row blocks per (phase, unit) for ``nt`` threads: the fewest (largest blocks, best weight reuse) whose
+    static split is within 5% of even, else the most even. ``units`` are the relative works of the groups,
+    ``rows`` the row counts of the phases."""
+    if nt == 1:
+        return 1
+    best = None
+    for rb in range(1, max(rows) + 1):
+        loads = [u * len(range(b * -(-r // rb), min(r, (b + 1) * -(-r // rb)))) for r in rows for u in units
+                 for b in range(rb)]
+        imb = _imbalance(loads, nt)
+        if imb <= 1.05 and len(loads) >= nt:
+            return rb
+        if best is None or imb < best[0] - 1e-9:
+            best = (imb, rb)
+    return best[1]
+
+
 def _layout_strides(layout, cb, c, hw):
     """(block stride, pixel stride, lane stride, image size) of a [c, hw] activation in ``layout``."""
     nb = -(-c // cb)
@@ -463,7 +493,7 @@ def _plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     phases = [(ph, pw) for ph in dh.phases for pw in dw.phases]
     parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
     max_rows = max(ph[3] for ph, _ in phases)
-    rblocks = min(max_rows, -(-ITEMS_PER_THREAD * nt // (len(phases) * len(groups)))) if parallel else 1
+    rblocks = _row_blocks([g[1] for g in groups], [ph[3] for ph, _ in phases], nt if parallel else 1)
     rblocks = int(force.get("rblocks", rblocks))
     ptable, taps, wtotal = [], [], 0
     for ph, pw in phases:
@@ -539,7 +569,7 @@ def _plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     t = int(force.get("tile", min(ow, regs, max(range(4, regs + 1), key=lambda t: (ow / (-(-ow // t) * t), t)))))
     tiles = [t] + ([ow % t] if ow % t else [])
     parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
-    rblocks = min(oh, -(-ITEMS_PER_THREAD * nt // nfb)) if parallel else 1
+    rblocks = _row_blocks([1] * nfb, [oh], nt if parallel else 1)
     rows = -(-oh // rblocks)
     yfb, _, _, yimg = _layout_strides("nchwc", cb, F, oh * ow)
     unblock = None
@@ -581,7 +611,7 @@ WINOGRAD = {
         np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]], np.float64)),
 }
 #: Bytes of transformed input and output one work item keeps (L2-resident between the three stages).
-WINOGRAD_ITEM_BYTES = 768 * 1024
+WINOGRAD_ITEM_BYTES = 1536 * 1024
 #: Larger transformed weights stream from memory once per tile batch: the direct kernel then wins.
 WINOGRAD_MAX_WEIGHT_BYTES = 16 << 20
 
@@ -619,6 +649,17 @@ def _winograd_choice(geom: ConvGeometry):
     return None
 
 
+def _tile_batch(tiles: int, cap: int, nt: int) -> int:
+    """Tiles per work item: batches of at most ``cap`` tiles (their transformed data stays in L2), as equal as
+    possible, and so many that the static split over ``nt`` threads is within 10% of even."""
+    for k in range(1, tiles + 1):
+        tb = -(-tiles // (k * nt))
+        loads = [min(tb, tiles - i) for i in range(0, tiles, tb)]
+        if tb <= cap and (nt == 1 or (len(loads) >= nt and _imbalance(loads, nt) <= 1.1)):
+            return tb
+    return 1
+
+
 def _plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
     cb = target.cb
     if in_layout == "nhwc" or out_layout == "nhwc":
@@ -636,10 +677,8 @@ def _plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m)
     ncb, nfb = -(-C // cb), -(-F // cb)
     j, t = _choose_tile(target, ncb * cb, [min(tiles, 28)], [1], nfb, min(4, nfb), force.get("tile"))
     per_tile = a * a * (ncb + nfb) * cb * 4
-    tb = max(t, min(-(-tiles // t) * t, WINOGRAD_ITEM_BYTES // per_tile // t * t))
     parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
-    if parallel and -(-tiles // tb) < 2 * nt:
-        tb = max(t, -(-tiles // (2 * nt)) // t * t) if tiles >= 2 * nt * t else max(1, -(-tiles // (2 * nt)))
+    tb = _tile_batch(tiles, max(1, WINOGRAD_ITEM_BYTES // per_tile), nt if parallel else 1)
     tb = int(force.get("tb", tb))
     t = min(t, tb)
     batches = -(-tiles // tb)
