@@ -36,7 +36,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -240,7 +239,8 @@ def main(argv=None):
                   f"{one['b_ort'] / two['b_ort']:.2f}x)")
     print(f"noise: median interquartile spread of onnxruntime's times "
           f"{statistics.median(r['spread'] for r in results.values() if 'spread' in r):.2f}; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}")
 
 
 if __name__ == "__main__":

@@ -260,6 +260,10 @@ def test_unsupported_and_errors_say_why():
         Epilogue(("residual", "residual"))
     with pytest.raises(ConvEngineError, match="layouts"):
         plan_conv(g2, in_layout="nwhc")
+    with pytest.raises(ConvEngineError, match="C identifier"):
+        plan_conv(g2, name="k; system(")
+    with pytest.raises(ConvEngineError, match="accepted keys"):
+        plan_conv(g2, force={"algorithm": "fft"})
     with pytest.raises(ConvEngineError, match="group"):
         ConvGeometry(1, 6, 4, 4, (4, 4), (3, 3), (1, 1), (1, 1), (1,) * 4)
 
