@@ -123,6 +123,14 @@ def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int
     return prep, dh, dw, -(-c * mult // icb) * icb * dh.size * dw.size
 
 
+def _as_slice(taps: list):
+    """The kernel taps of a phase (an arithmetic sequence) as a slice: a view instead of a gather."""
+    if not taps:
+        return slice(0, 0)
+    step = taps[1] - taps[0] if len(taps) > 1 else 1
+    return slice(taps[0], taps[-1] + 1, step)
+
+
 def _dense_input_block(c: int, cb: int, in_layout: str) -> int:
     """Input lanes per block of a dense conv: the layout's cb when its zero lanes waste at most a third of the
     work (no copy needed from nchwc), all channels in one block when fewer than cb (stems: each pixel's channels
@@ -218,21 +226,21 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 
     def pack(w):
-        """[F, C/group, *k] -> per phase, per filter-block group: [input block][kh][kw][lane in][J][cb]."""
+        """[F, C/group, *k] -> per phase, per filter-block group: [input block][kh][kw][lane in][J][cb], from the
+        dense [F, C] expansion (zero outside each filter's group, past F and past C)."""
         w = np.asarray(w, dtype=np.float32).reshape((F, cg) + kshape)
+        nslots = max(g[2] + g[3] for g in groups) * icb
+        dense = np.zeros((nfb * cb, nslots) + kshape, np.float32)
+        for g in range(G):
+            dense[g * fg:(g + 1) * fg, g * cg:(g + 1) * cg] = w[g * fg:(g + 1) * fg]
         parts = []
         for th, tw in ktaps:
+            taps = dense[:, :, _as_slice(th)][:, :, :, _as_slice(tw)]
             for fb0, jj, cin0, ncin, _ in groups:
-                fidx = fb0 * cb + np.arange(jj * cb).reshape(jj, cb)
-                fcl = np.minimum(fidx, F - 1)
-                slots = cin0 * icb + np.arange(ncin * icb)
-                local = slots[:, None, None] - (fcl // fg)[None] * cg
-                valid = (fidx < F)[None] & (local >= 0) & (local < cg) & (slots < C)[:, None, None]
-                wt = w[fcl][:, :, :, th][:, :, :, :, tw]  # [J, cb, cg, kh', kw']
-                vals = wt[np.arange(jj)[None, :, None], np.arange(cb)[None, None, :], np.clip(local, 0, cg - 1)]
-                vals = np.where(valid[..., None, None], vals, np.float32(0))
-                parts.append(vals.reshape(ncin, icb, jj, cb, len(th), len(tw)).transpose(0, 4, 5, 1, 2, 3).ravel())
-        return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
+                blk = taps[fb0 * cb:(fb0 + jj) * cb, cin0 * icb:(cin0 + ncin) * icb]
+                blk = blk.reshape(jj, cb, ncin, icb, len(th), len(tw)).transpose(2, 4, 5, 3, 0, 1)
+                parts.append(blk.ravel())
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
     return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, "direct", in_layout, out_layout, cb, geom,
                       epi, wtotal, dict(tile=(j, t), chunk=chunk, rblocks=rblocks, icb=icb, phases=len(phases)))
@@ -413,7 +421,7 @@ def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
         """U = G g G^T per (filter, channel) in float64, then per position the 1x1 blocking of the direct kernel:
         [pos][filter-block group][input block][lane in][J][cb]."""
         w = np.asarray(w, dtype=np.float64).reshape(F, C, 3, 3)
-        u = np.einsum("ik,fckl,jl->ijfc", G_, w, G_).reshape(a * a, F, C)
+        u = np.matmul(np.matmul(G_, w), G_.T).transpose(2, 3, 0, 1).reshape(a * a, F, C)  # G w G^T per (f, c)
         full = np.zeros((a * a, nfb * cb, ncb * cb), np.float64)
         full[:, :F, :C] = u
         parts = []
