@@ -205,8 +205,8 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     oh, ow = dh.out, dw.out
     yfb, ypx, _, yimg = _layout_strides("nhwc" if out_layout == "nhwc" else "nchwc", cb, F, oh * ow)
     unblock = None
-    if out_layout == "nchw":
-        unblock = dict(offset=scratch, hw=oh * ow)
+    if out_layout == "nchw":  # each item converts its own rows when it alone writes them (one phase)
+        unblock = dict(offset=scratch, hw=oh * ow, inline=len(phases) == 1)
         scratch += align(nfb * oh * ow * cb * 4)
     rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
     ukernels = sorted({(g[1], tt) for g in groups for p in ptable
