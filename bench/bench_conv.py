@@ -7,7 +7,8 @@ Every case is one line of CASES. For each case and thread count the conv engine'
 glow_cpu.conv_engine, compiled with the system C compiler into a shared library, called through ctypes with
 numpy-packed weights, see glow_cpu.conv_harness) and onnxruntime running a one-node Conv (ConvTranspose) model
 of the same shapes (intra_op_num_threads = threads, IOBinding, default graph optimizations: onnxruntime inserts
-its own NCHWc reorders) run alternately, one call each per round, for about --seconds per case. The table shows
+its own NCHWc reorders) run alternately in blocks of 5 calls (5 ms apart, so neither side's idle threads still spin while the other
+runs) for about --seconds per case. The table shows
 GFLOP/s of the medians (2 * multiply-adds, conventionally counted; Winograd's are the direct conv's) for:
 
 * ``nchw``: our kernel taking and returning plain NCHW (the layout conversions inside it), as codegen calls it
@@ -125,19 +126,22 @@ class OrtConv:
         self.sess.run_with_iobinding(self.bind)
 
 
-def measure(fns, seconds, clock):
-    """Alternate the callables one call each per round until ``seconds`` have passed (at least 7 rounds);
-    the per-callable lists of times."""
+def measure(fns, seconds, clock, block=5, pause=0.005):
+    """Alternate the callables in blocks of ``block`` timed calls, pausing ``pause`` s between blocks (so one
+    side's idle threads, spinning in libgomp or onnxruntime's pool, stop before the other side runs), until
+    ``seconds`` have passed (at least 7 blocks each); the per-callable lists of times."""
     times = [[] for _ in fns]
     for f in fns:
         f()  # warm up
     start = time.perf_counter()
     rounds = 0
-    while rounds < 7 or (time.perf_counter() - start < seconds and rounds < 2000):
+    while rounds < 7 or (time.perf_counter() - start < seconds and rounds < 400):
         for i, f in enumerate(fns):
-            t0 = clock()
-            f()
-            times[i].append(clock() - t0)
+            time.sleep(pause)
+            for _ in range(block):
+                t0 = clock()
+                f()
+                times[i].append(clock() - t0)
         rounds += 1
     return times
 

@@ -291,3 +291,30 @@ def test_winograd_accuracy_within_conformance_bound():
         worst[c, m] = float((np.abs(got - want) / (c * 9 * EPS32 * mag)).max())
     assert max(worst.values()) < 1.0, worst  # the suite allows 2.0
     assert plan_conv(ConvGeometry(1, 8, 16, 1, (32, 32), (3, 3), (1, 1), (1, 1), (1,) * 4)).algorithm == "direct"
+
+
+def test_padded_conv_folds_interior_pad():
+    """A zero `pad` with interior (ConvTranspose's lowering) feeding a stride-1 conv, as one kernel reading the
+    unpadded input: against the numpy pad (zeros inserted) and the reference conv."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 8, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((12, 8, 3, 4)).astype(np.float32)
+    b = rng.standard_normal(12).astype(np.float32)
+    pad_pads, interior, conv_pads = [0, 0, 2, 1, 0, 0, 1, 3], [0, 0, 1, 2], [1, 0, 0, 2]
+    xp = np.zeros((2, 8, 2 + 4 * 2 + 1 + 1, 1 + 5 * 3 + 1 + 3), np.float32)
+    xp[:, :, 2:2 + 9:2, 1:1 + 16:3] = x
+    want, mag = ref_conv(xp, w, b, (1, 1), (1, 1), conv_pads, 1)
+    geom = ConvGeometry.from_padded_conv(x.shape, pad_pads, interior, w.shape, (1, 1), (1, 1), conv_pads)
+    kern = plan_conv(geom, num_threads=2)
+    got = ConvRunner(kern, w, b).run(x)
+    compare(got, want.astype(np.float32), "conv", kern.describe, "pytest tests/test_conv_engine.py -k padded",
+            n=8 * 12, magnitude=mag)
+    with pytest.raises(ConvEngineError, match="only spatial padding"):
+        ConvGeometry.from_padded_conv(x.shape, [0, 1, 0, 0, 0, 0, 0, 0], None, w.shape, (1, 1), (1, 1), [0] * 4)
+
+
+def test_default_names_identify_the_source():
+    g = ConvGeometry(1, 16, 16, 1, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1))
+    a, b = plan_conv(g, num_threads=2), plan_conv(g, num_threads=2)
+    c = plan_conv(g, num_threads=2, epilogue=Epilogue(("relu",)))
+    assert a.name == b.name and a.source == b.source and a.name != c.name and a.name.startswith("gce_")

@@ -3,14 +3,18 @@
 Interface with codegen (the whole of it)::
 
     geom = ConvGeometry.from_conv(x_shape, w_shape, strides, dilations, pads, group)   # a `conv` instruction
-    geom = ConvGeometry.from_conv_transpose(x_shape, w_shape, strides, dilations, pads, output_padding, group)
+    geom, w_transform = ConvGeometry.from_conv_transpose(x_shape, w_shape, strides, dilations, pads,
+                                                         output_padding, group)         # a ConvTranspose node
+    geom = ConvGeometry.from_padded_conv(x_shape, pad_pads, interior, w_shape, strides, dilations, pads, group)
+                                                                                        # `pad` -> `conv`
     plan = plan_conv(geom, dtype="float32", epilogue=Epilogue(("residual", "relu")), num_threads=2,
-                     in_layout="nchw", out_layout="nchw", name="k7_conv")
+                     in_layout="nchw", out_layout="nchw")   # name: by default a hash of all of the above
     if not plan: ...            # Unsupported(reason): keep the generic kernel; plan.reason says why
     plan.source                 # C: static helpers + `static void NAME(x, w, bias, y, scratch, res)`
     plan.scratch_bytes          # bytes of the @scratch operand (64-byte aligned), 0 when none
     plan.pack_weights(w)        # numpy, at compile time: w as the instruction holds it -> packed float32 constant
     plan.describe               # one line for `glowc dump`
+    plan.name                   # the C function (same parameters -> same name and source: emit once)
 
 The kernel's C signature is fixed: ``void NAME(const float *x, const float *w_packed, const float *bias,
 float *y, uint8_t *scratch, const float *res)``; all geometry is baked in, nothing is allocated, ``res`` is the
@@ -20,15 +24,17 @@ residual input (same shape and layout as ``y``; pass NULL without a residual ste
 enough (``PARALLEL_MIN_MACS``), else it runs serially; compiled without -fopenmp it is serial and correct.
 
 Layouts: "nchw" is the plain layout; "nchwc" is [N, ceil(C/cb), *spatial, cb] with cb lanes per channel block
-(``target.cb``: 16 with AVX-512, else 8) and zeros in the lanes past C. The kernels write finite values into
-those lanes of a blocked output and read them only with zero weights. ``layout_kernel`` renders the standalone
+(``target.cb``: 16 with AVX-512, else 8; pass the Target of the machine the code is for, the default is the
+host's) and zeros in the lanes past C. Kernels read those lanes only with zero weights, so they must hold finite
+values: the layout kernels write zeros, the conv kernels finite values. ``layout_kernel`` renders the standalone
 NCHW <-> NCHWc conversions a layout pass will place.
 
-Epilogue (applied in registers before the single store): bias, then ``Epilogue.steps`` in order: "relu",
+Epilogue (applied in registers before the final store): bias, then ``Epilogue.steps`` in order: "relu",
 ("clip", lo, hi), "sigmoid", "silu", "gelu_erf", "gelu_tanh", "hard_swish" and "residual" (adds ``res``).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 
 from glow_core.backend import Unsupported
@@ -80,10 +86,14 @@ def layout_kernel(shape, src_layout: str, dst_layout: str, *, num_threads: int =
 
 def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue | None = None,
               num_threads: int = 1, in_layout: str = "nchw", out_layout: str = "nchw", target: Target | None = None,
-              name: str = "gce_conv", force: dict | None = None):
+              name: str | None = None, force: dict | None = None):
     """A ConvKernel for ``geom``, or Unsupported(reason) when the engine does not cover it (the caller keeps its
     generic kernel). ``force`` overrides choices (FORCIBLE: algorithm, tile (J, T), chunk, rblocks, icb, tb) for
-    studies and tests."""
+    studies and tests. Without ``name`` the kernel is named by a hash of everything that shapes its source, so
+    identical convolutions render identical C (codegen can keep one copy)."""
+    if name is None:
+        key = repr((geom, dtype, epilogue, num_threads, in_layout, out_layout, target, sorted((force or {}).items())))
+        name = "gce_" + hashlib.sha1(key.encode()).hexdigest()[:16]
     _check_name(name)
     epilogue = epilogue or Epilogue()
     target = target or host_target()

@@ -2,6 +2,7 @@
 per spatial dimension how the kernels read it (phases of a transposed conv, padding, subsampling)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 from dataclasses import dataclass, field
@@ -97,6 +98,23 @@ class ConvGeometry:
                                   f"input {tuple(x_shape)}")
         return cls(x_shape[0], x_shape[1], w_shape[0], group, tuple(x_shape[2:]), tuple(w_shape[2:]),
                    tuple(strides), tuple(dilations), tuple(pads))
+
+    @classmethod
+    def from_padded_conv(cls, x_shape, pad_pads, interior, w_shape, strides, dilations, pads, group=1):
+        """A zero-valued `pad` (begin+end ``pad_pads`` and ``interior`` over all of x's axes, as the primitive
+        holds them) feeding a `conv`: one geometry reading the unpadded x, which is how ConvTranspose reaches
+        codegen today (pad with interior, then a stride-1 conv); the conv's weight is used as it is."""
+        r = len(x_shape)
+        n = r - 2
+        interior = list(interior or [0] * r)
+        if any(pad_pads[i] or pad_pads[r + i] or interior[i] for i in range(2)):
+            raise ConvEngineError(f"conv engine: only spatial padding folds into a conv, not pads {pad_pads} "
+                                  f"interior {interior}")
+        if any(p < 0 for p in pad_pads):
+            raise ConvEngineError(f"conv engine: negative pads {pad_pads} (a crop) do not fold into a conv")
+        g = cls.from_conv(x_shape, w_shape, strides, dilations, pads, group)
+        folded = [pad_pads[2 + i] + pads[i] for i in range(n)] + [pad_pads[r + 2 + i] + pads[n + i] for i in range(n)]
+        return dataclasses.replace(g, pads=tuple(folded), input_dilation=tuple(d + 1 for d in interior[2:]))
 
     @classmethod
     def from_conv_transpose(cls, x_shape, w_shape, strides, dilations, pads, output_padding, group=1):
