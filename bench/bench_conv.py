@@ -7,13 +7,13 @@ Every case is one line of CASES. For each case and thread count the conv engine'
 glow_cpu.conv_engine, compiled with the system C compiler into a shared library, called through ctypes with
 numpy-packed weights, see glow_cpu.conv_harness) and onnxruntime running a one-node Conv (ConvTranspose) model
 of the same shapes (intra_op_num_threads = threads, IOBinding, default graph optimizations: onnxruntime inserts
-its own NCHWc reorders) run alternately in blocks of 5 calls (5 ms apart, so neither side's idle threads still spin while the other
-runs) for about --seconds per case. The table shows
-GFLOP/s of the medians (2 * multiply-adds, conventionally counted; Winograd's are the direct conv's) for:
+its own NCHWc reorders) run alternately in blocks of 5 calls, 5 ms apart (so neither side's idle threads still
+spin while the other runs), for about --seconds per case. The table shows GFLOP/s of the medians (2 *
+multiply-adds, conventionally counted; Winograd's are the direct conv's) for:
 
 * ``nchw``: our kernel taking and returning plain NCHW (the layout conversions inside it), as codegen calls it
   before a layout pass exists;
-* ``blk``: the same convolution with NCHWc input and output (what runs once activations stay blocked);
+* ``nchwc``: the same convolution with NCHWc input and output (what runs once activations stay blocked);
 * ``ort``: onnxruntime; ``ratio`` its median time / ours (nchw), ``best`` the same with the fastest times (on a
   loaded machine the closest to an idle one's), ``noise`` the interquartile range / median of its times.
 
