@@ -15,8 +15,9 @@ import pytest
 
 from glow_conformance.checker import compare, ulp_distance
 from glow_core.backend import Unsupported
-from glow_cpu.conv_engine import (ConvEngineError, ConvGeometry, Epilogue, host_target, layout_kernel, plan_conv)
-from glow_cpu.conv_harness import ConvRunner, blocked, compile_library, run_layout, unblocked
+from glow_cpu.conv_engine import (ConvEngineError, ConvGeometry, Epilogue, Target, host_target, layout_kernel,
+                                  plan_conv)
+from glow_cpu.conv_harness import FLAGS, ConvRunner, blocked, compile_library, run_layout, unblocked
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -318,3 +319,42 @@ def test_default_names_identify_the_source():
     a, b = plan_conv(g, num_threads=2), plan_conv(g, num_threads=2)
     c = plan_conv(g, num_threads=2, epilogue=Epilogue(("relu",)))
     assert a.name == b.name and a.source == b.source and a.name != c.name and a.name.startswith("gce_")
+
+
+#: (target the blocking is planned for, compiler flags replacing -march=native): the portable paths
+PORTABLE = {
+    "generic-x86-64": (None, ["-march=x86-64", "-mtune=generic"]),
+    "avx2-cb8": (Target("avx2", 8, 16), ["-march=x86-64", "-mavx2", "-mfma"]),
+    "sse-cb8": (Target("sse", 4, 16), ["-march=x86-64"]),
+}
+
+
+@pytest.mark.parametrize("port", list(PORTABLE))
+def test_portable_builds(port):
+    """The kernels compiled without AVX-512 (SSE2 only, or AVX2/FMA with 8-lane blocks): vector extensions split
+    into the target's registers, the AVX-512 transposes fall back to loops; same results within tolerance."""
+    target, march = PORTABLE[port]
+    flags = [f for f in FLAGS if not f.startswith("-march")] + march
+    rng = np.random.default_rng(3)
+    cases = [((1, 20, 24, (9, 10), (3, 3), (2, 1), (1, 1), (1, 1, 1, 1), 1), None, ("gelu_erf",)),
+             ((2, 16, 16, (11, 12), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1), {"algorithm": "winograd4"}, ("silu",)),
+             ((1, 24, 24, (9, 9), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 24), None, ("relu",)),
+             ((1, 3, 16, (17, 18), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1), None, ())]
+    kernels, data = [], []
+    for i, ((n, c, f, sp, k, s, d, p, g), force, epi) in enumerate(cases):
+        geom = ConvGeometry(n, c, f, g, sp, k, s, d, p)
+        kernels.append(plan_conv(geom, epilogue=Epilogue(epi), num_threads=2, target=target, force=force,
+                                 name=f"port{i}"))
+        x = rng.standard_normal((n, c) + sp).astype(np.float32)
+        w = rng.standard_normal((f, c // g) + k).astype(np.float32)
+        b = rng.standard_normal(f).astype(np.float32)
+        data.append((x, w, b, *ref_conv(x, w, b, s, d, p, g), epi))
+    lib = compile_library(kernels, flags=flags)
+    for kern, (x, w, b, want, mag, epi) in zip(kernels, data):
+        got = ConvRunner(kern, w, b, lib=lib).run(x).astype(np.float64)
+        scale = 2 * _reduction_length(kern.geometry) * EPS32 * mag
+        for step in epi:
+            f_, lip, _ = ACT[step]
+            want, scale = f_(want), lip * scale + 8 * EPS32 * np.abs(f_(want))
+        assert kern.cb == (target or host_target()).cb
+        assert (np.abs(got - want) <= scale + 1e-30).all(), (port, kern.describe, np.abs(got - want).max())
