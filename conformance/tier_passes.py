@@ -41,6 +41,12 @@ class PassProxy(Backend):
     def transform_post_lowering(self, function):
         return self.inner.transform_post_lowering(function)
 
+    def supports_fused_activation(self, op, activation):
+        return self.inner.supports_fused_activation(op, activation)
+
+    def scratch_bytes(self, instr):
+        return self.inner.scratch_bytes(instr)
+
     def verify(self, function):
         return self.inner.verify(function)
 

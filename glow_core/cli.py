@@ -57,10 +57,15 @@ def cmd_dump(args):
     cm = _compile(args)
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
-    if args.graph or not (args.ir or args.dot or args.onnx):
+    if args.graph or not (args.ir or args.dot or args.onnx or args.source):
         print(cm.last.graph.dump())
     if args.ir:
         print(cm.last.ir.dump())
+    if args.source:
+        source = getattr(cm.last.compiled, "source", None)
+        if source is None:
+            raise GlowError(f"backend '{cm.backend.name}' does not show generated source")
+        print(source)
     if args.dot:
         with open(args.dot, "w") as f:
             f.write(cm.last.graph.to_dot())
@@ -126,6 +131,7 @@ EXAMPLES = {
            "  glowc run model.onnx                  random inputs of the model's dtypes and shapes, interpreter",
     "dump": "examples:\n  glowc dump model.onnx --backend cpu --ir          the low-level IR\n"
             "  glowc dump model.onnx --onnx lowered.onnx          the lowered graph as ONNX (open it in Netron)\n"
+            "  glowc dump model.onnx --backend cpu --source       the generated C, each kernel's algorithm\n"
             "  glowc dump model.onnx --dot graph.dot && dot -Tsvg graph.dot -o graph.svg",
     "bench": "example:\n  glowc bench model.onnx --backend cpu --threads 1 --compare onnxruntime\n"
              "prints latency (median, p10, p90), runs/s, GFLOP/s and a per-op-kind table; inputs are random\n"
@@ -180,6 +186,8 @@ def build_parser():
     d.add_argument("--graph", action="store_true", help="print the optimized graph (the default)")
     d.add_argument("--dot", metavar="FILE", help="write the optimized graph as Graphviz")
     d.add_argument("--onnx", metavar="FILE", help="write the optimized, lowered graph as ONNX (glow domain)")
+    d.add_argument("--source", action="store_true",
+                   help="print the generated code (cpu: one C unit; each call names its kernel's algorithm)")
     b = _sub(sub, "bench", "measure latency, throughput and GFLOP/s, per op kind, optionally against onnxruntime")
     b.add_argument("model")
     b.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")

@@ -20,13 +20,13 @@ ROOT = os.path.dirname(os.path.abspath(glow_core.__file__))
 #: The layers, lowest first; a module may import its own layer and the layers below it. Patterns are fnmatch
 #: patterns over dotted module names (a package is named by its ``__init__``).
 LAYERS = (
-    ("types", ("glow_core.errors", "glow_core.types", "glow_core.progress")),
+    ("types", ("glow_core.errors", "glow_core.types", "glow_core.progress", "glow_core.timing")),
     ("graph", ("glow_core.graph",)),
     ("ops", ("glow_core.ops", "glow_core.ops.*")),
     ("builder", ("glow_core.builder",)),
     ("importer", ("glow_core.importer", "glow_core.importer.*", "glow_core.torch_import")),
     ("passes", ("glow_core.passes", "glow_core.passes.*", "glow_core.lower", "glow_core.verify",
-                "glow_core.fusion", "glow_core.flops")),
+                "glow_core.schedule", "glow_core.fusion", "glow_core.flops")),
     ("ir", ("glow_core.ir", "glow_core.memory")),
     ("backend", ("glow_core.backend", "glow_core.discovery")),
     ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.runtime")),

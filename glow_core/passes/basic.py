@@ -46,8 +46,8 @@ def _const_key(v):
 
 def cse(fn: Function) -> int:
     """Merge nodes with the same op, inputs and attributes (and equal small constants)."""
-    seen, merged = {}, 0
-    for n in list(fn.nodes):
+    seen, dead, uses = {}, set(), None
+    for n in fn.nodes:
         if not _foldable(n):  # two random draws are not the same value
             continue
         ins = tuple(None if v is None else (_const_key(v) if v.is_const else ("id", v.id)) for v in n.inputs)
@@ -56,16 +56,17 @@ def cse(fn: Function) -> int:
         if other is None:
             seen[key] = n
             continue
+        uses = uses or fn.use_lists()  # built at the first change
+        uses.discard(n)
         for a, b in zip(n.outputs, other.outputs):
-            fn.replace_uses(a, b)
-        fn.nodes.remove(n)
-        merged += 1
-    return merged
+            uses.replace(a, b)
+        dead.add(n)
+    return fn.remove_nodes(dead)
 
 
 def constant_fold(fn: Function) -> int:
     """Evaluate nodes whose inputs are all constants (primitives with their kernel, ops by lowering)."""
-    folded = 0
+    dead, uses = set(), None
     for n in list(fn.nodes):
         if not _foldable(n) or not all(v is None or v.is_const for v in n.inputs):
             continue
@@ -87,8 +88,9 @@ def constant_fold(fn: Function) -> int:
                 del fn.nodes[before:]
         if any(not o.is_const for o in outs[:len(n.outputs)]):
             continue
-        fn.nodes.remove(n)
+        dead.add(n)
+        uses = uses or fn.use_lists()  # built at the first change
+        uses.discard(n)
         for a, c in zip(n.outputs, outs):
-            fn.replace_uses(a, c)
-        folded += 1
-    return folded
+            uses.replace(a, c)
+    return fn.remove_nodes(dead)

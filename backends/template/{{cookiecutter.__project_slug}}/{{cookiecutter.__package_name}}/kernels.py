@@ -72,22 +72,35 @@ def extended(op_type: str):
 for _name in PRIMITIVES:
     KERNELS[_name] = reference(_name)
 
-# -- fused activations (used when the backend fuses, see backend.transform_post_lowering) ----------------
+# -- fused activations (glow_core.fusion folds them into the producing op when the backend says it can) ------
+def _prim(name, *xs, dtype=None):
+    return get_primitive(name).run(list(xs), {}, [dtype or xs[0].dtype])[0]
+
+
+def _const(value, like):
+    return np.full(like.shape, value, like.dtype)
+
+
+# Each activation as the core lowers it, step by step on the reference kernels, so fused == unfused exactly.
 ACTIVATIONS = {
-    "relu": lambda y: np.maximum(y, np.zeros((), y.dtype)),
-    "sigmoid": lambda y: get_primitive("sigmoid").run([y], {}, [y.dtype])[0],
-    "tanh": lambda y: get_primitive("tanh").run([y], {}, [y.dtype])[0],
+    "relu": lambda y: _prim("max", y, _const(0, y)),
+    "clip": lambda y, min, max: _prim("min", _prim("max", y, _const(min, y)), _const(max, y)),
+    "sigmoid": lambda y: _prim("sigmoid", y),
+    "tanh": lambda y: _prim("tanh", y),
+    "leaky_relu": lambda y, alpha: _prim("select", _prim("lt", y, _const(0, y), dtype=np.dtype(bool)),
+                                         _prim("mul", y, _const(alpha, y)), y),
 }
 
 
-def fused(kern, activation: str):
-    """``kern`` followed by ``activation`` on its output, as one launch (no intermediate tensor)."""
+def fused(kern, activation: str, params: dict):
+    """``kern`` followed by ``activation`` (with its parameters, e.g. clip's min and max) on its output, as one
+    launch (no intermediate tensor)."""
     act = ACTIVATIONS[activation]
 
     def run(inputs, attrs, out_dtypes):
         # >>> PLUG IN THE REAL FUSED KERNEL HERE (e.g. the MAC array's built-in ReLU stage). <<<
         (y,) = kern(inputs, attrs, out_dtypes)
-        return [act(np.asarray(y))]
+        return [act(np.asarray(y), **params)]
     return run
 
 
