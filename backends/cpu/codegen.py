@@ -16,17 +16,20 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 from math import prod
 
 import jinja2
 import numpy as np
 
+from glow_core.backend import Unsupported
 from glow_core.errors import BackendError
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
+from .conv_engine import ConvEngineError, ConvGeometry, Epilogue, plan_conv
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, storage_cast
 
@@ -198,13 +201,27 @@ class KernelInstr:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A constant prepared at compile time from a constant operand: ``make(value)`` is the array placed in the
+    constant region; ``key`` names the transformation (equal keys of one weight are placed once)."""
+
+    slot: int
+    key: str
+    make: Callable[[np.ndarray], np.ndarray] = field(compare=False, repr=False)
+
+
+def _converter(np_dtype: str) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda a: a.astype(np_dtype)
+
+
+@dataclass(frozen=True)
 class KernelCode:
     """One generated kernel: ``source`` defines ``int NAME(uint8_t *const *p)`` (linkage ``GLOW_KERNEL``)."""
 
     name: str
     source: str
     gemms: tuple[str, ...]  # GEMM variants it calls (see gemm_source)
-    derived: tuple[tuple[int, str], ...]  # constants prepared at compile time: (operand slot, target dtype)
+    derived: tuple[Derived, ...]  # constants prepared at compile time (converted or repacked weights)
     choice: str  # the algorithm, for listings (glowc dump, the bundle's comments)
 
 
@@ -260,6 +277,54 @@ class ConvPlan:
     acc_t: str
     acc_np: str
     scratch: ScratchLayout
+
+
+#: Threads the conv engine's scratch is planned for (``scratch_bytes`` does not see the compile options): a
+#: kernel compiled for more threads whose plan needs more scratch than that runs its conv single-threaded.
+ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
+
+
+def _engine_epilogue(attrs) -> Epilogue | None:
+    """The conv engine's epilogue for a conv's fused activation (glow_core.fusion), or None when the engine
+    has no such step (tanh, leaky_relu: the generic kernel applies them)."""
+    act = attrs.get(FUSED_ACTIVATION)
+    params = attrs.get(FUSED_PARAMS) or {}
+    steps = {None: (), "relu": ("relu",), "sigmoid": ("sigmoid",),
+             "clip": (("clip", params.get("min"), params.get("max")),)}.get(act)
+    try:
+        return None if steps is None else Epilogue(steps)
+    except (ConvEngineError, TypeError):  # a NaN or missing clip bound
+        return None
+
+
+_ENGINE_MEMO: dict = {}
+
+
+def engine_conv(ki, num_threads: int):
+    """The conv engine's kernel (backends/cpu/conv_engine.py) for a float32 ``conv`` with a constant filter,
+    reading and writing plain NCHW (the kernel converts to its blocked layout inside, through its scratch), or
+    a falsy Unsupported naming why the generic kernel (``conv_plan``) computes it."""
+    x, w, _ = ki.ins[:3]
+    out = ki.outs[0]
+    key = (ki.signature[:2] + tuple(s for s in ki.signature[2] if s[0] != "scratch"), num_threads)
+    if key in _ENGINE_MEMO:
+        return _ENGINE_MEMO[key]
+    if x.type.dtype.name != "float32" or not w.const:
+        plan = Unsupported("conv engine: float32 convolutions with a constant filter only")
+    elif (epilogue := _engine_epilogue(ki.attrs)) is None:
+        plan = Unsupported(f"conv engine: no epilogue step for {ki.attrs.get(FUSED_ACTIVATION)}")
+    else:
+        a = ki.attrs
+        geom = ConvGeometry.from_conv(x.type.shape, w.type.shape, a["strides"], a["dilations"], a["pads"],
+                                      a.get("group", 1))
+        plan = plan_conv(geom, epilogue=epilogue, num_threads=num_threads)
+        if plan and plan.geometry.out_spatial != tuple(out.type.shape[2:]):
+            raise BackendError(f"cpu backend: conv engine output {plan.geometry.out_spatial} disagrees with the "
+                               f"instruction's {out.type.shape}")
+    if len(_ENGINE_MEMO) >= _MEMO_LIMIT:
+        _ENGINE_MEMO.clear()
+    _ENGINE_MEMO[key] = plan
+    return plan
 
 
 def conv_plan(ki) -> ConvPlan:
@@ -329,6 +394,9 @@ def scratch_layout(ki) -> ScratchLayout:
     if any(o.type.numel == 0 for o in ki.outs):
         return ScratchLayout({}, 0)
     if ki.op == "conv":
+        engine = engine_conv(ki, ENGINE_SCRATCH_THREADS)
+        if engine:
+            return ScratchLayout.of([("engine", engine.scratch_bytes)] if engine.scratch_bytes else [])
         return conv_plan(ki).scratch
     if ki.op == "matmul":
         return matmul_plan(ki).scratch
@@ -383,7 +451,7 @@ class _Kernel:
         self.ki = ki
         self.nt = num_threads
         self.gemms: set[str] = set()
-        self.derived: list[tuple[int, str]] = []
+        self.derived: list[Derived] = []
         self.choice = ""
 
     def render(self) -> str:
@@ -422,9 +490,10 @@ class _Kernel:
                                "backend.scratch_bytes))")
         return self.ptr(s)
 
-    def derive(self, b, np_dtype: str) -> str:
-        """The address of operand ``b`` converted to ``np_dtype`` at compile time (an extra constant)."""
-        self.derived.append((b.slot, np_dtype))
+    def derive(self, b, np_dtype: str, key: str = "", make: Callable | None = None) -> str:
+        """The address of operand ``b`` converted to ``np_dtype`` at compile time (an extra constant), or, with
+        ``key`` and ``make``, transformed by ``make`` (a repacking)."""
+        self.derived.append(Derived(b.slot, key or np_dtype, make or _converter(np_dtype)))
         return f"p[{len(self.ki.operands) + len(self.derived) - 1}]"
 
     def epilogue(self, dt: str) -> str | None:
@@ -712,6 +781,9 @@ class _Kernel:
                 for i in range(n)]
 
     def k_conv(self, ins, fn):
+        engine = engine_conv(ins, self.nt)
+        if engine:
+            return self._engine_conv(ins, fn, engine)
         x, w, bias = ins.ins
         out = ins.outs[0]
         dt = x.type.dtype.name
@@ -751,6 +823,25 @@ class _Kernel:
                       load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
                       load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=plan.fast, gemm=gemm,
                       store=store, epi=epi or "v", scratch=scratch, off=plan.scratch.offsets, wc_ptr=wc_ptr)
+
+    def _engine_conv(self, ins, fn, engine):
+        """A conv by the conv engine: its kernel, called with the filter repacked at compile time."""
+        have = ins.scratch.size if ins.scratch is not None else 0
+        if engine.scratch_bytes > have:  # planned for fewer threads (ENGINE_SCRATCH_THREADS)
+            engine = engine_conv(ins, 1)
+            if engine.scratch_bytes > have:
+                raise BackendError(f"cpu backend: the conv engine needs {engine.scratch_bytes} bytes of scratch, "
+                                   f"the instruction has {have}")
+        x, w, bias = ins.ins
+        out = ins.outs[0]
+        self.choice = engine.describe
+        packed = self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights)
+        scratch = f"{self.ptr(ins.scratch)}" if engine.scratch_bytes else "0"
+        return (f"{engine.source}\n/* conv: {c_comment(engine.describe, 400)} */\n"
+                f"GLOW_KERNEL int {fn}(uint8_t *const *p) {{\n"
+                f"  {engine.name}((const float *){self.ptr(x)}, (const float *){packed}, "
+                f"(const float *){self.ptr(bias)}, (float *){self.ptr(out)}, {scratch}, 0);\n"
+                f"  return 0;\n}}\n")
 
     def _depthwise(self, fn, x, w, bias, out, dims):
         """One filter per channel (group == C == F): a direct convolution per (n, c) plane. For every kernel

@@ -48,11 +48,11 @@ class Program:
             code = kernel_code(KernelInstr.of(ins), num_threads)
             self.kernels.setdefault(code.name, code)
             ptrs = [(b.region, b.address) for b, _ in ins.operands]
-            for slot, np_dtype in code.derived:
-                b = ins.operands[slot][0]
-                key = (b.root.name, b.address, b.type, np_dtype)
+            for d in code.derived:
+                b = ins.operands[d.slot][0]
+                key = (b.root.name, b.address, b.type, d.key)
                 if key not in placed:
-                    arr = np.ascontiguousarray(_const_array(b).astype(np_dtype))
+                    arr = np.ascontiguousarray(d.make(_const_array(b)))
                     placed[key] = end
                     self.derived.append((end, arr))
                     end = align_up(end + arr.nbytes)
