@@ -29,7 +29,7 @@ from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
-from .conv_engine import ConvEngineError, ConvGeometry, Epilogue, plan_conv
+from .conv_engine import ConvGeometry, Epilogue, plan_conv
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, storage_cast
 
@@ -284,17 +284,19 @@ class ConvPlan:
 ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
 
 
-def _engine_epilogue(attrs) -> Epilogue | None:
-    """The conv engine's epilogue for a conv's fused activation (glow_core.fusion), or None when the engine
-    has no such step (tanh, leaky_relu: the generic kernel applies them)."""
+def _engine_epilogue(attrs) -> Epilogue:
+    """The conv engine's in-register epilogue for a conv's fused activation (glow_core.fusion): relu and clip,
+    whose selects equal the lowered max/min bit for bit. Other activations (sigmoid, tanh, leaky_relu) are not
+    in it: the kernel applies them after the engine with the elementwise expression (``_engine_conv``), so
+    that a fused result equals the unfused one exactly, as glow_core.fusion requires."""
     act = attrs.get(FUSED_ACTIVATION)
     params = attrs.get(FUSED_PARAMS) or {}
-    steps = {None: (), "relu": ("relu",), "sigmoid": ("sigmoid",),
-             "clip": (("clip", params.get("min"), params.get("max")),)}.get(act)
-    try:
-        return None if steps is None else Epilogue(steps)
-    except (ConvEngineError, TypeError):  # a NaN or missing clip bound
-        return None
+    if act == "relu":
+        return Epilogue(("relu",))
+    if act == "clip" and all(isinstance(params.get(k), (int, float)) and params[k] == params[k]
+                             for k in ("min", "max")):
+        return Epilogue((("clip", params["min"], params["max"]),))
+    return Epilogue()
 
 
 _ENGINE_MEMO: dict = {}
@@ -311,13 +313,11 @@ def engine_conv(ki, num_threads: int):
         return _ENGINE_MEMO[key]
     if x.type.dtype.name != "float32" or not w.const:
         plan = Unsupported("conv engine: float32 convolutions with a constant filter only")
-    elif (epilogue := _engine_epilogue(ki.attrs)) is None:
-        plan = Unsupported(f"conv engine: no epilogue step for {ki.attrs.get(FUSED_ACTIVATION)}")
     else:
         a = ki.attrs
         geom = ConvGeometry.from_conv(x.type.shape, w.type.shape, a["strides"], a["dilations"], a["pads"],
                                       a.get("group", 1))
-        plan = plan_conv(geom, epilogue=epilogue, num_threads=num_threads)
+        plan = plan_conv(geom, epilogue=_engine_epilogue(a), num_threads=num_threads)
         if plan and plan.geometry.out_spatial != tuple(out.type.shape[2:]):
             raise BackendError(f"cpu backend: conv engine output {plan.geometry.out_spatial} disagrees with the "
                                f"instruction's {out.type.shape}")
@@ -834,14 +834,19 @@ class _Kernel:
                                    f"the instruction has {have}")
         x, w, bias = ins.ins
         out = ins.outs[0]
+        act = ins.attrs.get(FUSED_ACTIVATION)
         self.choice = engine.describe
-        packed = self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights)
-        scratch = f"{self.ptr(ins.scratch)}" if engine.scratch_bytes else "0"
-        return (f"{engine.source}\n/* conv: {c_comment(engine.describe, 400)} */\n"
-                f"GLOW_KERNEL int {fn}(uint8_t *const *p) {{\n"
-                f"  {engine.name}((const float *){self.ptr(x)}, (const float *){packed}, "
-                f"(const float *){self.ptr(bias)}, (float *){self.ptr(out)}, {scratch}, 0);\n"
-                f"  return 0;\n}}\n")
+        post = None
+        if act and engine.epilogue.steps:
+            self.choice += f", {act} fused in registers"
+        elif act:
+            post = self.epilogue("float32")
+            self.choice += " after the conv"
+        return self.t("conv_engine_call.c.j2",
+                      fn=fn, engine=engine.source, engine_fn=engine.name, choice=c_comment(self.choice, 400),
+                      x_ptr=self.ptr(x), b_ptr=self.ptr(bias), out_ptr=self.ptr(out),
+                      w_ptr=self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights),
+                      scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post, n=out.type.numel)
 
     def _depthwise(self, fn, x, w, bias, out, dims):
         """One filter per channel (group == C == F): a direct convolution per (n, c) plane. For every kernel
