@@ -5,11 +5,13 @@ Not used by the backend itself (codegen places kernels in its own translation un
 from __future__ import annotations
 
 import ctypes
+import hashlib
 
 import numpy as np
 
+from .codegen import KernelCode
 from .conv_engine import ConvKernel, LayoutKernel
-from .toolchain import build_shared
+from .toolchain import build_kernels
 
 FLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-fno-math-errno", "-fopenmp"]
 
@@ -22,12 +24,15 @@ def _aligned(n_floats: int) -> np.ndarray:
 
 def compile_library(kernels: list, flags=None) -> ctypes.CDLL:
     """One shared library of ConvKernels / LayoutKernels with an exported ``<name>_entry`` wrapper per kernel,
-    built by the backend's toolchain (system C compiler, content-hash cache: an unchanged source compiles once)."""
-    wrappers = [f"void {k.name}_entry(const float *x, const float *w, const float *b, float *y, uint8_t *s, "
-                f"const float *r) {{ {k.name}(x, w, b, y, s, r); }}" if isinstance(k, ConvKernel) else
-                f"void {k.name}_entry(const float *x, float *y) {{ {k.name}(x, y); }}" for k in kernels]
-    text = "#include <stdint.h>\n" + "\n".join(k.source for k in kernels) + "\n" + "\n".join(wrappers) + "\n"
-    return ctypes.CDLL(build_shared(text, {}, list(flags or FLAGS)))
+    built by the backend's toolchain as one kernel unit (system C compiler, content-hash cache: an unchanged
+    source compiles once)."""
+    wrappers = [f"GLOW_KERNEL void {k.name}_entry(const float *x, const float *w, const float *b, float *y, "
+                f"uint8_t *s, const float *r) {{ {k.name}(x, w, b, y, s, r); }}" if isinstance(k, ConvKernel) else
+                f"GLOW_KERNEL void {k.name}_entry(const float *x, float *y) {{ {k.name}(x, y); }}"
+                for k in kernels]
+    text = "\n".join(k.source for k in kernels) + "\n" + "\n".join(wrappers) + "\n"
+    code = KernelCode("gce_lib_" + hashlib.sha1(text.encode()).hexdigest()[:20], text, (), (), "conv engine harness")
+    return ctypes.CDLL(build_kernels([code], list(flags or FLAGS)).paths[code.name])
 
 
 def blocked(x: np.ndarray, cb: int) -> np.ndarray:
