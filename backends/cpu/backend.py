@@ -45,8 +45,8 @@ class CPUBackend(Backend):
         return p.movement
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
-        """conv (im2col/direct GEMM and depthwise) and matmul apply every activation of glow_core.fusion in the
-        store of their result: relu, clip, sigmoid, tanh, leaky_relu."""
+        """conv (the conv engine, im2col/direct GEMM and depthwise) and matmul apply every activation of
+        glow_core.fusion in their kernel: relu, clip, sigmoid, tanh, leaky_relu."""
         return (op, activation) in FUSED_ACTIVATIONS
 
     def known_failures(self) -> list[tuple[str, str]]:
@@ -58,8 +58,9 @@ class CPUBackend(Backend):
                  "within 4")]
 
     def scratch_bytes(self, instr) -> int:
-        """im2col columns, converted weights/outputs, converted matmul operands, row buffers and the GEMM's
-        packed panels (codegen.scratch_layout)."""
+        """The conv engine's input copy and output blocks (planned for ENGINE_SCRATCH_THREADS), im2col columns,
+        converted weights/outputs, converted matmul operands, row buffers and the GEMM's packed panels
+        (codegen.scratch_layout)."""
         return scratch_layout(KernelInstr.of(instr)).total
 
     @staticmethod
