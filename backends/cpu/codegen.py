@@ -13,6 +13,7 @@ allocator. Model names never reach C except through ``c_comment`` (escaped).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -29,6 +30,7 @@ from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
+from .conv_algorithms import template_env
 from .conv_engine import ConvGeometry, Epilogue, plan_conv
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, storage_cast
@@ -49,19 +51,25 @@ GEMM_TILES = {"f32": dict(t="float", kc=384, mc=144, nc=4096, mr_wide=8, mr_narr
 MAX_VECTOR_BYTES = 64
 
 
+@functools.lru_cache(maxsize=None)
+def bytecode_cache() -> "jinja2.BytecodeCache | None":
+    """Compiled templates cached under $GLOW_CACHE_DIR/jinja (None when that directory cannot be made); shared by
+    codegen's and the conv engine's environments."""
+    from .toolchain import cache_dir
+    try:
+        d = os.path.join(cache_dir(), "jinja")
+        os.makedirs(d, exist_ok=True)
+        return jinja2.FileSystemBytecodeCache(d)
+    except OSError:
+        return None
+
+
 def template(name: str) -> jinja2.Template:
     """A template of templates/ (StrictUndefined; compiled templates cached under $GLOW_CACHE_DIR/jinja)."""
     global _ENV
     if _ENV is None:
-        from .toolchain import cache_dir
-        try:
-            d = os.path.join(cache_dir(), "jinja")
-            os.makedirs(d, exist_ok=True)
-            bcc = jinja2.FileSystemBytecodeCache(d)
-        except OSError:
-            bcc = None
         _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                                  keep_trailing_newline=True, autoescape=False, bytecode_cache=bcc)
+                                  keep_trailing_newline=True, autoescape=False, bytecode_cache=bytecode_cache())
         _ENV.globals["par_min"] = PARALLEL_MIN_WORK
     return _ENV.get_template(name)
 
@@ -311,6 +319,9 @@ def engine_conv(ki, num_threads: int):
     key = (ki.signature[:2] + tuple(s for s in ki.signature[2] if s[0] != "scratch"), num_threads)
     if key in _ENGINE_MEMO:
         return _ENGINE_MEMO[key]
+    env = template_env()
+    if env.bytecode_cache is None:
+        env.bytecode_cache = bytecode_cache()
     if x.type.dtype.name != "float32" or not w.const:
         plan = Unsupported("conv engine: float32 convolutions with a constant filter only")
     else:
