@@ -14,7 +14,8 @@
 5. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
    (target < 1 s) of the ResNet-18-style model, each in a fresh process.
 
-Models (glow_core.example_models, seeded weights): cnn, linear_sigmoid, mlp (784-512-512-10, batch 64), resnet18
+Models (glow_core.example_models, seeded weights): cnn, linear_sigmoid, mlp (784-512-512-10, batch 64), resnet_small64
+(the small ResNet at 64x64), resnet18
 (224x224), mobilenetv2 (224x224), bert_encoder (2 layers, hidden 256, 4 heads, seq 128). ``--quick`` is a
 smoke mode (small models, 1 thread, one round, matmul 256, compile times of the cnn).
 """
@@ -46,6 +47,7 @@ MODELS = {
     "cnn": (lambda: models.cnn(seed=0), 0.5, 20, 20000),
     "linear_sigmoid": (lambda: models.linear_sigmoid(seed=0), 0.5, 1000, 20000),
     "mlp": (lambda: models.mlp(seed=0, batch=64), 0.7, 10, 5000),
+    "resnet_small64": (lambda: models.resnet(seed=0, size=64), 0.7, 10, 2000),
     "resnet18": (lambda: models.resnet18(seed=0), 1.5, 5, 200),
     "mobilenetv2": (lambda: models.mobilenetv2(seed=0), 1.5, 5, 200),
     "bert_encoder": (lambda: models.bert_encoder(seed=0), 1.5, 5, 500),

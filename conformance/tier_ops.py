@@ -204,6 +204,23 @@ def _structured():
     for v, (xs, ws, at) in conv.items():
         add("Conv", v, F, lambda r, d, xs=xs, ws=ws, at=at: one_node(
             "Conv", [rnd(d, xs, r), rnd(d, ws, r), rnd(d, (ws[0],), r)], at))
+    # Constant filters (the CPU backend's conv engine; see backends/cpu/conv_engine.py for its algorithms): a
+    # 3-channel strided stem, Winograd F(4x4) (24x24 maps) and F(2x2) (12x12), strided 1x1, depthwise,
+    # grouped + dilated, 1-d.
+    conv_const = {
+        "const_stem": ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        "const_winograd4": ((1, 16, 24, 24), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+        "const_winograd2": ((1, 16, 12, 12), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
+        "const_1x1_stride2": ((1, 16, 9, 9), (24, 16, 1, 1), {"strides": [2, 2]}),
+        "const_depthwise": ((1, 16, 10, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        "const_group_dilation": ((1, 8, 11, 11), (8, 2, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2] * 4}),
+        "const_1d": ((1, 4, 15), (6, 4, 3), {"pads": [1, 1]}),
+    }
+    for v, (xs, ws, at) in conv_const.items():
+        add("Conv", v, ("float32",), lambda r, d, xs=xs, ws=ws, at=at: one_node(
+            "Conv", [rnd(d, xs, r), Init(rnd(d, ws, r)), Init(rnd(d, (ws[0],), r))], at))
+    add("ConvTranspose", "const_stride2", ("float32",), lambda r, d: one_node(
+        "ConvTranspose", [rnd(d, (1, 8, 6, 5), r), Init(rnd(d, (8, 4, 3, 3), r))], {"strides": [2, 2]}))
     add("ConvTranspose", "stride2", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 2, 4, 5), r), rnd(d, (2, 3, 3, 3), r)], {"strides": [2, 2]}))
     add("ConvTranspose", "pads_output_padding", ("float32",), lambda r, d: one_node(

@@ -13,6 +13,7 @@ allocator. Model names never reach C except through ``c_comment`` (escaped).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -23,6 +24,7 @@ from typing import Callable
 import jinja2
 import numpy as np
 
+from glow_core.backend import Unsupported
 from glow_core.errors import BackendError
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.graph import frozen
@@ -31,6 +33,8 @@ from glow_core.types import TensorType, dtype as to_dtype
 
 from .codegen_int8 import BAKED, QuantizedKernels
 from .codegen_int8 import scratch_bytes as int8_scratch_bytes
+from .conv_algorithms import template_env
+from .conv_engine import ConvGeometry, Epilogue, plan_conv
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, storage_cast
 
@@ -50,19 +54,25 @@ GEMM_TILES = {"f32": dict(t="float", kc=384, mc=144, nc=4096, mr_wide=8, mr_narr
 MAX_VECTOR_BYTES = 64
 
 
+@functools.lru_cache(maxsize=None)
+def bytecode_cache() -> "jinja2.BytecodeCache | None":
+    """Compiled templates cached under $GLOW_CACHE_DIR/jinja (None when that directory cannot be made); shared by
+    codegen's and the conv engine's environments."""
+    from .toolchain import cache_dir
+    try:
+        d = os.path.join(cache_dir(), "jinja")
+        os.makedirs(d, exist_ok=True)
+        return jinja2.FileSystemBytecodeCache(d)
+    except OSError:
+        return None
+
+
 def template(name: str) -> jinja2.Template:
     """A template of templates/ (StrictUndefined; compiled templates cached under $GLOW_CACHE_DIR/jinja)."""
     global _ENV
     if _ENV is None:
-        from .toolchain import cache_dir
-        try:
-            d = os.path.join(cache_dir(), "jinja")
-            os.makedirs(d, exist_ok=True)
-            bcc = jinja2.FileSystemBytecodeCache(d)
-        except OSError:
-            bcc = None
         _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                                  keep_trailing_newline=True, autoescape=False, bytecode_cache=bcc)
+                                  keep_trailing_newline=True, autoescape=False, bytecode_cache=bytecode_cache())
         _ENV.globals["par_min"] = PARALLEL_MIN_WORK
     return _ENV.get_template(name)
 
@@ -282,6 +292,57 @@ class ConvPlan:
     scratch: ScratchLayout
 
 
+#: Threads the conv engine's scratch is planned for (``scratch_bytes`` does not see the compile options): a
+#: kernel compiled for more threads whose plan needs more scratch than that runs its conv single-threaded.
+ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
+
+
+def _engine_epilogue(attrs) -> Epilogue:
+    """The conv engine's in-register epilogue for a conv's fused activation (glow_core.fusion): relu and clip,
+    whose selects equal the lowered max/min bit for bit. Other activations (sigmoid, tanh, leaky_relu) are not
+    in it: the kernel applies them after the engine with the elementwise expression (``_engine_conv``), so
+    that a fused result equals the unfused one exactly, as glow_core.fusion requires."""
+    act = attrs.get(FUSED_ACTIVATION)
+    params = attrs.get(FUSED_PARAMS) or {}
+    if act == "relu":
+        return Epilogue(("relu",))
+    if act == "clip" and all(isinstance(params.get(k), (int, float)) and params[k] == params[k]
+                             for k in ("min", "max")):
+        return Epilogue((("clip", params["min"], params["max"]),))
+    return Epilogue()
+
+
+_ENGINE_MEMO: dict = {}
+
+
+def engine_conv(ki, num_threads: int):
+    """The conv engine's kernel (backends/cpu/conv_engine.py) for a float32 ``conv`` with a constant filter,
+    reading and writing plain NCHW (the kernel converts to its blocked layout inside, through its scratch), or
+    a falsy Unsupported naming why the generic kernel (``conv_plan``) computes it."""
+    x, w, _ = ki.ins[:3]
+    out = ki.outs[0]
+    key = (ki.signature[:2] + tuple(s for s in ki.signature[2] if s[0] != "scratch"), num_threads)
+    if key in _ENGINE_MEMO:
+        return _ENGINE_MEMO[key]
+    env = template_env()
+    if env.bytecode_cache is None:
+        env.bytecode_cache = bytecode_cache()
+    if x.type.dtype.name != "float32" or not w.const:
+        plan = Unsupported("conv engine: float32 convolutions with a constant filter only")
+    else:
+        a = ki.attrs
+        geom = ConvGeometry.from_conv(x.type.shape, w.type.shape, a["strides"], a["dilations"], a["pads"],
+                                      a.get("group", 1))
+        plan = plan_conv(geom, epilogue=_engine_epilogue(a), num_threads=num_threads)
+        if plan and plan.geometry.out_spatial != tuple(out.type.shape[2:]):
+            raise BackendError(f"cpu backend: conv engine output {plan.geometry.out_spatial} disagrees with the "
+                               f"instruction's {out.type.shape}")
+    if len(_ENGINE_MEMO) >= _MEMO_LIMIT:
+        _ENGINE_MEMO.clear()
+    _ENGINE_MEMO[key] = plan
+    return plan
+
+
 def conv_plan(ki) -> ConvPlan:
     x, w = ki.ins[:2]
     out = ki.outs[0]
@@ -349,6 +410,9 @@ def scratch_layout(ki) -> ScratchLayout:
     if any(o.type.numel == 0 for o in ki.outs):
         return ScratchLayout({}, 0)
     if ki.op == "conv":
+        engine = engine_conv(ki, ENGINE_SCRATCH_THREADS)
+        if engine:
+            return ScratchLayout.of([("engine", engine.scratch_bytes)] if engine.scratch_bytes else [])
         return conv_plan(ki).scratch
     if ki.op == "matmul":
         return matmul_plan(ki).scratch
@@ -446,9 +510,11 @@ class _Kernel(QuantizedKernels):
                                "backend.scratch_bytes))")
         return self.ptr(s)
 
-    def derive(self, b, np_dtype: str) -> str:
-        """The address of operand ``b`` converted to ``np_dtype`` at compile time (an extra constant)."""
-        (ptr,) = self.derive_many((b.slot,), lambda arrays: [arrays[0].astype(np_dtype)], f"as {np_dtype}", 1)
+    def derive(self, b, np_dtype: str, key: str = "", make: Callable | None = None) -> str:
+        """The address of operand ``b`` converted to ``np_dtype`` at compile time (an extra constant), or, with
+        ``key`` and ``make``, transformed by ``make(value)`` (a repacking)."""
+        fn = make or (lambda a: a.astype(np_dtype))
+        (ptr,) = self.derive_many((b.slot,), lambda arrays: [fn(arrays[0])], key or f"as {np_dtype}", 1)
         return ptr
 
     def derive_many(self, slots, make, tag: str, count: int) -> list[str]:
@@ -743,6 +809,9 @@ class _Kernel(QuantizedKernels):
                 for i in range(n)]
 
     def k_conv(self, ins, fn):
+        engine = engine_conv(ins, self.nt)
+        if engine:
+            return self._engine_conv(ins, fn, engine)
         x, w, bias = ins.ins
         out = ins.outs[0]
         dt = x.type.dtype.name
@@ -782,6 +851,30 @@ class _Kernel(QuantizedKernels):
                       load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
                       load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=plan.fast, gemm=gemm,
                       store=store, epi=epi or "v", scratch=scratch, off=plan.scratch.offsets, wc_ptr=wc_ptr)
+
+    def _engine_conv(self, ins, fn, engine):
+        """A conv by the conv engine: its kernel, called with the filter repacked at compile time."""
+        have = ins.scratch.size if ins.scratch is not None else 0
+        if engine.scratch_bytes > have:  # planned for fewer threads (ENGINE_SCRATCH_THREADS)
+            engine = engine_conv(ins, 1)
+            if engine.scratch_bytes > have:
+                raise BackendError(f"cpu backend: the conv engine needs {engine.scratch_bytes} bytes of scratch, "
+                                   f"the instruction has {have}")
+        x, w, bias = ins.ins
+        out = ins.outs[0]
+        act = ins.attrs.get(FUSED_ACTIVATION)
+        self.choice = engine.describe
+        post = None
+        if act and engine.epilogue.steps:
+            self.choice += f", {act} fused in registers"
+        elif act:
+            post = self.epilogue("float32")
+            self.choice += " after the conv"
+        return self.t("conv_engine_call.c.j2",
+                      fn=fn, engine=engine.source, engine_fn=engine.name, choice=c_comment(self.choice, 400),
+                      x_ptr=self.ptr(x), b_ptr=self.ptr(bias), out_ptr=self.ptr(out),
+                      w_ptr=self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights),
+                      scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post, n=out.type.numel)
 
     def _depthwise(self, fn, x, w, bias, out, dims):
         """One filter per channel (group == C == F): a direct convolution per (n, c) plane. For every kernel
