@@ -53,14 +53,6 @@ class CPUBackend(Backend):
         glow_core.fusion in their kernel: relu, clip, sigmoid, tanh, leaky_relu."""
         return (op, activation) in FUSED_ACTIVATIONS
 
-    def known_failures(self) -> list[tuple[str, str]]:
-        """Conformance cases this backend fails on purpose, each with its reason."""
-        return [("ops/Conv/float32/const_winograd4",
-                 "the conv engine's Winograd F(4x4, 3x3) (chosen for 3x3 stride-1 convs of 16+ channels on maps of "
-                 "24+) rounds to 25-66 eps * max|y| on uniform(-5, 5) data: inside the conv primitive's bound "
-                 "(2 n eps sum|terms|), outside the one-node op class (16 eps * max|y|); F(2x2) and direct stay "
-                 "within 4")]
-
     def scratch_bytes(self, instr) -> int:
         """The conv engine's input copy and output blocks (planned for ENGINE_SCRATCH_THREADS), im2col columns,
         converted weights/outputs, converted matmul operands, row buffers and the GEMM's packed panels; the int8
