@@ -15,6 +15,7 @@ from .discovery import available_backends
 from .errors import GlowError
 from .export_onnx import to_onnx
 from .progress import Progress
+from .trace import INSTR
 
 
 def _parse_inputs(items, model):
@@ -42,15 +43,20 @@ def cmd_backends(args):
 
 
 def cmd_run(args):
-    cm = _compile(args)
+    cm = _compile(args, **({"trace": args.trace} if args.trace else {}))
     inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
-    outs = cm.run(inputs)
+    for _ in range(args.repeat):
+        outs = cm.run(inputs)
     os.makedirs(args.output_dir, exist_ok=True)
     for name, arr in outs.items():
         safe = name.replace(os.sep, "_").replace("\0", "_") or "output"
         path = os.path.join(args.output_dir, f"{safe}.npy")
         np.save(path, arr)
         print(f"{name}: {arr.dtype} {list(arr.shape)} -> {path}")
+    if args.trace:
+        n = sum(1 for e in cm.trace.events if e.get("cat") == INSTR)
+        print(f"wrote {args.trace} ({cm.trace.runs} run{'s' if cm.trace.runs != 1 else ''}, {n} instruction events; "
+              f"open it in https://ui.perfetto.dev or chrome://tracing)")
 
 
 def cmd_dump(args):
@@ -128,7 +134,8 @@ EXAMPLES = {
           "run 'glowc COMMAND --help' for each command's options and an example",
     "backends": "example:\n  glowc backends                     prints e.g. 'cpu<TAB>glow_cpu.backend:CPUBackend'",
     "run": "examples:\n  glowc run model.onnx --backend cpu --input input=x.npy --output-dir out/\n"
-           "  glowc run model.onnx                  random inputs of the model's dtypes and shapes, interpreter",
+           "  glowc run model.onnx                  random inputs of the model's dtypes and shapes, interpreter\n"
+           "  glowc run model.onnx --backend cpu --trace trace.json --repeat 10   a Chrome trace (Perfetto)",
     "dump": "examples:\n  glowc dump model.onnx --backend cpu --ir          the low-level IR\n"
             "  glowc dump model.onnx --onnx lowered.onnx          the lowered graph as ONNX (open it in Netron)\n"
             "  glowc dump model.onnx --backend cpu --source       the generated C, each kernel's algorithm\n"
@@ -179,6 +186,9 @@ def build_parser():
     r.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", default=".")
+    r.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace: compile stages and every "
+                   "instruction of every run (open in Perfetto or chrome://tracing)")
+    r.add_argument("--repeat", type=_positive(int), default=1, metavar="N", help="run N times (default 1)")
     d = _sub(sub, "dump", "print the optimized graph and/or low-level IR, or write them as Graphviz or ONNX")
     d.add_argument("model")
     d.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")

@@ -28,7 +28,7 @@ LAYERS = (
     ("passes", ("glow_core.passes", "glow_core.passes.*", "glow_core.lower", "glow_core.verify",
                 "glow_core.schedule", "glow_core.fusion", "glow_core.flops")),
     ("ir", ("glow_core.ir", "glow_core.memory")),
-    ("backend", ("glow_core.backend", "glow_core.discovery")),
+    ("backend", ("glow_core.backend", "glow_core.discovery", "glow_core.trace")),
     ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.runtime")),
     ("tools", ("glow_core.cli", "glow_core.docs", "glow_core.example_models", "glow_core.bench",
                "glow_core.export_onnx", "glow_core")),
