@@ -32,9 +32,11 @@ def _parse_inputs(items, model):
 
 
 def _compile(args, **options):
-    """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while)."""
-    with Progress(f"compiling {os.path.basename(args.model)} for {args.backend}", tick=True):
-        return api.compile(args.model, args.backend, **options)
+    """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while);
+    ``args.current`` names the model when the command takes several."""
+    model = getattr(args, "current", args.model)
+    with Progress(f"compiling {os.path.basename(model)} for {args.backend}", tick=True):
+        return api.compile(model, args.backend, **options)
 
 
 def cmd_backends(args):
@@ -104,17 +106,29 @@ def cmd_demo(args):
 
 
 def cmd_compile(args):
-    cm = _compile(args, **({"target_cpu": args.target} if args.target else {}))
-    if cm.last is None:
-        raise GlowError("the model has symbolic input shapes; bundles need static shapes")
-    if args.emit_bundle:
-        files = cm.backend.emit_bundle(cm.last.ir, args.emit_bundle,
-                                       {"bundle_name": args.bundle_name, **cm.options,
-                                        **({"target_cpu": args.target} if args.target else {})})
-        for f in files:
+    names = args.bundle_name or []
+    if len(args.model) > 1 and not args.emit_bundle:
+        raise GlowError("several models compile only into one bundle: add --emit-bundle DIR")
+    if names and len(names) != len(args.model):
+        raise GlowError(f"{len(args.model)} model(s) but {len(names)} --bundle-name(s): give one name per model, "
+                        f"in the same order")
+    if (args.target or args.cpu) and not args.emit_bundle:
+        raise GlowError("--target and --cpu apply to bundles: add --emit-bundle DIR")
+    names = names or (["model"] if len(args.model) == 1 else
+                      [os.path.splitext(os.path.basename(m))[0] for m in args.model])
+    for i, (model, name) in enumerate(zip(args.model, names)):
+        args.current = model
+        cm = _compile(args)
+        if cm.last is None:
+            raise GlowError(f"'{model}' has symbolic input shapes; bundles need static shapes")
+        if not args.emit_bundle:
+            print(f"compiled '{model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
+            continue
+        options = {**cm.options, "bundle_name": name, "bundle_append": i > 0,
+                   **({"target": args.target, "build": i == len(args.model) - 1} if args.target else {}),
+                   **({"target_cpu": args.cpu} if args.cpu else {})}
+        for f in cm.backend.emit_bundle(cm.last.ir, args.emit_bundle, options):
             print(f"wrote {f}")
-    else:
-        print(f"compiled '{args.model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
 
 
 def cmd_conformance(args, rest):
@@ -144,7 +158,10 @@ EXAMPLES = {
              "prints latency (median, p10, p90), runs/s, GFLOP/s and a per-op-kind table; inputs are random\n"
              "unless given with --input",
     "demo": "examples:\n  glowc demo\n  glowc demo --backend cpu",
-    "compile": "example:\n  glowc compile model.onnx --backend cpu --emit-bundle bundle/ && make -C bundle",
+    "compile": "examples:\n  glowc compile model.onnx --backend cpu --emit-bundle bundle/ && make -C bundle\n"
+               "  glowc compile cnn.onnx mlp.onnx --bundle-name cnn --bundle-name mlp --emit-bundle b/ \\\n"
+               "      --target aarch64-linux-gnu --cpu cortex-a53     cross-built: b/bundle_main cnn|mlp ...\n"
+               "  (run it on the board, or here: qemu-aarch64 -L /usr/aarch64-linux-gnu b/bundle_main cnn ...)",
     "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
                    "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
 }
@@ -208,12 +225,15 @@ def build_parser():
     b.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="inputs (default: random)")
     dm = _sub(sub, "demo", "compile and run the built-in CNN")
     dm.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
-    c = _sub(sub, "compile", "compile a model (optionally to a standalone bundle)")
-    c.add_argument("model")
+    c = _sub(sub, "compile", "compile models (optionally to a standalone bundle, several entry points in one)")
+    c.add_argument("model", nargs="+")
     c.add_argument("--backend", default="cpu", help=backend_help + " (default: cpu)")
     c.add_argument("--emit-bundle", metavar="DIR")
-    c.add_argument("--bundle-name", default="model")
-    c.add_argument("--target", metavar="CPU", help="target CPU for the bundle (-march=CPU)")
+    c.add_argument("--bundle-name", action="append", metavar="NAME",
+                   help="entry point name, once per model in order (default: model, or the file names)")
+    c.add_argument("--target", metavar="TRIPLE", help="cross-compile the bundle with TRIPLE-gcc and build it "
+                   "(e.g. aarch64-linux-gnu, arm-linux-gnueabihf)")
+    c.add_argument("--cpu", metavar="NAME", help="target CPU of the bundle (-mcpu=NAME on Arm, else -march=NAME)")
     cf = _sub(sub, "conformance", "run the conformance suite (extra args go to pytest)")
     cf.add_argument("--backend", required=True, help=backend_help)
     return p
