@@ -45,7 +45,8 @@ def cmd_backends(args):
 
 
 def cmd_run(args):
-    cm = _compile(args, **({"trace": args.trace} if args.trace else {}))
+    cm = _compile(args, **({"trace": args.trace} if args.trace else {}),
+                  **({"num_threads": args.threads} if args.threads else {}))
     inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
     for _ in range(args.repeat):
         outs = cm.run(inputs)
@@ -149,7 +150,7 @@ EXAMPLES = {
     "backends": "example:\n  glowc backends                     prints e.g. 'cpu<TAB>glow_cpu.backend:CPUBackend'",
     "run": "examples:\n  glowc run model.onnx --backend cpu --input input=x.npy --output-dir out/\n"
            "  glowc run model.onnx                  random inputs of the model's dtypes and shapes, interpreter\n"
-           "  glowc run model.onnx --backend cpu --trace trace.json --repeat 10   a Chrome trace (Perfetto)",
+           "  glowc run model.onnx --backend cpu --threads 1 --trace trace.json --repeat 10   a Chrome trace (Perfetto)",
     "dump": "examples:\n  glowc dump model.onnx --backend cpu --ir          the low-level IR\n"
             "  glowc dump model.onnx --onnx lowered.onnx          the lowered graph as ONNX (open it in Netron)\n"
             "  glowc dump model.onnx --backend cpu --source       the generated C, each kernel's algorithm\n"
@@ -206,6 +207,7 @@ def build_parser():
     r.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace: compile stages and every "
                    "instruction of every run (open in Perfetto or chrome://tracing)")
     r.add_argument("--repeat", type=_positive(int), default=1, metavar="N", help="run N times (default 1)")
+    r.add_argument("--threads", type=_positive(int), metavar="N", help="threads of the backend (default: its own)")
     d = _sub(sub, "dump", "print the optimized graph and/or low-level IR, or write them as Graphviz or ONNX")
     d.add_argument("model")
     d.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")

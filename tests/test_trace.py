@@ -4,7 +4,6 @@ and against the wall time of each run."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -51,14 +50,14 @@ def test_resnet18_cpu_trace(tmp_path):
     onnx.save(models.resnet18(size=64, classes=100), path)
     trace = tmp_path / "r18.json"
     r = subprocess.run([sys.executable, "-m", "glow_core.cli", "run", str(path), "--backend", "cpu", "--trace",
-                        str(trace), "--repeat", "7", "--output-dir", str(tmp_path)],
-                       capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                        str(trace), "--repeat", "7", "--threads", "1", "--output-dir", str(tmp_path)],
+                       capture_output=True, text=True)
     if r.returncode and "no C compiler" in r.stderr:
         pytest.skip("no C compiler")
     assert r.returncode == 0, r.stderr
     events = json.loads(trace.read_text())["traceEvents"]
     _well_formed(events)
-    code = glow_core.compile(str(path), "cpu").ir.code
+    code = glow_core.compile(str(path), "cpu", num_threads=1).ir.code
     runs = _runs(events)
     assert len(runs) == 7
     assert f"7 runs, {7 * len(code)} instruction events" in r.stdout
