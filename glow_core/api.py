@@ -174,8 +174,9 @@ class CompiledModel:
         self.backend = get_backend(backend)
         self.input_shapes = dict(options.pop("input_shapes", None) or {})
         trace = options.pop("trace", False)
-        #: With ``trace=True`` (or a file name: written after every compilation and run), the Chrome trace of
-        #: this model's compilations and runs (``glow_core.trace.Trace``; ``cm.trace.save(path)``).
+        #: With ``trace=True`` (or a file name: the whole trace rewritten after every compilation and run, so
+        #: for many runs prefer True and one ``cm.trace.save(path)``), the Chrome trace of this model's
+        #: compilations and runs (``glow_core.trace.Trace``).
         self.trace = Trace() if trace else None
         self._trace_path = trace if isinstance(trace, str) else None
         self.options = options

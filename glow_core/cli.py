@@ -45,8 +45,7 @@ def cmd_backends(args):
 
 
 def cmd_run(args):
-    cm = _compile(args, **({"trace": args.trace} if args.trace else {}),
-                  **({"num_threads": args.threads} if args.threads else {}))
+    cm = _compile(args, trace=bool(args.trace), **({"num_threads": args.threads} if args.threads else {}))
     inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
     for _ in range(args.repeat):
         outs = cm.run(inputs)
@@ -57,6 +56,7 @@ def cmd_run(args):
         np.save(path, arr)
         print(f"{name}: {arr.dtype} {list(arr.shape)} -> {path}")
     if args.trace:
+        cm.trace.save(args.trace)
         n = sum(1 for e in cm.trace.events if e.get("cat") == INSTR)
         print(f"wrote {args.trace} ({cm.trace.runs} run{'s' if cm.trace.runs != 1 else ''}, {n} instruction events; "
               f"open it in https://ui.perfetto.dev or chrome://tracing)")
