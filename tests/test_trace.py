@@ -134,3 +134,25 @@ def test_device_tracks_from_timings():
     rows = [threads[e["tid"]] for e in _complete(t.events, "instr")]
     assert rows == ["dsp0", "dma", "dsp0"]
     assert [e["ts"] for e in _complete(t.events, "instr")] == [0.0, 250000.0, 500000.0]
+
+
+def test_partitioned_run_has_a_track_per_partition():
+    """A model split across cpu and interpreter (Relu forced onto the interpreter): each partition's instructions
+    are on the track of its device, in execution order, and the results match the interpreter's."""
+    m = models.cnn()
+    try:
+        cm = glow_core.compile(m, ["cpu", "interpreter"], num_threads=1, force={"Relu": "interpreter"}, trace=True)
+    except glow_core.errors.GlowError as e:
+        if "no C compiler" in str(e):
+            pytest.skip("no C compiler")
+        raise
+    x = np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)
+    want = glow_core.compile(m, "interpreter").run({"input": x})["output"]
+    np.testing.assert_allclose(cm.run({"input": x})["output"], want, rtol=1e-5, atol=1e-5)
+    events = cm.trace.events
+    _well_formed(events)
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    rows = [(threads[(e["pid"], e["tid"])], e["name"]) for e in sorted(_complete(events, "instr"), key=lambda e: e["ts"])]
+    devices = ["p0 on cpu", "p1 on interpreter", "p2 on cpu"]  # conv | relu (forced) | pool, gemm
+    assert len(cm.last.parts) == 3
+    assert rows == [(d, ins.op) for d, r in zip(devices, cm.last.parts) for ins in r.ir.code]
