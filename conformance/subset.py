@@ -11,17 +11,18 @@ from __future__ import annotations
 from glow_core.backend import ACCELERATOR, Backend, Unsupported
 from glow_cpu.backend import CPUBackend
 
+from .proxy import ProxyBackend
 
-class SubsetBackend(Backend):
+
+class SubsetBackend(ProxyBackend):
     """``inner`` restricted to ``ops`` (primitive or ONNX op names; None: all), ``dtypes`` (None: all), and
     minus the nodes named in ``refuse``. ``costs``: its cost model (default: ``inner``'s)."""
 
     def __init__(self, inner: Backend, ops=None, dtypes=None, refuse=(), name=None, costs=None):
-        self.inner = inner
+        super().__init__(inner, name)
         self.ops = None if ops is None else frozenset(ops)
         self.dtypes = None if dtypes is None else frozenset(dtypes)
         self.refuse = frozenset(refuse)
-        self.name = name or inner.name
         self.costs = costs
 
     def is_op_supported(self, node_info):
@@ -33,30 +34,6 @@ class SubsetBackend(Backend):
         if bad:
             return Unsupported(f"computes in {', '.join(sorted(self.dtypes))} only, not {bad[0]}")
         return self.inner.is_op_supported(node_info)
-
-    def compile(self, function, options):
-        return self.inner.compile(function, options)
-
-    def should_lower(self, node):
-        return self.inner.should_lower(node)
-
-    def transform_post_lowering(self, function):
-        return self.inner.transform_post_lowering(function)
-
-    def supports_fused_activation(self, op, activation):
-        return self.inner.supports_fused_activation(op, activation)
-
-    def optimization_pipeline(self):
-        return self.inner.optimization_pipeline()
-
-    def scratch_bytes(self, instr):
-        return self.inner.scratch_bytes(instr)
-
-    def should_share_buffers(self):
-        return self.inner.should_share_buffers()
-
-    def memory_capacity(self):
-        return self.inner.memory_capacity()
 
     def cost_model(self):
         return self.costs or self.inner.cost_model()
