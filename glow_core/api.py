@@ -14,6 +14,7 @@ it refuses a node, with a ``FallbackWarning`` naming the nodes moved; ``fallback
 from __future__ import annotations
 
 import gc
+import time
 from contextlib import contextmanager
 import warnings
 from dataclasses import dataclass, field
@@ -34,8 +35,9 @@ from .placement import PlacementReport
 from . import quantization
 from .discovery import get_backend
 from .schedule import peak_bytes, schedule
-from .timing import stage
+from .timing import carve, stage
 from .torch_import import is_torch_model, to_onnx
+from .trace import Trace
 from .types import dtype
 from .verify import verify_function
 
@@ -144,7 +146,8 @@ def compile_partitioned(model, backends, input_shapes=None, constants=None, opti
         except SplitNeeded as e:  # one node does not fit a device: place everything again without that choice
             exclude[(e.unit.node.name, e.backend)] = str(e)
     steps = [(r.compiled, feeds_of(p)) for p, r in zip(plan.partitions, parts)]
-    return PartitionedResult(plan, parts, PartitionedFunction(steps, output_sources(plan)),
+    tracks = [f"p{i} on {plan.backends[p.backend].name}" for i, p in enumerate(plan.partitions)]
+    return PartitionedResult(plan, parts, PartitionedFunction(steps, output_sources(plan), tracks),
                              dict(plan.stats, partitions=len(plan.partitions)))
 
 
@@ -188,8 +191,9 @@ def compile_for(model, backends: list[Backend], input_shapes=None, constants=Non
 def compile_graph(fn: Function, backend: Backend, options=None, stats=None, before_compile=None) -> CompileResult:
     """The back half of the pipeline on a graph Function: lowering, post-lowering passes, backend checks, IR,
     memory plan and ``backend.compile`` (``before_compile(irf)`` may inspect or adjust the planned IR).
-    ``stats["times"]`` gives the seconds of each stage (``glow_core.timing.stage``). Option ``schedule=False``
-    keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
+    ``stats["times"]`` gives the seconds of each stage (``glow_core.timing.stage``; work the backend did outside
+    Python, ``CompiledFunction.compile_spans``, is a stage of its own, its span in ``stats["backend_spans"]``).
+    Option ``schedule=False`` keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
     options = dict(options or {})
     stats = {} if stats is None else stats
     with stage(stats, "lowering"):  # lowering, then quantization (when asked for), then activation fusion
@@ -244,6 +248,10 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
         raise MemoryLimitError(f"backend '{backend.name}': out of host memory for the memory plan of "
                                f"'{irf.name}' (constant {p.constant_size} B, mutable {p.mutable_size} B, "
                                f"activations {p.activations_size} B)") from None
+    spans = compiled.compile_spans()
+    for name, _, seconds in spans:
+        carve(stats, "backend-compile", name, seconds)
+    stats["backend_spans"] = spans
     return CompileResult(fn, irf, compiled, stats)
 
 
@@ -330,6 +338,12 @@ class CompiledModel:
             fallback = self.backend.fallback_backends()
         self.fallbacks = [get_backend(b) for b in fallback]
         self.input_shapes = dict(options.pop("input_shapes", None) or {})
+        trace = options.pop("trace", False)
+        #: With ``trace=True`` (or a file name: the whole trace rewritten after every compilation and run, so
+        #: for many runs prefer True and one ``cm.trace.save(path)``), the Chrome trace of this model's
+        #: compilations and runs (``glow_core.trace.Trace``).
+        self.trace = Trace() if trace else None
+        self._trace_path = trace if isinstance(trace, str) else None
         self.options = quantization.prepare(options)
         self.specs = graph_input_specs(self.model)
         self.input_names = [s[0] for s in self.specs]
@@ -355,6 +369,15 @@ class CompiledModel:
             constants = {nm: values[nm] for nm, _ in spec} if spec else None
             self._cache[key] = compile_for(self.model, self.backends, dict(shapes), constants, self.options,
                                            self.fallbacks)
+            if self.trace is not None:
+                res = self._cache[key]
+                if isinstance(res, PartitionedResult):
+                    self.trace.add_compile(res.stats, f"{res.graph.name}: import and placement")
+                    for part, r in zip(res.plan.partitions, res.parts):
+                        self.trace.add_compile(r.stats, f"{r.ir.name} for {res.plan.backends[part.backend].name}")
+                else:
+                    self.trace.add_compile(res.stats, f"{res.ir.name} for {self.backend.name}")
+                self._save_trace()
         self.last = self._cache[key]
         return self.last
 
@@ -395,10 +418,25 @@ class CompiledModel:
             raise GlowError("could not specialize the model's shape inputs")
         feed = arrays if res.ir is None else {nm: a for nm, a in arrays.items() if nm in res.ir.inputs}
         try:
-            return res.compiled.execute(feed)
+            if self.trace is None:
+                return res.compiled.execute(feed)
+            return self._traced_run(res.compiled, feed)
         except MemoryError:
             raise MemoryLimitError(f"out of host memory while running '{res.ir.name}' on backend "
                                    f"'{self.backend.name}'") from None
+
+    def _traced_run(self, compiled, feed):
+        """One run with per-instruction timing (when the backend has it) added to the trace."""
+        start = time.perf_counter()
+        timed = compiled.execute_timed(feed)
+        outs, timings = timed if timed is not None else (compiled.execute(feed), None)
+        self.trace.add_run(self.backend.name, start, time.perf_counter() - start, timings)
+        self._save_trace()
+        return outs
+
+    def _save_trace(self):
+        if self._trace_path:
+            self.trace.save(self._trace_path)
 
     __call__ = run
 
@@ -408,5 +446,6 @@ def compile(model, backend: str | Backend = "interpreter", **options) -> Compile
     them); returns a CompiledModel.
 
     ``model`` is an ONNX model (a path, bytes or onnx.ModelProto), or a torch.nn.Module with
-    ``example_inputs=(x, ...)`` (or a torch.export.ExportedProgram), exported with torch.onnx.export first."""
+    ``example_inputs=(x, ...)`` (or a torch.export.ExportedProgram), exported with torch.onnx.export first.
+    ``trace=True`` (or ``trace="file.json"``) records a Chrome trace of compilations and runs in ``cm.trace``."""
     return CompiledModel(model, backend, **options)

@@ -105,10 +105,20 @@ class CompiledFunction(abc.ABC):
         """Run once like ``execute`` and time every instruction: returns ``(outputs, timings)``, ``timings`` a
         list of ``(instr, start, seconds)`` in execution order (``instr`` an ``ir.Instr``; ``start`` in seconds
         from the run's start, both from ``time.perf_counter`` or a device clock converted to seconds). ``glowc
-        bench`` builds its per-op-kind table from it, traces their per-instruction events. Default None: this
-        backend cannot time single instructions (a backend that runs the whole function in one native call
-        needs instrumented code for it)."""
+        bench`` builds its per-op-kind table from it, traces (``glow_core.trace``) one event per instruction.
+        Device events: an entry may carry a 4th element, the name of the track it ran on (``"dsp0"``,
+        ``"dma"``), and the trace draws each track on its own row; convert device timestamps to seconds from
+        the run's start on the host. Default None: this backend cannot time single instructions (a backend
+        that runs the whole function in one native call needs instrumented code for it, used only here so that
+        ``execute`` pays nothing)."""
         return None
+
+    def compile_spans(self) -> "list[tuple[str, float, float]]":
+        """Work ``Backend.compile`` did outside Python for this function, as ``(name, start, seconds)`` with
+        ``start`` on the ``time.perf_counter`` clock (the CPU backend: its C compiler). Compile statistics
+        count it as a stage of its own (taken out of "backend-compile") and traces draw it on its own track.
+        Default: none."""
+        return []
 
     def memory_regions(self) -> "dict[str, bytearray | np.ndarray] | None":
         """The device memory this function runs in, for observability: ``{"mutable": ..., "activation": ...}``

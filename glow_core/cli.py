@@ -16,6 +16,7 @@ from .discovery import available_backends
 from .errors import GlowError
 from .export_onnx import to_onnx
 from .progress import Progress
+from .trace import INSTR
 
 
 def _parse_inputs(items, model):
@@ -56,9 +57,11 @@ def _quantization_options(args) -> dict:
 
 def _compile(args, **options):
     """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while);
-    ``--backend a,b`` partitions the model across the backends."""
-    with Progress(f"compiling {os.path.basename(args.model)} for {args.backend}", tick=True):
-        return api.compile(args.model, _backends(args.backend), **_quantization_options(args), **options)
+    ``--backend a,b`` partitions the model across the backends; ``args.current`` names the model when the
+    command takes several."""
+    model = getattr(args, "current", args.model)
+    with Progress(f"compiling {os.path.basename(model)} for {args.backend}", tick=True):
+        return api.compile(model, _backends(args.backend), **_quantization_options(args), **options)
 
 
 def _quantization_summary(cm) -> list[str]:
@@ -92,15 +95,21 @@ def cmd_backends(args):
 
 
 def cmd_run(args):
-    cm = _compile(args)
+    cm = _compile(args, trace=bool(args.trace), **({"num_threads": args.threads} if args.threads else {}))
     inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
-    outs = cm.run(inputs)
+    for _ in range(args.repeat):
+        outs = cm.run(inputs)
     os.makedirs(args.output_dir, exist_ok=True)
     for name, arr in outs.items():
         safe = name.replace(os.sep, "_").replace("\0", "_") or "output"
         path = os.path.join(args.output_dir, f"{safe}.npy")
         np.save(path, arr)
         print(f"{name}: {arr.dtype} {list(arr.shape)} -> {path}")
+    if args.trace:
+        cm.trace.save(args.trace)
+        n = sum(1 for e in cm.trace.events if e.get("cat") == INSTR)
+        print(f"wrote {args.trace} ({cm.trace.runs} run{'s' if cm.trace.runs != 1 else ''}, {n} instruction events; "
+              f"open it in https://ui.perfetto.dev or chrome://tracing)")
 
 
 def cmd_profile(args):
@@ -189,22 +198,34 @@ def cmd_demo(args):
 
 
 def cmd_compile(args):
-    cm = _compile(args, **({"target_cpu": args.target} if args.target else {}))
-    if cm.last is None:
-        raise GlowError("the model has symbolic input shapes; bundles need static shapes")
-    if cm.ir is None:
-        raise GlowError(f"backend '{args.backend}' does not run every node of the model (glowc partition shows "
-                        f"which and why); a bundle needs the whole model on one backend")
-    if args.emit_bundle:
-        files = cm.backend.emit_bundle(cm.last.ir, args.emit_bundle,
-                                       {"bundle_name": args.bundle_name, **cm.options,
-                                        **({"target_cpu": args.target} if args.target else {})})
-        for f in files:
+    names = args.bundle_name or []
+    if len(args.model) > 1 and not args.emit_bundle:
+        raise GlowError("several models compile only into one bundle: add --emit-bundle DIR")
+    if names and len(names) != len(args.model):
+        raise GlowError(f"{len(args.model)} model(s) but {len(names)} --bundle-name(s): give one name per model, "
+                        f"in the same order")
+    if (args.target or args.cpu) and not args.emit_bundle:
+        raise GlowError("--target and --cpu apply to bundles: add --emit-bundle DIR")
+    names = names or (["model"] if len(args.model) == 1 else
+                      [os.path.splitext(os.path.basename(m))[0] for m in args.model])
+    for i, (model, name) in enumerate(zip(args.model, names)):
+        args.current = model
+        cm = _compile(args)
+        if cm.last is None:
+            raise GlowError(f"'{model}' has symbolic input shapes; bundles need static shapes")
+        if cm.ir is None:
+            raise GlowError(f"backend '{args.backend}' does not run every node of '{model}' (glowc partition shows "
+                            f"which and why); a bundle needs the whole model on one backend")
+        for line in _quantization_summary(cm):
+            print(line)
+        if not args.emit_bundle:
+            print(f"compiled '{model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
+            continue
+        options = {**cm.options, "bundle_name": name, "bundle_append": i > 0,
+                   **({"target": args.target, "build": i == len(args.model) - 1} if args.target else {}),
+                   **({"target_cpu": args.cpu} if args.cpu else {})}
+        for f in cm.backend.emit_bundle(cm.last.ir, args.emit_bundle, options):
             print(f"wrote {f}")
-    else:
-        print(f"compiled '{args.model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
-    for line in _quantization_summary(cm):
-        print(line)
 
 
 def cmd_conformance(args, rest):
@@ -226,7 +247,8 @@ EXAMPLES = {
           "run 'glowc COMMAND --help' for each command's options and an example",
     "backends": "example:\n  glowc backends                     prints e.g. 'cpu<TAB>glow_cpu.backend:CPUBackend'",
     "run": "examples:\n  glowc run model.onnx --backend cpu --input input=x.npy --output-dir out/\n"
-           "  glowc run model.onnx                  random inputs of the model's dtypes and shapes, interpreter",
+           "  glowc run model.onnx                  random inputs of the model's dtypes and shapes, interpreter\n"
+           "  glowc run model.onnx --backend cpu --threads 1 --trace trace.json --repeat 10   a Chrome trace (Perfetto)",
     "dump": "examples:\n  glowc dump model.onnx --backend cpu --ir          the low-level IR\n"
             "  glowc dump model.onnx --onnx lowered.onnx          the lowered graph as ONNX (open it in Netron)\n"
             "  glowc dump model.onnx --backend cpu --source       the generated C, each kernel's algorithm\n"
@@ -235,7 +257,10 @@ EXAMPLES = {
              "prints latency (median, p10, p90), runs/s, GFLOP/s and a per-op-kind table; inputs are random\n"
              "unless given with --input",
     "demo": "examples:\n  glowc demo\n  glowc demo --backend cpu",
-    "compile": "example:\n  glowc compile model.onnx --backend cpu --emit-bundle bundle/ && make -C bundle",
+    "compile": "examples:\n  glowc compile model.onnx --backend cpu --emit-bundle bundle/ && make -C bundle\n"
+               "  glowc compile cnn.onnx mlp.onnx --bundle-name cnn --bundle-name mlp --emit-bundle b/ \\\n"
+               "      --target aarch64-linux-gnu --cpu cortex-a53     cross-built: b/bundle_main cnn|mlp ...\n"
+               "  (run it on the board, or here: qemu-aarch64 -L /usr/aarch64-linux-gnu b/bundle_main cnn ...)",
     "partition": "examples:\n  glowc partition resnet.onnx --backend acme_npu,cpu --dot placement.dot\n"
                  "  glowc partition model.onnx --backend cpu        what the cpu backend leaves to the interpreter\n"
                  "prints the partitions (backend, nodes, FLOPs, bytes in and out) and, for every node not on the\n"
@@ -307,6 +332,10 @@ def build_parser():
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", default=".")
     _quantize_group(r)
+    r.add_argument("--trace", metavar="FILE.json", help="write a Chrome trace: compile stages and every "
+                   "instruction of every run (open in Perfetto or chrome://tracing)")
+    r.add_argument("--repeat", type=_positive(int), default=1, metavar="N", help="run N times (default 1)")
+    r.add_argument("--threads", type=_positive(int), metavar="N", help="threads of the backend (default: its own)")
     d = _sub(sub, "dump", "print the optimized graph and/or low-level IR, or write them as Graphviz or ONNX")
     d.add_argument("model")
     d.add_argument("--backend", default="interpreter", help=backends_help + " (default: interpreter)")
@@ -327,12 +356,15 @@ def build_parser():
     b.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="inputs (default: random)")
     dm = _sub(sub, "demo", "compile and run the built-in CNN")
     dm.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
-    c = _sub(sub, "compile", "compile a model (optionally to a standalone bundle)")
-    c.add_argument("model")
+    c = _sub(sub, "compile", "compile models (optionally to a standalone bundle, several entry points in one)")
+    c.add_argument("model", nargs="+")
     c.add_argument("--backend", default="cpu", help=backend_help + " (default: cpu)")
     c.add_argument("--emit-bundle", metavar="DIR")
-    c.add_argument("--bundle-name", default="model")
-    c.add_argument("--target", metavar="CPU", help="target CPU for the bundle (-march=CPU)")
+    c.add_argument("--bundle-name", action="append", metavar="NAME",
+                   help="entry point name, once per model in order (default: model, or the file names)")
+    c.add_argument("--target", metavar="TRIPLE", help="cross-compile the bundle with TRIPLE-gcc and build it "
+                   "(e.g. aarch64-linux-gnu, arm-linux-gnueabihf)")
+    c.add_argument("--cpu", metavar="NAME", help="target CPU of the bundle (-mcpu=NAME on Arm, else -march=NAME)")
     pt = _sub(sub, "partition", "show where each node of a model runs across backends, and why")
     pt.add_argument("model")
     pt.add_argument("--backend", required=True, metavar="B1,B2,...", help=backends_help)

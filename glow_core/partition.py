@@ -30,6 +30,7 @@ and a placeholder of the second's (``Partition.function``).
 from __future__ import annotations
 
 import heapq
+import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
@@ -560,17 +561,34 @@ class PartitionedFunction(CompiledFunction):
     """Partitions run one after another in topological order; values cross between them by name.
 
     ``steps``: (compiled function, [(placeholder name, value name)]) per partition; ``outputs``: graph output
-    name -> a value name (computed, or a graph input) or a constant array."""
+    name -> a value name (computed, or a graph input) or a constant array; ``tracks``: each partition's trace
+    track (its device)."""
 
-    def __init__(self, steps, outputs):
+    def __init__(self, steps, outputs, tracks=None):
         self.steps = steps
         self.outputs = outputs
+        self.tracks = tracks or [f"p{i}" for i in range(len(steps))]
 
     def execute(self, inputs):
         env = dict(inputs)
         for compiled, feeds in self.steps:
             env.update(compiled.execute({ph: env[src] for ph, src in feeds}))
         return gather_outputs(self.outputs, env, inputs)
+
+    def execute_timed(self, inputs):
+        """Every partition's instruction timings (one partition untimed: None), each on its partition's track,
+        with starts from this run's start."""
+        env, timings = dict(inputs), []
+        t0 = time.perf_counter()
+        for (compiled, feeds), track in zip(self.steps, self.tracks):
+            start = time.perf_counter() - t0
+            timed = compiled.execute_timed({ph: env[src] for ph, src in feeds})
+            if timed is None:
+                return None
+            outs, part = timed
+            env.update(outs)
+            timings += [(ins, start + s, d, track) for ins, s, d, *_ in part]
+        return gather_outputs(self.outputs, env, inputs), timings
 
 
 def gather_outputs(outputs: dict, env: dict, inputs: dict) -> dict:

@@ -14,8 +14,9 @@ import pytest
 
 import glow_core
 from glow_core import example_models as models
-from glow_core.bench import op_kinds
+from glow_core.bench import bench, format_report, op_kinds
 from glow_core.progress import Progress
+from glow_interpreter.backend import InterpreterBackend, InterpreterFunction
 
 CNN_FLOPS = {  # models.cnn(): Conv 3->16 3x3 pad 1 on 28x28, Relu, MaxPool 2x2, Gemm 3136 -> 10
     "conv": 16 * 28 * 28 * (2 * 3 * 3 * 3 + 1),  # a multiply-add per tap counts 2, the bias 1
@@ -108,17 +109,42 @@ def test_bench_cli_against_onnxruntime(tmp_path):
     assert mflop["conv"] == pytest.approx(CNN_FLOPS["conv"] / 1e6, rel=1e-3)
 
 
-def test_bench_without_instruction_timing_shows_flops_by_kind(tmp_path):
-    """The cpu backend runs a function in one native call: no per-instruction times (they come with traces)."""
+def test_bench_cpu_times_every_op_kind(tmp_path):
+    """The cpu backend times its kernels in generated code (glow_run_table_timed) for the per-op-kind table."""
     path = tmp_path / "cnn.onnx"
     onnx.save(models.cnn(), path)
-    r = _glowc("bench", str(path), "--backend", "cpu", "--threads", "1", "--seconds", "0.1")
+    r = _glowc("bench", str(path), "--backend", "cpu", "--threads", "1", "--seconds", "0.2")
     if r.returncode and "no C compiler" in r.stderr:
         pytest.skip("no C compiler")
     assert r.returncode == 0, r.stderr
-    rows = _rows(r.stdout, "per op kind (glow cpu): FLOPs only", skip=2)
+    rows = _rows(r.stdout, "per op kind (glow cpu, per-instruction timing", skip=2)
+    kinds = {row[0] for row in rows}
+    assert {"conv", "matmul", "max_pool"} <= kinds <= set(CNN_FLOPS)  # relu may be fused into the conv
+    ms = [float(row[2]) for row in rows]
+    assert ms == sorted(ms, reverse=True)
+    assert abs(sum(float(row[4].rstrip("%")) for row in rows) - 100) < 0.5
+
+
+class _UntimedFunction(InterpreterFunction):
+    def execute_timed(self, inputs):
+        return None
+
+
+class _UntimedBackend(InterpreterBackend):
+    """A backend whose compiled functions cannot time single instructions (the hook's default)."""
+
+    name = "untimed"
+
+    def compile(self, function, options):
+        return _UntimedFunction(function)
+
+
+def test_bench_without_instruction_timing_shows_flops_by_kind():
+    report = bench(models.cnn(), _UntimedBackend(), threads=1, budget=0.1)
+    text = format_report(report)
+    rows = _rows(text, "per op kind (glow untimed): FLOPs only", skip=2)
     assert [row[0] for row in rows][:2] == ["conv", "matmul"]  # sorted by FLOPs
-    assert "execute_timed returns None" in r.stdout
+    assert "execute_timed returns None" in text
 
 
 def test_bench_with_inputs_from_files(tmp_path):

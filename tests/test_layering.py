@@ -29,7 +29,7 @@ LAYERS = (
                 "glow_core.schedule", "glow_core.fusion", "glow_core.flops",
                 "glow_core.quantization", "glow_core.quantization.*")),
     ("ir", ("glow_core.ir", "glow_core.memory")),
-    ("backend", ("glow_core.backend", "glow_core.discovery")),
+    ("backend", ("glow_core.backend", "glow_core.discovery", "glow_core.trace")),
     ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.placement",
              "glow_core.runtime")),
     ("tools", ("glow_core.cli", "glow_core.docs", "glow_core.example_models", "glow_core.bench",

@@ -1,19 +1,33 @@
-"""Standalone bundles: NAME.h, NAME.c, NAME.weights.bin, glow_prelude.h, main.c and a Makefile.
+"""Standalone bundles: per entry point NAME.h, NAME.c, NAME.weights.bin and NAME.weights.txt; shared
+glow_prelude.h, main.c and a Makefile; cross-compiled for a target triple when one is given.
 
 NAME.c is one translation unit (every kernel and the entry point); the weights file is the whole constant
-region, the memory plan's weights followed by the constants kernels prepared at compile time. The generated
-code allocates nothing: scratch is part of the activations region.
+region, the memory plan's weights followed by the constants kernels prepared at compile time, and
+NAME.weights.txt the same bytes as a C initializer list (``#include`` it inside braces) for targets without a
+file system. The generated code allocates nothing: scratch is part of the activations region.
 
-``make -C DIR`` builds DIR/bundle_main with only a C compiler and libc/libm; it runs as
-``bundle_main WEIGHTS.bin INPUT_1.bin ... OUTPUT_DIR`` (raw little-endian inputs in model-input order) and
-writes OUTPUT_DIR/<sanitized output name>.bin.
+Several models share one bundle: each ``emit_bundle`` call with ``bundle_append`` adds an entry point to the
+bundle in DIR (``DIR/bundle.json`` lists them); main.c and the Makefile serve all of them.
+
+``make -C DIR`` builds DIR/bundle_main with only a C compiler and libc/libm; it runs as ``bundle_main [ENTRY]
+WEIGHTS.bin INPUT_1.bin ... OUTPUT_DIR`` (ENTRY when the bundle has several; raw little-endian inputs in
+model-input order) and writes OUTPUT_DIR/<sanitized output name>.bin. With ``target`` (a GNU triple such as
+``aarch64-linux-gnu``) the Makefile uses ``TRIPLE-gcc`` and the bundle is built at once; ``target_cpu`` adds
+``-mcpu=`` (Arm) or ``-march=`` (others). The code is portable C: the GEMM's GCC vector types become NEON on
+aarch64 (and on 32-bit Arm with ``-mfpu=neon``), plain scalar code elsewhere.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
+import subprocess
 
 from .codegen import c_comment, c_ident, template
+from .toolchain import ToolchainError
+
+MANIFEST = "bundle.json"
 
 
 def _unique(names, make):
@@ -34,33 +48,79 @@ def _file_name(n: str) -> str:
     return s if s.strip(".") else "_" + s
 
 
-def write_bundle(program, out_dir, options, source, prelude) -> list[str]:
+def _triple(options) -> str:
+    triple = str(options.get("target") or "")
+    if triple and not re.fullmatch(r"[A-Za-z0-9_]+(-[A-Za-z0-9_.]+){1,3}", triple):
+        raise ToolchainError(f"target {triple!r} is not a GNU target triple; accepted: e.g. aarch64-linux-gnu, "
+                             f"arm-linux-gnueabihf, x86_64-linux-gnu")
+    return triple
+
+
+def _cpu_flag(triple: str, cpu) -> str:
+    cpu = re.sub(r"[^A-Za-z0-9_.+-]", "", str(cpu or ""))
+    if not cpu:
+        return ""
+    return f"-mcpu={cpu}" if triple.startswith(("aarch64", "arm")) else f"-march={cpu}"
+
+
+def weights_text(blob: bytes) -> str:
+    """The bytes as a C initializer list, 16 a line, each followed by a comma."""
+    return "".join(", ".join(f"0x{b:02x}" for b in blob[i:i + 16]) + ",\n" for i in range(0, len(blob), 16))
+
+
+def _entry(program, name: str) -> dict:
+    """What the header, driver and Makefile need of one entry point."""
     irf = program.irf
-    name = c_ident(options.get("bundle_name") or "model")
     up = name.upper()
-    os.makedirs(out_dir, exist_ok=True)
-    plan = irf.plan
-    ins = list(irf.inputs.items())
-    outs = list(irf.outputs.items())
+    ins, outs = list(irf.inputs.items()), list(irf.outputs.items())
     in_ids = _unique([n for n, _ in ins], c_ident)
     out_ids = _unique([n for n, _ in outs], c_ident)
     out_files = _unique([n for n, _ in outs], _file_name)
+    plan = irf.plan
     io = [dict(macro=f"{up}_{i}", offset=b.address, size=b.size, comment=c_comment(n), kind="input")
           for (n, b), i in zip(ins, in_ids)]
     io += [dict(macro=f"{up}_{i}", offset=b.address, size=b.size, comment=c_comment(n), kind="output")
            for (n, b), i in zip(outs, out_ids)]
-    ctx = dict(name=name, up=up, constant=program.constant_size, mutable=plan.mutable_size,
-               activations=plan.activations_size, align=plan.alignment, io=io,
-               inputs=[dict(macro=f"{up}_{i}", comment=c_comment(n)) for (n, _), i in zip(ins, in_ids)],
-               outputs=[dict(macro=f"{up}_{i}", file=f, comment=c_comment(n))
-                        for (n, _), i, f in zip(outs, out_ids, out_files)],
-               march=re.sub(r"[^A-Za-z0-9_.+-]", "", str(options.get("target_cpu") or "")))
+    return dict(name=name, up=up, constant=program.constant_size, mutable=plan.mutable_size,
+                activations=plan.activations_size, align=plan.alignment, io=io,
+                inputs=[dict(macro=f"{up}_{i}", comment=c_comment(n)) for (n, _), i in zip(ins, in_ids)],
+                outputs=[dict(macro=f"{up}_{i}", file=f, comment=c_comment(n))
+                         for (n, _), i, f in zip(outs, out_ids, out_files)])
+
+
+def _entries(out_dir, entry, triple, cpu_flag, append) -> list[dict]:
+    """The bundle's entry points: those already in ``out_dir`` (when appending) with ``entry`` added or replaced."""
+    path = os.path.join(out_dir, MANIFEST)
+    entries = []
+    if append and os.path.exists(path):
+        with open(path) as f:
+            manifest = json.load(f)
+        if (manifest.get("triple"), manifest.get("cpu_flag")) != (triple, cpu_flag):
+            raise ToolchainError(f"bundle '{out_dir}' was made for target {manifest.get('triple') or 'host'} "
+                                 f"{manifest.get('cpu_flag') or ''}; every entry point of a bundle needs the same "
+                                 f"--target and --cpu")
+        entries = [e for e in manifest["entries"] if e["name"].upper() != entry["up"]]
+    entries.append(entry)
+    with open(path, "w") as f:
+        json.dump({"triple": triple, "cpu_flag": cpu_flag, "entries": entries}, f, indent=1)
+    return entries
+
+
+def write_bundle(program, out_dir, options, source, prelude) -> list[str]:
+    name = c_ident(options.get("bundle_name") or "model")
+    triple = _triple(options)
+    cpu_flag = _cpu_flag(triple, options.get("target_cpu"))
+    os.makedirs(out_dir, exist_ok=True)
+    entry = _entry(program, name)
+    entries = _entries(out_dir, entry, triple, cpu_flag, options.get("bundle_append", False))
+    blob = program.constant_blob()
     files = {
-        f"{name}.h": template("bundle.h.j2").render(**ctx),
+        f"{name}.h": template("bundle.h.j2").render(**entry),
         f"{name}.c": source.replace('#include "glow_prelude.h"', f'#include "glow_prelude.h"\n#include "{name}.h"'),
+        f"{name}.weights.txt": weights_text(blob),
         "glow_prelude.h": prelude,
-        "main.c": template("bundle_main.c.j2").render(**ctx),
-        "Makefile": template("bundle.mk.j2").render(**ctx),
+        "main.c": template("bundle_main.c.j2").render(entries=entries, multi=len(entries) > 1),
+        "Makefile": template("bundle.mk.j2").render(entries=entries, triple=triple, cpu_flag=cpu_flag),
     }
     written = []
     for fn, text in files.items():
@@ -70,6 +130,23 @@ def write_bundle(program, out_dir, options, source, prelude) -> list[str]:
         written.append(p)
     p = os.path.join(out_dir, f"{name}.weights.bin")
     with open(p, "wb") as f:
-        f.write(program.constant_blob())
+        f.write(blob)
     written.append(p)
+    if options.get("build", bool(triple)):
+        written.append(build_bundle(out_dir, triple))
     return written
+
+
+def build_bundle(out_dir: str, triple: str = "") -> str:
+    """``make -C out_dir`` (with ``TRIPLE-gcc`` for a target triple); returns the path of bundle_main."""
+    cc = f"{triple}-gcc" if triple else "cc"
+    if not shutil.which(cc):
+        hint = (f"install the cross compiler (Debian/Ubuntu: apt-get install gcc-{triple})" if triple
+                else "install a C compiler (Debian/Ubuntu: apt-get install gcc)")
+        raise ToolchainError(f"{cc} was not found on PATH: {hint}")
+    if not shutil.which("make"):
+        raise ToolchainError("make was not found on PATH: install it (Debian/Ubuntu: apt-get install make)")
+    r = subprocess.run(["make", "-C", out_dir, "bundle_main"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ToolchainError(f"building the bundle in '{out_dir}' with {cc} failed:\n{r.stderr[-4000:]}")
+    return os.path.join(out_dir, "bundle_main")

@@ -62,12 +62,15 @@ class CPUFunction(CompiledFunction):
         self._fns = np.array([kernel[c.code.name] for c in calls], dtype=np.uint64)
         self._ops = np.array([address(r, off) for c in calls for r, off in c.ptrs] or [0], dtype=np.uint64)
         self._starts = np.cumsum([0] + [len(c.ptrs) for c in calls[:-1]], dtype=np.int64)
-        self._run = None
+        self._run = self._run_timed = None
         if calls:
-            self._run = self.libs[calls[0].code.name].glow_run_table
-            self._run.restype = ctypes.c_int
-            self._run.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * 3
+            lib = self.libs[calls[0].code.name]
+            self._run, self._run_timed = lib.glow_run_table, lib.glow_run_table_timed
+            for fn, n_args in ((self._run, 3), (self._run_timed, 4)):
+                fn.restype = ctypes.c_int
+                fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * n_args
             self._args = (len(calls), self._fns.ctypes.data, self._ops.ctypes.data, self._starts.ctypes.data)
+            self._ns = np.zeros(2 * len(calls), dtype=np.int64)
         self._in = [(nm, self._view(b)) for nm, b in irf.inputs.items()]
         self._out = [(nm, self._view(b)) for nm, b in irf.outputs.items()]
 
@@ -94,6 +97,24 @@ class CPUFunction(CompiledFunction):
             if rc:
                 self.raise_error(rc)
         return {nm: v.copy() for nm, v in self._out}
+
+    def execute_timed(self, inputs):
+        """A run through ``glow_run_table_timed``: the same kernels, a monotonic clock read around each call."""
+        for nm, v in self._in:
+            v[...] = inputs[nm]
+        timings = []
+        if self._run_timed is not None:
+            rc = self._run_timed(*self._args, self._ns.ctypes.data)
+            if rc:
+                self.raise_error(rc)
+            ns = self._ns.tolist()
+            timings = [(c.instr, ns[2 * i] * 1e-9, (ns[2 * i + 1] - ns[2 * i]) * 1e-9)
+                       for i, c in enumerate(self.program.calls)]
+        return {nm: v.copy() for nm, v in self._out}, timings
+
+    def compile_spans(self):
+        """The C compiler's run, when this compilation ran it (all kernels cached: none)."""
+        return [("c-compiler", self.build.start, self.build.seconds)] if self.build.compiled else []
 
     def raise_error(self, rc: int):
         idx, kind = divmod(rc, 8)

@@ -161,11 +161,13 @@ def _link(target: str, link: str):
 @dataclass
 class Build:
     """What ``build_kernels`` did: the library of each kernel (by name), the kernels it compiled, in how many
-    shards (compiler processes), the seconds spent waiting for the compiler and the CPU seconds it used."""
+    shards (compiler processes), when the compiler started (``time.perf_counter``), the seconds spent waiting
+    for it and the CPU seconds it used."""
 
     paths: dict[str, str]
     compiled: list[str] = field(default_factory=list)
     shards: int = 0
+    start: float = 0.0
     seconds: float = 0.0
     cpu_seconds: float = 0.0
 
@@ -181,7 +183,7 @@ def build_kernels(kernels: list[KernelCode], flags: list[str], jobs: int | None 
     if not missing:
         return build
     global COMPILER_RUNS
-    t0 = time.perf_counter()
+    t0 = build.start = time.perf_counter()
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory(prefix="glow_build_", dir=d) as work:
         with open(os.path.join(work, "glow_prelude.h"), "w") as f:
