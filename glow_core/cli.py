@@ -100,6 +100,11 @@ def cmd_compile(args):
         print(f"compiled '{args.model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
 
 
+def cmd_fuzz(args):
+    from .fuzz.cli import run
+    return run(args)
+
+
 def cmd_conformance(args, rest):
     try:
         import glow_conformance
@@ -132,6 +137,8 @@ def build_parser():
     c.add_argument("--emit-bundle", metavar="DIR")
     c.add_argument("--bundle-name", default="model")
     c.add_argument("--target", metavar="CPU", help="target CPU for the bundle (-march=CPU)")
+    from .fuzz.cli import add_parser as add_fuzz_parser
+    add_fuzz_parser(sub)
     cf = sub.add_parser("conformance", help="run the conformance suite (extra args go to pytest)")
     cf.add_argument("--backend", required=True)
     return p
@@ -147,8 +154,10 @@ def main(argv=None):
         if args.cmd == "conformance":
             cmd_conformance(args, rest)
         else:
-            {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
-             "compile": cmd_compile}[args.cmd](args)
+            rc = {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
+                  "compile": cmd_compile, "fuzz": cmd_fuzz}[args.cmd](args)
+            if rc:
+                return rc
     except GlowError as e:
         if args.traceback:
             raise

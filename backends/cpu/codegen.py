@@ -367,12 +367,12 @@ class Codegen:
         kept = [(s, st) for i, (s, st) in enumerate(zip(x.type.shape, ist)) if i not in axes and s != 1]
         red = [(s, st) for i, (s, st) in enumerate(zip(x.type.shape, ist)) if i in axes and s != 1]
         acc_t, init, update = kernels_ew.reduce_parts(op, dt)
+        if any(s == 0 for s, _ in red):  # an empty reduction: one loop of no iteration leaves the identity
+            red = [(0, 0)]
         load_idx = " + ".join([f"o{i} * {st}" for i, (_, st) in enumerate(kept)] +
                               [f"r{i} * {st}" for i, (_, st) in enumerate(red)]) or "0"
         kst = row_strides([s for s, _ in kept])
         out_idx = " + ".join(f"o{i} * {st}" for i, st in enumerate(kst)) or "0"
-        if any(s == 0 for s, _ in red):
-            red = [(0, 0)]
         return template("reduce.c.j2").render(
             comment=comment, fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
             parallel=self.num_threads > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],

@@ -161,7 +161,17 @@ def deform_conv(x, w, offset, bias=None, mask=None, *, dilations=None, group=1, 
     dh, dw = dilations or [1, 1]
     pads = pads or [0, 0, 0, 0]
     G = offset_group or 1
-    oh, ow = offset.shape[2:]
+    F = w.shape[0]
+    eff = [(kh - 1) * dh + 1, (kw - 1) * dw + 1]
+    oh, ow = [(size + pads[i] + pads[i + 2] - eff[i]) // st + 1 for i, (size, st) in enumerate(((H, sh), (W_, sw)))]
+    want = {"W": (w, (F, C // max(group, 1), kh, kw)), "offset": (offset, (N, G * kh * kw * 2, oh, ow)),
+            "mask": (mask, (N, G * kh * kw, oh, ow)), "B": (bias, (F,))}
+    bad = [f"{nm} has shape {list(a.shape)}, expected {list(s)}" for nm, (a, s) in want.items()
+           if a is not None and tuple(a.shape) != s]
+    if C % max(group, 1) or C % G or F % max(group, 1) or min(oh, ow) < 1 or bad:
+        raise ShapeError(f"DeformConv: input X {list(x.shape)} with kernel {[kh, kw]}, group {group} and "
+                         f"offset_group {G}: " + ("; ".join(bad) or "C and the number of filters must be "
+                                                  "divisible by group and offset_group, and the output non-empty"))
     off = offset.reshape(N, G, kh, kw, 2, oh, ow).astype(np.float64)
     m = (np.ones((N, G, kh, kw, oh, ow)) if mask is None else mask.reshape(N, G, kh, kw, oh, ow))
     base_h = (-pads[0] + sh * np.arange(oh))[None, :, None] + dh * np.arange(kh)[:, None, None]  # [kh, oh, 1]
@@ -181,7 +191,6 @@ def deform_conv(x, w, offset, bias=None, mask=None, *, dilations=None, group=1, 
             vals = xg[n_i, g_i, :, hi, wi]  # [N, G, kh, kw, oh, ow, C/G]
             sampled = sampled + vals * (wh * ww * ok * m)[..., None]
     cols = np.moveaxis(sampled, -1, 2).reshape(N, C, kh, kw, oh, ow)
-    F = w.shape[0]
     cg, fg = C // group, F // group
     out = np.concatenate([np.einsum("nckluv,fckl->nfuv", cols[:, g * cg:(g + 1) * cg],
                                     w[g * fg:(g + 1) * fg].astype(np.float64)) for g in range(group)], axis=1)
