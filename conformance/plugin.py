@@ -1,6 +1,8 @@
 """The pytest plugin: options, one pytest item per case, skips/xfails from the backend, and the report.
 
-Options: ``--backend NAME`` (an entry point of ``glow_core.backends``, or ``module:attr`` naming a Backend
+Options: ``--sanitize [LIST]`` (build the cpu backend's C with sanitizers, default ``address,undefined``, re-executing
+pytest with the ASan runtime preloaded; a case during which a sanitizer reported fails with the report, and a
+report no case can be blamed for fails the run), ``--backend NAME`` (an entry point of ``glow_core.backends``, or ``module:attr`` naming a Backend
 subclass, instance or factory, for in-process test backends), ``--case PATTERN`` (fnmatch over case ids,
 repeatable: run only those), ``--conformance-report PATH`` (HTML at PATH and JSON next to it). Cases live in
 the ``tier_*.py`` modules of this package; they are imported under the package's installed name only.
@@ -34,6 +36,9 @@ def pytest_addoption(parser):
                      "case failing there is always re-run, and judged, alone)")
     g.addoption("--conformance-report", dest="glow_report", default=None, metavar="PATH",
                 help="write an HTML report to PATH and its data to PATH with suffix .json")
+    g.addoption("--sanitize", dest="glow_sanitize", nargs="?", const="address,undefined", default=None,
+                metavar="LIST", help="build the cpu backend's generated C with these sanitizers (default "
+                "address,undefined) and fail every case during which one reports")
 
 
 def load_backend(spec: str):
@@ -102,6 +107,44 @@ class TierFile(pytest.File):
             yield item
 
 
+def _sanitize_log_dir():
+    return os.environ.get("GLOW_SANITIZE_LOG_DIR") if os.environ.get("GLOW_CPU_SANITIZE") else None
+
+
+def sanitizer_reports(all_processes=False) -> dict[str, str]:
+    """Sanitizer report files (of this process, or of all) in the --sanitize log folder: name -> text."""
+    d = _sanitize_log_dir()
+    if not d or not os.path.isdir(d):
+        return {}
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if all_processes or name.rpartition(".")[2] == str(os.getpid()):
+            with open(os.path.join(d, name), errors="replace") as f:
+                out[name] = f.read()
+    return out
+
+
+def _start_sanitizers(config):
+    """--sanitize: select the sanitizers, and re-execute pytest with the ASan runtime preloaded if needed."""
+    spec = config.getoption("glow_sanitize")
+    if not spec or hasattr(config, "workerinput"):
+        return
+    import tempfile
+
+    from glow_cpu import sanitize
+    from glow_core.errors import GlowError
+    try:
+        names = sanitize.requested({"sanitize": spec})
+        log_dir = os.environ.get(sanitize.LOG_DIR_ENV) or tempfile.mkdtemp(prefix="glow-sanitize-")
+        if "address" in names and not sanitize.runtime_loaded():
+            capture = config.pluginmanager.getplugin("capturemanager")
+            if capture is not None:
+                capture.stop_global_capturing()
+        sanitize.reexec(names, log_dir)
+    except GlowError as e:
+        raise pytest.UsageError(f"--sanitize {spec}: {e}") from None
+
+
 def _installed():
     from glow_core.registry import available_backends
     return sorted(available_backends())
@@ -115,10 +158,17 @@ class CaseItem(pytest.Item):
                                             "dtype": case.dtype, "profiles": list(case.profiles)}))
 
     def runtest(self):
+        seen = sanitizer_reports()
         try:
             self.case.run(self.config._glow)
         except Unsupported as e:
             pytest.skip(f"unsupported: {e}")
+        finally:
+            new = sanitizer_reports()
+            text = "".join(new[k][len(seen.get(k, "")):] for k in new)
+            if text.strip():
+                raise CaseFailure(f"{self.case.id}: sanitizer report(s) while running this case:\n{text[-6000:]}"
+                                  f"\n  rerun: {self.config._glow.rerun(self.case.id)} --sanitize")
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CaseFailure):
@@ -194,6 +244,11 @@ class Results:
         for p, v in data["profiles"].items():
             tr.write_line(f"  profile {p:16s} {v['verdict']:8s} ({v['pass']}/{v['total']} pass, {v['fail']} fail, "
                           f"{v['skip']} skip, {v['xfail']} xfail)")
+        reports = sanitizer_reports(all_processes=True)
+        if config.getoption("glow_sanitize"):
+            n = sum(t.count("ERROR: AddressSanitizer") + t.count("runtime error:") for t in reports.values())
+            tr.write_line(f"sanitizers {os.environ.get('GLOW_CPU_SANITIZE')}: {n} report(s)"
+                          + (f" in {_sanitize_log_dir()}" if reports else ""))
         path = config.getoption("glow_report")
         if path:
             html_path, json_path = write_report(data, path)
@@ -202,9 +257,19 @@ class Results:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    _start_sanitizers(config)
     _configure(config)
     if getattr(config, "_glow", None) is not None and config._glow.group_compile and \
             getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"  # keep each compile group on one worker
     if getattr(config, "_glow", None) is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Results(config), "glow-conformance-results")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """--sanitize: a report that no case was failed for (e.g. at collection) still fails the run."""
+    config = session.config
+    if not config.getoption("glow_sanitize", None) or hasattr(config, "workerinput") or exitstatus:
+        return
+    if any(t.strip() for t in sanitizer_reports(all_processes=True).values()):
+        session.exitstatus = 1

@@ -7,7 +7,7 @@ import os
 from glow_core.backend import Backend, CompiledFunction, NodeInfo
 from glow_core.ops.registry import get_primitive
 
-from . import toolchain
+from . import sanitize, toolchain
 from .bundle import write_bundle
 from .codegen import Codegen, prelude_text
 from .ctypes_map import supported
@@ -63,6 +63,9 @@ class CPUBackend(Backend):
         for required in ("-fPIC", "-shared", "-fwrapv") + (("-fopenmp",) if nt > 1 else ()):
             if required not in flags:
                 flags.append(required)
+        sanitizers = sanitize.requested(options)
+        sanitize.require_runtime(sanitizers)
+        flags += sanitize.flags(sanitizers)
         lib = toolchain.build_shared(source, {"glow_prelude.h": prelude_text()}, flags)
         return CPUFunction(function, lib, cg.instr_of_code, source)
 

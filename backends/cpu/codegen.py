@@ -465,29 +465,23 @@ class Codegen:
         kst = row_strides(kernel)
         kidx = " + ".join(f"k{i} * {s}" for i, s in enumerate(kst)) or "0"
         pidx = " + ".join(f"o{i} * {s}" for i, s in enumerate(ost)) or "0"
-        xidx = " + ".join(f"i{i} * {s}" for i, s in enumerate(istr)) or "0"
-        inb = " && ".join(f"in{i}" for i in range(len(dims))) or "1"
+        xidx = " + ".join(f"(o{i} * {d['s']} + k{i} * {d['dil']} - {d['p']}) * {istr[i]}"
+                          for i, d in enumerate(dims)) or "0"
+        _valid_ranges(dims)
         store = ct.st(f"({ct.compute})(drow[q] + bv)")
         return template("conv.c.j2").render(
             comment=comment, fn=fn, t=ct.storage, acc_t=acc_t, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
             w_ptr=self.ptr(w), b_ptr=self.ptr(bias), direct=direct, convert_w=not native, native=native, ck=cg * kk, p=p, f=F,
             fg=fg, cg=cg, c=C, batch=N, group=group, in_size=in_size, dims=dims, kk=kk, kidx=kidx, pidx=pidx,
-            inb=inb, load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
+            load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
             load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=fast, sfx=sfx, store=store,
             err_nomem=err + ERR_NOMEM)
 
     def _depthwise(self, fn, comment, x, w, bias, out, dims):
-        """One filter per channel (group == C == F): a direct convolution per (n, c) plane. For every kernel
-        offset and dim, the output range [lo, hi) whose input index is inside the unpadded input is computed
-        here, so the inner loop runs without bounds checks."""
+        """One filter per channel (group == C == F): a direct convolution per (n, c) plane, the inner loops over
+        the output range of each kernel offset that reads the unpadded input (``_valid_ranges``)."""
         ct = ctype(x.type.dtype.name)
-        for d in dims:
-            los, his = [], []
-            for k in range(d["k"]):
-                shift = k * d["dil"] - d["p"]  # input index = o * s + shift
-                los.append(min(d["o"], max(0, -(shift // d["s"]))))  # ceil(-shift / s)
-                his.append(max(0, min(d["o"], (d["size"] - 1 - shift) // d["s"] + 1)))
-            d.update(lo=los, hi=his)
+        _valid_ranges(dims)
         n = len(dims)
         istr = row_strides(x.type.shape[2:])
         ost = row_strides(out.type.shape[2:])
@@ -525,6 +519,21 @@ class Codegen:
             load=f"({acc_t})" + ct.ld(f"xp[{xidx}]"), update=update, out_idx=oidx, store=store)
 
     k_max_pool = k_avg_pool = _pool
+
+
+def _valid_ranges(dims):
+    """For every kernel offset k of each window dim, the output range [lo[k], hi[k]) whose input index
+    o * s + k * dil - p lies inside the unpadded input: loops over it need no bounds checks, and outputs
+    outside it read padding. (A bounds check per element instead, ``in ? x[i] : 0``, was miscompiled by GCC
+    12's loop vectorizer with AVX2/AVX-512: dilated convolutions whose windows reach far into the padding
+    returned memory that was never written; conformance case ops/Conv/float32/fuzz_dilated_window_in_padding.)"""
+    for d in dims:
+        los, his = [], []
+        for k in range(d["k"]):
+            shift = k * d["dil"] - d["p"]
+            los.append(min(d["o"], max(0, -(shift // d["s"]))))  # ceil(-shift / s)
+            his.append(max(0, min(d["o"], (d["size"] - 1 - shift) // d["s"] + 1)))
+        d.update(lo=los, hi=his)
 
 
 # Cache blocking (kc x mc panel of A in L2, kc x nc of B in L3) and the micro-tile height with 512-bit vectors

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -76,7 +77,8 @@ class Session:
         self.backend, self.against = backend, against
         self.options = dict(options or {})
         self.ref = runner.Worker(timeout, memory_limit)
-        self.test = runner.Worker(timeout, 0 if env else memory_limit, env)
+        # AddressSanitizer reserves terabytes of address space: no RLIMIT_AS for a sanitized child
+        self.test = runner.Worker(timeout, 0 if (env or {}).get("ASAN_OPTIONS") else memory_limit, env)
 
     def close(self):
         self.ref.stop()
@@ -145,8 +147,14 @@ def _has_nan(model, feeds):
 
 
 def _head(message: str) -> str:
-    """The first line of a message without its numbers (what an exception says, not about which values)."""
-    import re
+    """What kind of failure a message tells, without its numbers: an exception's first line; for a mismatch,
+    whether the worst element involves NaN, an infinity, a wrong shape or only finite values."""
+    m = re.search(r"got (\S+), expected (\S+)", message or "")
+    if m:
+        vals = " ".join(m.groups()).lower()
+        return "nan" if "nan" in vals else "inf" if "inf" in vals else "finite"
+    if re.search(r"got \S+\[.*\], expected", message or ""):
+        return "shape"
     return re.sub(r"[0-9]+", "#", (message or "").strip().split("\n")[0])[:120]
 
 
@@ -200,8 +208,9 @@ class Progress:
 
 def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out", ops=None, dtypes=None,
          max_nodes=30, timeout=60.0, shrink_seconds=300.0, max_graphs=None, graph=None, options=None, env=None,
-         log=print, progress=None) -> Summary:
-    """Run the fuzzing loop for ``seconds`` (or ``max_graphs`` graphs, or the one graph ``graph``)."""
+         log=print, progress=None, max_findings=None) -> Summary:
+    """Run the fuzzing loop for ``seconds`` (or ``max_graphs`` graphs, or the one graph ``graph``, or until
+    ``max_findings`` distinct failures). ``env``: environment of the backend's child process only."""
     drawable_ops(ops)  # unknown op names fail here, before any child starts
     summary = Summary(str(backend), against, seed)
     sess = Session(backend, against, timeout, options=options, env=env)
@@ -214,7 +223,8 @@ def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out
             summary.seconds = time.monotonic() - t0
             if graph is not None and i > graph:
                 break
-            if graph is None and (summary.seconds >= seconds or (max_graphs and summary.graphs >= max_graphs)):
+            if graph is None and (summary.seconds >= seconds or (max_graphs and summary.graphs >= max_graphs)
+                                  or (max_findings and len(summary.findings) >= max_findings)):
                 break
             gid = f"s{seed}-g{i}"
             model, feeds, rejects = sess.generate(seed, i, ops, max_nodes, dtypes)
@@ -237,7 +247,7 @@ def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out
             if verdict is None:
                 continue
             dup = next((f for f in summary.findings if f.signature == verdict and f.ops and f.ops[-1] in
-                        _ops_key(model) and (verdict == MISMATCH or _head(f.message) == _head((got or want).message))), None)
+                        _ops_key(model) and _head(f.message) == _head((got or want).message)), None)
             if dup is not None:  # very likely the same bug again: counted, not shrunk again
                 dup.duplicates += 1
                 continue

@@ -132,14 +132,15 @@ class Draft:
         dt = str(self.rng.choice(dts))
         return self.fresh(dt, self.shape(min_rank, max_rank), r.domain)
 
-    def pick_like(self, dt, shape, r: Recipe) -> Value:
-        """An existing value of exactly this dtype and shape, or a fresh input."""
+    def pick_like(self, dt, shape, r: Recipe, special=True) -> Value:
+        """An existing value of exactly this dtype and shape, or a fresh input (``special``: which may carry
+        special values)."""
         shape = tuple(int(s) for s in shape)
-        ok = [v for v in self.values if v.dtype == dt and v.shape == shape
+        ok = [v for v in self.values if v.dtype == dt and v.shape == shape and (special or v.name.startswith("in"))
               and (v.exact or not r.needs_exact or not gdtype(dt).is_float)]
-        if ok and self.rng.random() < 0.5:
+        if ok and self.rng.random() < 0.5 and special:
             return ok[int(self.rng.integers(0, len(ok)))]
-        return self.fresh(dt, shape, r.domain)
+        return self.fresh(dt, shape, r.domain, special=special)
 
     def fresh_or(self, r: Recipe, shape, fits, dtype=None) -> Value:
         dts = self._allowed(r.dtypes)

@@ -89,7 +89,14 @@ def drop_nodes(m, feeds, idxs, values, types):
             if not o:
                 continue
             same = [x for x in n.input if x and types.get(x) == types.get(o)]
-            if same and o not in outputs:
+            if o in outputs:  # the graph returns an operand of the dropped node instead
+                x = next((rename.get(x, x) for x in n.input if x and x in types), None)
+                if x is None or x in outputs:
+                    return None, None
+                k = next(j for j, vi in enumerate(g.output) if vi.name == o)
+                g.output[k].CopyFrom(helper.make_tensor_value_info(x, types[x][0], [None] * len(types[x][1])))
+                outputs.add(x)
+            elif same:
                 rename[o] = rename.get(same[0], same[0])
             elif o in values and o in types:
                 g.input.append(helper.make_tensor_value_info(o, types[o][0], types[o][1]))
