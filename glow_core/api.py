@@ -24,6 +24,8 @@ from .registry import get_backend
 from .types import dtype
 
 POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
+#: Largest memory region any backend is asked to allocate (256 TiB: beyond any host, and no size overflows).
+MAX_REGION_BYTES = 1 << 48
 
 
 @dataclass
@@ -79,6 +81,11 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
         raise UnsupportedOpError("; ".join(problems[:10]))
     attach_scratch(irf, backend.scratch_bytes)
     plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
+    p = irf.plan
+    if max(p.constant_size, p.mutable_size, p.activations_size) > MAX_REGION_BYTES:
+        raise MemoryLimitError(f"'{irf.name}': the memory plan needs constant {p.constant_size} B, mutable "
+                               f"{p.mutable_size} B, activations {p.activations_size} B; no host has more than "
+                               f"{MAX_REGION_BYTES} B (a tensor shape in the model is far too large)")
     if before_compile is not None:
         before_compile(irf)
     try:

@@ -25,6 +25,8 @@ from .subgraph import OUTER, all_nodes, node_reads, outer_scope_names
 
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
+#: Largest element count of one tensor (2^48: beyond any host's memory, far below int64 overflow).
+MAX_ELEMENTS = 1 << 48
 
 
 # -- loading -------------------------------------------------------------------------------------------
@@ -113,10 +115,15 @@ def _load_external(m, base_dir):
                                  f"folder '{base_dir}'; only relative paths inside it are accepted")
         if not os.path.isfile(full):
             raise ModelLoadError(f"tensor '{t.name}': external data file '{loc}' does not exist")
-        offset, length = int(info.get("offset", 0) or 0), info.get("length")
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if info.get("length") else None
+        except ValueError:
+            raise ModelLoadError(f"tensor '{t.name}': external data offset {info.get('offset')!r} and length "
+                                 f"{info.get('length')!r} must be non-negative integers") from None
         size = os.path.getsize(full)
-        want = int(length) if length else size - offset
-        if offset < 0 or offset + want > size:
+        want = length if length is not None else size - offset
+        if offset < 0 or want < 0 or offset + want > size:
             raise ModelLoadError(f"tensor '{t.name}': external data range [{offset}, {offset + want}) exceeds "
                                  f"file '{loc}' of {size} bytes")
         with open(full, "rb") as f:
@@ -156,12 +163,22 @@ def node_attrs(node: onnx.NodeProto, opset: int, where: str) -> dict:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except onnx.defs.SchemaError:
         schema = None
-    attrs = {a.name: _attr_value(a) for a in node.attribute}
     if schema is not None:
-        for name in attrs:
-            if name not in schema.attributes:
-                raise ImportError_(f"{where}: unknown attribute '{name}' for {node.op_type} at opset {opset}; "
+        for a in node.attribute:
+            if a.name not in schema.attributes:
+                raise ImportError_(f"{where}: unknown attribute '{a.name}' for {node.op_type} at opset {opset}; "
                                    f"accepted: {', '.join(sorted(schema.attributes)) or 'none'}")
+            want = schema.attributes[a.name].type
+            if a.type != want:
+                name = onnx.AttributeProto.AttributeType.Name
+                got = name(a.type) if a.type in onnx.AttributeProto.AttributeType.values() else str(a.type)
+                raise ImportError_(f"{where}: attribute '{a.name}' of {node.op_type} has type {got}; the schema "
+                                   f"(opset {opset}) declares {name(want)}")
+    try:
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+    except (ValueError, TypeError) as e:  # a value that does not decode as its declared type
+        raise ImportError_(f"{where}: attribute value cannot be read: {e}") from None
+    if schema is not None:
         for name, a in schema.attributes.items():
             if name in attrs:
                 continue
@@ -227,6 +244,9 @@ def graph_input_specs(m: onnx.ModelProto) -> list[tuple[str, int, list]]:
         if any(isinstance(d, int) and d < 0 for d in dims):
             raise ImportError_(f"graph input '{vi.name}': declared shape {dims} has a negative dim; "
                                f"dims must be >= 0 or symbolic")
+        if prod(d for d in dims if isinstance(d, int)) > MAX_ELEMENTS:
+            raise MemoryLimitError(f"graph input '{vi.name}': declared shape {dims} has more than {MAX_ELEMENTS} "
+                                   f"elements; no tensor that large fits in memory")
         specs.append((vi.name, tt.elem_type, dims))
     return specs
 

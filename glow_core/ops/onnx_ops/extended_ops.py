@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ShapeError
+from ...errors import InputError, ShapeError
 from ..registry import extended_op
 
 
@@ -126,6 +126,12 @@ def roi_align(x, rois, batch_indices, *, mode="avg", output_height=1, output_wid
     """Average (or max) of bilinear samples on a regular grid in each output bin of each roi."""
     C = x.shape[1]
     off = 0.5 if coordinate_transformation_mode == "half_pixel" else 0.0
+    bad = [int(b) for b in np.asarray(batch_indices).reshape(-1) if not 0 <= int(b) < x.shape[0]]
+    if bad:
+        raise InputError(f"RoiAlign: batch_indices {bad[:5]} are outside the batch of X (size {x.shape[0]}); "
+                         f"accepted: 0 to {x.shape[0] - 1}")
+    if not (np.isfinite(spatial_scale) and np.isfinite(np.asarray(rois, np.float64)).all()):
+        raise InputError("RoiAlign: spatial_scale and the rois must be finite")
     out = np.zeros((rois.shape[0], C, output_height, output_width), dtype=np.float64)
     for r in range(rois.shape[0]):
         img = x[int(batch_indices[r])].astype(np.float64)
@@ -164,6 +170,11 @@ def tfidf_vectorizer(x, *, max_gram_length, min_gram_length, max_skip_count, mod
         raise ShapeError("TfIdfVectorizer: string pools are not supported (string tensors)")
     pool = list(pool_int64s)
     starts = list(ngram_counts) + [len(pool)]
+    grams = sum(len(range(starts[n - 1], starts[n], n)) for n in range(1, len(ngram_counts) + 1))
+    if grams != len(ngram_indexes) or any(a > b for a, b in zip(starts, starts[1:])) or min(ngram_indexes, default=0) < 0:
+        raise ShapeError(f"TfIdfVectorizer: ngram_counts {list(ngram_counts)} split the pool of {len(pool)} into "
+                         f"{grams} n-grams, but ngram_indexes has {len(ngram_indexes)} entries (one non-negative "
+                         f"index per n-gram is required, with ngram_counts non-decreasing)")
     table, j = {}, 0
     for n in range(1, len(ngram_counts) + 1):
         for p in range(starts[n - 1], starts[n], n):

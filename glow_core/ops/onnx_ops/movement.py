@@ -100,6 +100,8 @@ def split(b, x, split_in=None, *, axis=0, split=None, num_outputs=None):
         ints(split) if split is not None else None)
     if sizes is None:
         n = int(num_outputs) if num_outputs is not None else b.n_outputs
+        if num_outputs is not None and n != b.n_outputs:
+            raise ShapeError(f"{b.where}: num_outputs is {n} but the node has {b.n_outputs} outputs")
         if num_outputs is None and d % n:
             raise ShapeError(f"{b.where}: dim {d} does not split into {n} equal parts")
         chunk = -(-d // n)
