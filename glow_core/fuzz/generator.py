@@ -31,6 +31,7 @@ class Value:
     dtype: str
     shape: tuple
     exact: bool  # bit-identical on every correct implementation (see recipes.py)
+    special: bool = False  # computed from inputs holding NaN, infinities, denormals or huge values
 
 
 def special_values(dt: str) -> np.ndarray:
@@ -108,7 +109,7 @@ class Draft:
         a = random_array(self.rng, dt, shape, domain, self.special if special else 0.0, nonzero)
         self.inputs.append(helper.make_tensor_value_info(nm, gdtype(dt).onnx, list(a.shape)))
         self.feeds[nm] = a
-        v = Value(nm, dt, tuple(a.shape), True)
+        v = Value(nm, dt, tuple(a.shape), True, _is_special(a))
         self.values.append(v)
         return v
 
@@ -125,30 +126,31 @@ class Draft:
         """An existing value fitting the recipe (dtype, rank, exactness) or, sometimes, a fresh input."""
         dts = self._allowed(dtypes or r.dtypes)
         ok = [v for v in self.values if v.dtype in dts and min_rank <= len(v.shape) <= max_rank
-              and (v.exact or not r.needs_exact or not gdtype(v.dtype).is_float)]
+              and (v.exact or not r.needs_exact or not gdtype(v.dtype).is_float) and not (r.finite and v.special)]
         if ok and self.rng.random() < 0.75:
             ok.sort(key=lambda v: v.name in self.consumed)  # prefer values nothing reads yet
             return ok[int(self.rng.integers(0, max(1, (len(ok) + 1) // 2)))]
         dt = str(self.rng.choice(dts))
-        return self.fresh(dt, self.shape(min_rank, max_rank), r.domain)
+        return self.fresh(dt, self.shape(min_rank, max_rank), r.domain, special=not r.finite)
 
     def pick_like(self, dt, shape, r: Recipe, special=True) -> Value:
         """An existing value of exactly this dtype and shape, or a fresh input (``special``: which may carry
         special values)."""
         shape = tuple(int(s) for s in shape)
-        ok = [v for v in self.values if v.dtype == dt and v.shape == shape and (special or v.name.startswith("in"))
+        special = special and not r.finite
+        ok = [v for v in self.values if v.dtype == dt and v.shape == shape and (special or not v.special)
               and (v.exact or not r.needs_exact or not gdtype(dt).is_float)]
-        if ok and self.rng.random() < 0.5 and special:
+        if ok and self.rng.random() < 0.5:
             return ok[int(self.rng.integers(0, len(ok)))]
         return self.fresh(dt, shape, r.domain, special=special)
 
     def fresh_or(self, r: Recipe, shape, fits, dtype=None) -> Value:
         dts = self._allowed(r.dtypes)
         dt = dtype or str(self.rng.choice(dts))
-        ok = [v for v in self.values if v.dtype == dt and fits(list(v.shape))]
+        ok = [v for v in self.values if v.dtype == dt and fits(list(v.shape)) and not (r.finite and v.special)]
         if ok and self.rng.random() < 0.5:
             return ok[int(self.rng.integers(0, len(ok)))]
-        return self.fresh(dt, shape, r.domain)
+        return self.fresh(dt, shape, r.domain, special=not r.finite)
 
     # -- nodes ------------------------------------------------------------------------------------------
     def add(self, op: str, r: Recipe, stats: Counter) -> bool:
@@ -177,10 +179,11 @@ class Draft:
             return False
         ins = [v for v in self.values if v.name in names]
         exact = all(v.exact for v in ins) and (r.exact or all(not gdtype(t).is_float for t, _ in types))
+        special = any(v.special for v in ins)
         self.nodes.append(node)
         self.consumed.update(names)
         for nm, (dt, shape) in zip(outs, types):
-            self.values.append(Value(nm, dt, shape, exact))
+            self.values.append(Value(nm, dt, shape, exact, special))
         return True
 
     def _rollback(self, n_inputs, n_inits, n_values):
@@ -232,6 +235,13 @@ class Draft:
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="glowc-fuzz")
         m.ir_version = 10
         return m
+
+
+def _is_special(a: np.ndarray) -> bool:
+    if a.dtype.kind != "f" and a.dtype.name != "bfloat16" or not a.size:
+        return False
+    f = np.abs(a.astype(np.float64))
+    return bool(not np.isfinite(f).all() or f.max() > 1e4 or ((f > 0) & (f < 1e-30)).any())
 
 
 def _rank_p(lo, hi):

@@ -9,6 +9,10 @@ domain, and two flags:
   integers, ...): a 1-ULP difference upstream changes the result by a whole step, so its float operands are
   drawn only from exact values (graph inputs, data movement) and never from inexact arithmetic.
 
+- ``finite``: the op accumulates many terms (convolution, matrix products, sums): with NaN, infinities or
+  values near the largest float among them, the result depends on the order of accumulation (overflow,
+  absorption, inf - inf), which no tolerance captures; its operands never carry special values.
+
 Attribute choices are lists (one is drawn; ``OMIT`` leaves the attribute at its default) or callables
 ``f(rng, shape)`` for values that depend on the operand's shape. Ops without a recipe here are drawn with
 ``generic`` (operands from ONNX's schema, no attributes); ops that cannot be drawn say why in ``SKIP``.
@@ -33,11 +37,12 @@ class Recipe:
     domain: tuple = (-4.0, 4.0)  # range of fresh float inputs (integers: clipped to the dtype)
     exact: bool = False
     needs_exact: bool = False
+    finite: bool = False  # accumulates many terms: operands without special values (see the module doc)
     params: dict = field(default_factory=dict)  # family-specific knobs
 
 
-def R(family, dtypes=F, attrs=None, domain=(-4.0, 4.0), exact=False, needs_exact=False, **params):
-    return Recipe(family, tuple(dtypes), dict(attrs or {}), domain, exact, needs_exact, params)
+def R(family, dtypes=F, attrs=None, domain=(-4.0, 4.0), exact=False, needs_exact=False, finite=False, **params):
+    return Recipe(family, tuple(dtypes), dict(attrs or {}), domain, exact, needs_exact, finite, params)
 
 
 def _axis(rng, shape):
@@ -93,24 +98,24 @@ BINARY = {
     "Where": R("where", ALL, exact=True), "Clip": R("clip", F + SI, exact=True),
 }
 REDUCE = {op: R("reduce", F, attrs={"keepdims": [OMIT, 0, 1], "noop_with_empty_axes": [OMIT, 0, 1]},
-                exact=op in ("ReduceMax", "ReduceMin"))
+                exact=op in ("ReduceMax", "ReduceMin"), finite=op not in ("ReduceMax", "ReduceMin"))
           for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")}
-REDUCE["ReduceSum"] = R("reduce", F + ("int32", "int64"), attrs=REDUCE["ReduceSum"].attrs)
+REDUCE["ReduceSum"] = R("reduce", F + ("int32", "int64"), attrs=REDUCE["ReduceSum"].attrs, finite=True)
 REDUCE["ReduceMax"] = R("reduce", F + I, attrs=REDUCE["ReduceMax"].attrs, exact=True)
 REDUCE["ReduceMin"] = R("reduce", F + I, attrs=REDUCE["ReduceMin"].attrs, exact=True)
-REDUCE["ReduceLogSum"] = R("reduce", F, attrs=REDUCE["ReduceLogSum"].attrs, domain=(0.1, 4))
+REDUCE["ReduceLogSum"] = R("reduce", F, attrs=REDUCE["ReduceLogSum"].attrs, domain=(0.1, 4), finite=True)
 REDUCE.update({
     "ArgMax": R("axis", F + I, attrs={"axis": _axis_or_omit, "keepdims": [OMIT, 0], "select_last_index": [OMIT, 1]},
                 exact=True, needs_exact=True),
     "ArgMin": R("axis", F + I, attrs={"axis": _axis_or_omit, "keepdims": [OMIT, 0], "select_last_index": [OMIT, 1]},
                 exact=True, needs_exact=True),
-    "Softmax": R("axis", F, attrs={"axis": _axis_or_omit}), "LogSoftmax": R("axis", F, attrs={"axis": _axis_or_omit}),
+    "Softmax": R("axis", F, attrs={"axis": _axis_or_omit}, finite=True), "LogSoftmax": R("axis", F, attrs={"axis": _axis_or_omit}, finite=True),
     "Hardmax": R("axis", F, attrs={"axis": _axis_or_omit}, exact=True, needs_exact=True),
-    "CumSum": R("cumsum", F + ("int32", "int64"), attrs={"exclusive": [OMIT, 1], "reverse": [OMIT, 1]}),
+    "CumSum": R("cumsum", F + ("int32", "int64"), attrs={"exclusive": [OMIT, 1], "reverse": [OMIT, 1]}, finite=True),
     "CumProd": R("cumsum", F + ("int32", "int64"), attrs={"exclusive": [OMIT, 1], "reverse": [OMIT, 1]},
-                 domain=(0.5, 1.5)),
-    "LpNormalization": R("axis", F, attrs={"axis": _axis_or_omit, "p": [OMIT, 1, 2]}, min_rank=1),
+                 domain=(0.5, 1.5), finite=True),
+    "LpNormalization": R("axis", F, attrs={"axis": _axis_or_omit, "p": [OMIT, 1, 2]}, min_rank=1, finite=True),
     "TopK": R("topk", F + ("int32", "int64"), attrs={"largest": [OMIT, 0], "sorted": [OMIT, 1]}, exact=True,
               needs_exact=True),
 })
@@ -141,17 +146,20 @@ MOVEMENT = {
     "Unique": R("unique", ("float32", "int64"), exact=True, needs_exact=True),
 }
 NN = {
-    "Conv": R("conv", F), "ConvTranspose": R("conv_transpose", ("float32", "float64")),
-    "MaxPool": R("pool", F + ("int8", "uint8"), exact=True), "AveragePool": R("pool", F),
-    "LpPool": R("pool", F, attrs={"p": [OMIT, 1, 3]}),
-    "GlobalAveragePool": R("unary", F, min_rank=3), "GlobalMaxPool": R("unary", F, min_rank=3, exact=True),
-    "GlobalLpPool": R("unary", F, min_rank=3, attrs={"p": [OMIT, 1]}),
-    "MatMul": R("matmul", F + ("int32", "int64")), "Gemm": R("gemm", F), "Einsum": R("einsum", F),
-    "BatchNormalization": R("batchnorm", F, attrs={"epsilon": [OMIT, 1e-3]}),
-    "InstanceNormalization": R("channel_norm", F), "GroupNormalization": R("channel_norm", F),
-    "LayerNormalization": R("layernorm", F, attrs={"epsilon": [OMIT, 1e-3]}),
-    "RMSNormalization": R("layernorm", F), "MeanVarianceNormalization": R("mvn", F),
-    "LRN": R("lrn", F, attrs={"alpha": [OMIT, 1e-3], "beta": [OMIT, 0.5], "bias": [OMIT, 2.0]}),
+    "Conv": R("conv", F, finite=True), "ConvTranspose": R("conv_transpose", ("float32", "float64"), finite=True),
+    "MaxPool": R("pool", F + ("int8", "uint8"), exact=True), "AveragePool": R("pool", F, finite=True),
+    "LpPool": R("pool", F, attrs={"p": [OMIT, 1, 3]}, finite=True),
+    "GlobalAveragePool": R("unary", F, min_rank=3, finite=True),
+    "GlobalMaxPool": R("unary", F, min_rank=3, exact=True),
+    "GlobalLpPool": R("unary", F, min_rank=3, attrs={"p": [OMIT, 1]}, finite=True),
+    "MatMul": R("matmul", F + ("int32", "int64"), finite=True), "Gemm": R("gemm", F, finite=True),
+    "Einsum": R("einsum", F, finite=True),
+    "BatchNormalization": R("batchnorm", F, attrs={"epsilon": [OMIT, 1e-3]}, finite=True),
+    "InstanceNormalization": R("channel_norm", F, finite=True),
+    "GroupNormalization": R("channel_norm", F, finite=True),
+    "LayerNormalization": R("layernorm", F, attrs={"epsilon": [OMIT, 1e-3]}, finite=True),
+    "RMSNormalization": R("layernorm", F, finite=True), "MeanVarianceNormalization": R("mvn", F, finite=True),
+    "LRN": R("lrn", F, attrs={"alpha": [OMIT, 1e-3], "beta": [OMIT, 0.5], "bias": [OMIT, 2.0]}, finite=True),
 }
 
 RECIPES: dict[str, Recipe] = {**UNARY, **BINARY, **REDUCE, **MOVEMENT, **NN}
