@@ -4,12 +4,18 @@
   refuses must make compilation raise UnsupportedOpError (a GlowError) naming the op; these cases depend on
   the backend (none for the reference interpreter, which supports everything);
 - compiler refusals: a primitive given a dtype it does not accept, a model with an unknown op or an unknown
-  domain, must raise a GlowError naming the op.
+  domain, must raise a GlowError naming the op;
+- fuzz refusals: the minimal bad models the fuzzers found escaping as other exceptions must raise a GlowError
+  naming the bad element.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
-from onnx import helper
+import onnx
+from onnx import helper, numpy_helper
 
 from glow_core.backend import NodeInfo
 from glow_core.errors import GlowError
@@ -105,6 +111,77 @@ def compiler_refusal_cases():
     return out
 
 
+def _model(nodes, inputs, outputs, inits=(), opset=21):
+    g = helper.make_graph(nodes, "neg", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+                          [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def _external_model(tmp, length):
+    """A Relu + Add model whose constant is external data in weights.bin with the given length."""
+    with open(os.path.join(tmp, "weights.bin"), "wb") as f:
+        f.write(np.arange(6, dtype=np.float32).tobytes())
+    t = numpy_helper.from_array(np.zeros((2, 3), np.float32), "c")
+    t.ClearField("raw_data")
+    t.data_location = onnx.TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="weights.bin")
+    t.external_data.add(key="length", value=str(length))
+    path = os.path.join(tmp, "model.onnx")
+    onnx.save(_model([helper.make_node("Add", ["x", "c"], ["y"])], [("x", 1, [2, 3])], [("y", 1, [2, 3])], [t]),
+              path)
+    return path
+
+
+#: Minimal models of what importer and differential fuzzing (glowc fuzz, glow_core/fuzz/importer.py) found
+#: escaping as other exceptions: (label, must be named in the error, () -> model or path, feeds).
+FUZZ_REFUSALS = (
+    ("external_data_negative_length", "length", lambda tmp: _external_model(tmp, -5), {"x": np.zeros((2, 3), np.float32)}),
+    ("attribute_type_mismatch", "alpha", lambda tmp: _model(
+        [helper.make_node("LeakyRelu", ["x"], ["y"], alpha=2)], [("x", 1, [3])], [("y", 1, [3])]),
+     {"x": np.zeros(3, np.float32)}),
+    ("split_num_outputs_mismatch", "num_outputs", lambda tmp: _model(
+        [helper.make_node("Split", ["x"], ["a", "b"], num_outputs=2147483647)], [("x", 1, [4])],
+        [("a", 1, [2]), ("b", 1, [2])]), {"x": np.zeros(4, np.float32)}),
+    ("input_shape_too_large", "x", lambda tmp: _model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", 1, [2 ** 40, 2 ** 20])], [("y", 1, [2 ** 40, 2 ** 20])]),
+     {"x": np.zeros((1, 1), np.float32)}),
+    ("deform_conv_offset_shape", "offset", lambda tmp: _model(
+        [helper.make_node("DeformConv", ["x", "w", "off"], ["y"])],
+        [("x", 1, [1, 2, 4, 4]), ("w", 1, [3, 2, 3, 3]), ("off", 1, [1, 5, 2, 2])], [("y", 1, None)]),
+     {"x": np.zeros((1, 2, 4, 4), np.float32), "w": np.zeros((3, 2, 3, 3), np.float32),
+      "off": np.zeros((1, 5, 2, 2), np.float32)}),
+    ("roi_align_batch_index", "batch_indices", lambda tmp: _model(
+        [helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"])],
+        [("x", 1, [1, 2, 4, 4]), ("rois", 1, [1, 4]), ("bi", 7, [1])], [("y", 1, None)], opset=16),
+     {"x": np.zeros((1, 2, 4, 4), np.float32), "rois": np.array([[0, 0, 2, 2]], np.float32),
+      "bi": np.array([2], np.int64)}),
+)
+
+
+def fuzz_refusal_cases():
+    out = []
+    for label, must_name, build, feeds in FUZZ_REFUSALS:
+        case_id = f"negative/{label}/float32/fuzz"
+
+        def run(ctx, label=label, must_name=must_name, build=build, feeds=feeds, case_id=case_id):
+            from glow_core.ops.registry import get_op
+
+            from .harness import compile_model
+            with tempfile.TemporaryDirectory() as tmp:
+                model = build(tmp)
+                for n in (model.graph.node if isinstance(model, onnx.ModelProto) else ()):
+                    d = get_op(n.op_type)
+                    if d is not None and d.is_extended and not ctx.backend.is_op_supported(
+                            NodeInfo(n.op_type, (), (), {}, n.name)):
+                        raise Unsupported(f"backend '{ctx.backend.name}' does not run the extended op {n.op_type}")
+                _expect_glow_error(f"negative case: {label}", lambda: compile_model(ctx.backend, model).run(feeds),
+                                   must_name, ctx.rerun(case_id))
+        out.append(Case(case_id, "negative", label, "float32", run, ("negative",)))
+    return out
+
+
 def _attrs_for(prim):
     return {"reduce_sum": {"axes": [1]}, "reduce_prod": {"axes": [1]}, "reduce_max": {"axes": [1]},
             "reduce_min": {"axes": [1]}, "argmax": {"axis": 1}, "argmin": {"axis": 1},
@@ -113,7 +190,7 @@ def _attrs_for(prim):
 
 
 def cases(ctx=None):
-    out = compiler_refusal_cases()
+    out = compiler_refusal_cases() + fuzz_refusal_cases()
     if ctx is not None:
         out += backend_refusal_cases(ctx)
     return out

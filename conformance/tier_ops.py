@@ -126,6 +126,11 @@ def _structured():
         "same_upper": ((1, 2, 6, 7), (3, 2, 3, 2), {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),
         "group_dilation": ((1, 4, 9, 9), (4, 2, 3, 3), {"group": 2, "dilations": [2, 2]}),
         "1d": ((1, 2, 11), (3, 2, 4), {"pads": [1, 2]}),
+        # glowc fuzz (minimal model): the padding covers most of each dilated window; GCC 12's vectorizer
+        # miscompiled the bounds-checked im2col and the cpu backend returned memory never written (up to 1e30)
+        "fuzz_dilated_window_in_padding": ((1, 2, 5, 5), (3, 2, 5, 5), {"dilations": [2, 2], "pads": [4, 4, 4, 4]}),
+        "fuzz_dilated_window_in_padding_batch": ((2, 3, 5, 5), (4, 3, 5, 5), {"dilations": [2, 2],
+                                                                               "pads": [4, 4, 4, 4]}),
     }
     for v, (xs, ws, at) in conv.items():
         add("Conv", v, F, lambda r, d, xs=xs, ws=ws, at=at: one_node(

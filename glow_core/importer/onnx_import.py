@@ -121,9 +121,12 @@ def _load_external(m, base_dir):
         except ValueError:
             raise ModelLoadError(f"tensor '{t.name}': external data offset {info.get('offset')!r} and length "
                                  f"{info.get('length')!r} must be non-negative integers") from None
+        if offset < 0 or (length is not None and length < 0):
+            raise ModelLoadError(f"tensor '{t.name}': external data offset {offset} and length {length} must be "
+                                 f"non-negative")
         size = os.path.getsize(full)
         want = length if length is not None else size - offset
-        if offset < 0 or want < 0 or offset + want > size:
+        if want < 0 or offset + want > size:
             raise ModelLoadError(f"tensor '{t.name}': external data range [{offset}, {offset + want}) exceeds "
                                  f"file '{loc}' of {size} bytes")
         with open(full, "rb") as f:
