@@ -13,6 +13,7 @@ the accepted refusal), and the bugs: ``exception:<type>`` (anything else escapin
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import Counter
@@ -244,7 +245,7 @@ def compile_and_run(path: str, backend: str = "interpreter") -> tuple[str, str]:
             shape = cm.input_shapes.get(nm, dims)
             if any(not isinstance(d, int) for d in shape):
                 shape = [d if isinstance(d, int) else 1 for d in shape]
-            if int(np.prod(shape)) > 1 << 24:
+            if math.prod(shape) > 1 << 24 or max(shape, default=0) > 1 << 31:
                 return "compiled-inputs-too-large-to-run", f"input '{nm}' of shape {shape}"
             dt = cm._dtypes[nm]
             inputs[nm] = (rng.standard_normal(shape) if dt.is_float else rng.integers(0, 3, shape)).astype(dt.np)

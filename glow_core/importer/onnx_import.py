@@ -167,6 +167,11 @@ def node_attrs(node: onnx.NodeProto, opset: int, where: str) -> dict:
     except onnx.defs.SchemaError:
         schema = None
     if schema is not None:
+        n_in, n_out = len(node.input), len(node.output)
+        if not schema.min_input <= n_in <= schema.max_input or not schema.min_output <= n_out <= schema.max_output:
+            raise ImportError_(f"{where}: {node.op_type} has {n_in} inputs and {n_out} outputs; the schema (opset "
+                               f"{opset}) accepts {schema.min_input} to {schema.max_input} inputs and "
+                               f"{schema.min_output} to {schema.max_output} outputs")
         for a in node.attribute:
             if a.name not in schema.attributes:
                 raise ImportError_(f"{where}: unknown attribute '{a.name}' for {node.op_type} at opset {opset}; "
