@@ -3,9 +3,6 @@ crash and hang handling, the shrinker, and finding a deliberately broken CPU tem
 backends/cpu/templates with one token changed: the repository's files are never touched)."""
 from __future__ import annotations
 
-import os
-import shutil
-import textwrap
 import time
 from collections import Counter
 
@@ -21,7 +18,7 @@ from glow_core.fuzz.recipes import SKIP
 from glow_core.fuzz.shrink import shrink
 from glow_core.ops.registry import OPS
 
-TEMPLATES = os.path.join(os.path.dirname(__file__), "..", "backends", "cpu", "templates")
+from .broken_templates import broken_backend
 
 
 def test_every_importer_op_is_drawn_or_skipped_with_a_reason():
@@ -110,33 +107,15 @@ def test_replay_of_an_agreeing_model(tmp_path):
     assert replay(str(tmp_path / "m.onnx"), "cpu", log=lambda *a: None) is None
 
 
-BROKEN_TOKEN = ("for (int d = {{ p.outer_rank - 1 }}; d >= 0; --d)", "for (int d = {{ p.outer_rank - 1 }}; d > 0; --d)")
-#: ops whose lowering goes through strided.c.j2 (data movement): the budget of the CI test is spent on them
+#: One token of strided.c.j2 (data movement): the outermost index of the odometer never advances.
+BROKEN = ("strided.c.j2", "for (int d = {{ p.outer_rank - 1 }}; d >= 0; --d)",
+          "for (int d = {{ p.outer_rank - 1 }}; d > 0; --d)")
+#: ops whose lowering goes through strided.c.j2: the budget of the CI test is spent on them
 STRIDED_OPS = ["Transpose", "Slice", "Concat", "Pad", "Expand", "Tile", "Reshape", "Add"]
 
 
-def broken_backend(tmp_path) -> tuple[str, dict]:
-    """A module:attr spec of the cpu backend generating C from a copy of its templates with one token changed
-    (strided.c.j2: the outermost index of the odometer never advances), and the environment to import it."""
-    tdir = tmp_path / "templates"
-    shutil.copytree(TEMPLATES, tdir)
-    src = (tdir / "strided.c.j2").read_text()
-    assert src.count(BROKEN_TOKEN[0]) == 1
-    (tdir / "strided.c.j2").write_text(src.replace(*BROKEN_TOKEN))
-    (tmp_path / "broken_cpu.py").write_text(textwrap.dedent(f"""
-        import glow_cpu.codegen as codegen
-        from glow_cpu.backend import CPUBackend
-        codegen.TEMPLATES = {str(tdir)!r}
-        codegen._ENV = None
-
-        class BrokenCPU(CPUBackend):
-            name = "broken-cpu"
-        """))
-    return "broken_cpu:BrokenCPU", {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def test_fuzzer_finds_a_broken_template_and_shrinks_it(tmp_path):
-    spec, env = broken_backend(tmp_path)
+    spec, env = broken_backend(tmp_path, *BROKEN)
     t0 = time.monotonic()
     s = fuzz(spec, seconds=80, seed=11, out_dir=str(tmp_path / "out"), ops=STRIDED_OPS, max_nodes=12,
              shrink_seconds=40, env=env, log=lambda *a: None, max_findings=1)
