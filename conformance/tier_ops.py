@@ -358,6 +358,11 @@ def structured_cases():
                        oracle=lambda f, p=p: [(np.sum(np.abs(f["x0"].astype(np.float64)) ** p, axis=(2, 3),
                                                       keepdims=True) ** (1.0 / p)).astype(f["x0"].dtype)])
             for dt in ("float32", "float64") for p in (1, 2, 3)]
+    # glowc fuzz --against onnxruntime (minimal model): a negative step from a start below -n clamps the start to
+    # 0 (the specification; onnxruntime agrees), where Python's slices (and onnx.reference) give nothing
+    out.append(model_case("ops/Slice/float32/fuzz_negative_step_start_below_range", "ops", "Slice", "float32",
+                          lambda r: one_node("Slice", [rnd("float32", (3, 2), r), _c([-5]), _c([-4]), _c([0]),
+                                                       _c([-1])]), "op", oracle=lambda f: [f["x0"][0:1]]))
     for op, variant, dts, fn in _structured():
         for dt in dts:
             prof = profiles_for(dt, quantized=op in QUANT)

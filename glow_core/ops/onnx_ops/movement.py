@@ -26,12 +26,18 @@ def norm_axes(b, axes, rank, what="axes") -> list[int]:
 
 
 def slice_axes(b, x, spec):
-    """x sliced with ONNX semantics: ``spec`` maps axis -> (start, end, step), clamped like Python slices."""
+    """x sliced with ONNX semantics: ``spec`` maps axis -> (start, end, step); negative indices count from the
+    end, then starts clamp to [0, n] and ends to [0, n] (positive steps) or to [0, n-1] and [-1, n-1]
+    (negative steps). Unlike Python's slices, a start below -n with a negative step clamps to 0, not -1."""
     starts, ends, steps = [0] * x.rank, list(x.shape), [1] * x.rank
     for ax, (s, e, st) in spec.items():
         if st == 0:
             raise ShapeError(f"{b.where}: slice step 0 on axis {ax}; steps must be non-zero")
-        r = range(*slice(s, e, st).indices(x.shape[ax]))
+        n = x.shape[ax]
+        s, e = (s + n if s < 0 else s), (e + n if e < 0 else e)
+        lo, hi = (0, n) if st > 0 else (0, n - 1)
+        s, e = min(max(s, lo), hi), min(max(e, lo if st > 0 else -1), hi)
+        r = range(s, e, st) if n else range(0)
         if len(r) == 0:
             starts[ax], ends[ax], steps[ax] = 0, 0, 1
         else:
