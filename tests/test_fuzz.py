@@ -133,3 +133,32 @@ def test_fuzzer_finds_a_broken_template_and_shrinks_it(tmp_path):
     finally:
         sess.close()
     assert verdict == "mismatch"
+
+
+def test_cli_fuzz_exit_status_and_output(tmp_path, capsys):
+    from glow_core.cli import main
+    rc = main(["fuzz", "--backend", "cpu", "--ops", "Add,Relu", "--seconds", "60", "--max-graphs", "3", "--seed", "1",
+               "--out", str(tmp_path / "o")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "3 graphs" in out and (tmp_path / "o" / "summary.json").exists()
+    assert main(["fuzz", "--backend", "interpreter", "--against", "interpreter", "--out", str(tmp_path)]) == 1
+    assert main(["fuzz", "--backend", "cpu", "--ops", "NoSuchOp", "--out", str(tmp_path)]) == 1
+    assert "NoSuchOp" in capsys.readouterr().err
+
+
+def test_progress_line_only_on_a_terminal():
+    import io
+
+    from glow_core.fuzz.driver import Progress, Summary
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+    s = Summary("cpu", "interpreter", 0, seconds=30.0, graphs=12)
+    pipe, tty = io.StringIO(), Tty()
+    for stream in (pipe, tty):
+        p = Progress(stream)
+        p.update(s, force=True)
+        p.done()
+    assert pipe.getvalue() == ""
+    assert "graphs 12 (24/min)" in tty.getvalue() and tty.getvalue().startswith("\r")

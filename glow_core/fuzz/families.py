@@ -137,7 +137,7 @@ def topk(d, op, r):
 
 def transpose(d, op, r):
     x = d.pick(r)
-    attrs = {} if d.rng.random() < 0.2 else {"perm": [int(p) for p in d.rng.permutation(len(x.shape))]}
+    attrs = {} if d.rng.random() < 0.2 or not x.shape else {"perm": [int(p) for p in d.rng.permutation(len(x.shape))]}
     return [x.name], attrs, 1
 
 

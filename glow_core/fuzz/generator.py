@@ -170,6 +170,7 @@ class Draft:
             if val is not OMIT:
                 attrs[key] = val
         outs = [self._name("v") for _ in range(n_out)]
+        attrs = {k: v for k, v in attrs.items() if not (isinstance(v, list) and not v)}  # no type to give []
         node = helper.make_node(op, names, outs, name=self._name(f"{op}_"), **attrs)
         types = self._infer(node)
         if types is None:
