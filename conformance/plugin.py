@@ -1,9 +1,10 @@
 """The pytest plugin: options, one pytest item per case, skips/xfails from the backend, and the report.
 
-Options: ``--sanitize [LIST]`` (build the cpu backend's C with sanitizers, default ``address,undefined``, re-executing
-pytest with the ASan runtime preloaded; a case during which a sanitizer reported fails with the report, and a
-report no case can be blamed for fails the run), ``--backend NAME`` (an entry point of ``glow_core.backends``, or ``module:attr`` naming a Backend
-subclass, instance or factory, for in-process test backends), ``--case PATTERN`` (fnmatch over case ids,
+Options: ``--sanitize [LIST]`` (build the cpu backend's C with sanitizers, default ``address,undefined``,
+re-executing pytest with the ASan runtime preloaded; a case during which a sanitizer reported fails with the
+report, and a report no case can be blamed for fails the run), ``--backend NAME`` (an entry point of
+``glow_core.backends``, or ``module:attr`` naming a Backend subclass, instance or factory, for in-process test
+backends), ``--case PATTERN`` (fnmatch over case ids,
 repeatable: run only those), ``--conformance-report PATH`` (HTML at PATH and JSON next to it). Cases live in
 the ``tier_*.py`` modules of this package; they are imported under the package's installed name only.
 """

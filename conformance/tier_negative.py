@@ -137,7 +137,8 @@ def _external_model(tmp, length):
 #: Minimal models of what importer and differential fuzzing (glowc fuzz, glow_core/fuzz/importer.py) found
 #: escaping as other exceptions: (label, must be named in the error, () -> model or path, feeds).
 FUZZ_REFUSALS = (
-    ("external_data_negative_length", "length", lambda tmp: _external_model(tmp, -5), {"x": np.zeros((2, 3), np.float32)}),
+    ("external_data_negative_length", "length", lambda tmp: _external_model(tmp, -5),
+     {"x": np.zeros((2, 3), np.float32)}),
     ("attribute_type_mismatch", "alpha", lambda tmp: _model(
         [helper.make_node("LeakyRelu", ["x"], ["y"], alpha=2)], [("x", 1, [3])], [("y", 1, [3])]),
      {"x": np.zeros(3, np.float32)}),

@@ -256,7 +256,8 @@ def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out
                                           sess.values, shrink_seconds)
             _, want, got = sess.check(small, sfeeds)
             files = write_finding(out_dir, gid, small, sfeeds, want, got, verdict, replay_args)
-            f = Finding(gid, verdict, ((got.message if got is not None else "") or want.message)[:3000], len(model.graph.node),
+            message = ((got.message if got is not None else "") or want.message)[:3000]
+            f = Finding(gid, verdict, message, len(model.graph.node),
                         len(small.graph.node), [n.op_type for n in small.graph.node], tests, files=files)
             summary.findings.append(f)
             log(f"{gid}: shrunk to {f.nodes_after} nodes ({', '.join(f.ops)}) in {tests} tests -> {files[0]}")

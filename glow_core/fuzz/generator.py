@@ -230,8 +230,8 @@ class Draft:
         outs = (leaves + others[:int(self.rng.integers(0, 3))])[:max_outputs]
         used = {i for n in self.nodes for i in n.input}
         inputs = [vi for vi in self.inputs if vi.name in used]
-        g = helper.make_graph(self.nodes, "fuzz", inputs,
-                              [helper.make_tensor_value_info(v.name, gdtype(v.dtype).onnx, list(v.shape)) for v in outs],
+        outputs = [helper.make_tensor_value_info(v.name, gdtype(v.dtype).onnx, list(v.shape)) for v in outs]
+        g = helper.make_graph(self.nodes, "fuzz", inputs, outputs,
                               [t for t in self.inits if t.name in used])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)], producer_name="glowc-fuzz")
         m.ir_version = 10

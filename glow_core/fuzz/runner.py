@@ -2,9 +2,11 @@
 under test is caught and classified instead of taking the fuzzer down.
 
 A ``Worker`` is one long-lived child (``python -m glow_core.fuzz.runner FD``: a fresh interpreter, so no
-state of the parent leaks in) that answers jobs sent over a socket pair: compile and run a model on a backend (or onnxruntime), or only import it. Each job has a time
-limit; on expiry the child is killed and restarted. The child's address space is limited with
-``RLIMIT_AS`` (not under AddressSanitizer, which reserves terabytes of shadow memory).
+state of the parent leaks in) that answers jobs sent over a socket pair: compile and run a model on a
+backend (or onnxruntime), or call a function (onnx's checker and shape inference abort on some invalid
+models, so they run there too). Each job has a time limit; on expiry the child is killed and restarted.
+The child's address space is limited with ``RLIMIT_AS`` (not under AddressSanitizer, which reserves
+terabytes of shadow memory).
 """
 from __future__ import annotations
 

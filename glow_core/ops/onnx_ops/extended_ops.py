@@ -171,7 +171,8 @@ def tfidf_vectorizer(x, *, max_gram_length, min_gram_length, max_skip_count, mod
     pool = list(pool_int64s)
     starts = list(ngram_counts) + [len(pool)]
     grams = sum(len(range(starts[n - 1], starts[n], n)) for n in range(1, len(ngram_counts) + 1))
-    if grams != len(ngram_indexes) or any(a > b for a, b in zip(starts, starts[1:])) or min(ngram_indexes, default=0) < 0:
+    decreasing = any(a > b for a, b in zip(starts, starts[1:]))
+    if grams != len(ngram_indexes) or decreasing or min(ngram_indexes, default=0) < 0:
         raise ShapeError(f"TfIdfVectorizer: ngram_counts {list(ngram_counts)} split the pool of {len(pool)} into "
                          f"{grams} n-grams, but ngram_indexes has {len(ngram_indexes)} entries (one non-negative "
                          f"index per n-gram is required, with ngram_counts non-decreasing)")
