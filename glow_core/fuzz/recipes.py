@@ -6,8 +6,10 @@ domain, and two flags:
   movement, Abs, Max, integer arithmetic, ...). Float arithmetic is not exact (rounding, FMA contraction,
   reassociation are allowed within the conformance tolerance).
 - ``needs_exact``: the op is discontinuous in its float operands (Floor, comparisons, ArgMax, casts to
-  integers, ...): a 1-ULP difference upstream changes the result by a whole step, so its float operands are
-  drawn only from exact values (graph inputs, data movement) and never from inexact arithmetic.
+  integers, ...) or has a domain edge or pole (Log, Sqrt, Acosh, Pow, Tan, ...: a value that cancels to about
+  0 or 1 gives NaN or a number depending on its last bit): a 1-ULP difference upstream changes the result by
+  a whole step, so its float operands are drawn only from exact values (graph inputs, data movement) and
+  never from inexact arithmetic.
 
 - ``finite``: the op accumulates many terms (convolution, matrix products, sums): with NaN, infinities or
   values near the largest float among them, the result depends on the order of accumulation (overflow,
@@ -55,11 +57,14 @@ def _axis_or_omit(rng, shape):
 
 UNARY = {
     "Abs": R("unary", F + SI, exact=True), "Neg": R("unary", F + SI, exact=True),
-    "Exp": R("unary"), "Log": R("unary", domain=(0.01, 20)), "Sqrt": R("unary", domain=(0, 20)),
-    "Reciprocal": R("unary", domain=(0.1, 5)), "Sin": R("unary"), "Cos": R("unary"),
-    "Tan": R("unary", domain=(-1.2, 1.2)), "Asin": R("unary", domain=(-1, 1)), "Acos": R("unary", domain=(-1, 1)),
+    "Exp": R("unary"), "Log": R("unary", domain=(0.01, 20), needs_exact=True),
+    "Sqrt": R("unary", domain=(0, 20), needs_exact=True),
+    "Reciprocal": R("unary", domain=(0.1, 5), needs_exact=True), "Sin": R("unary"), "Cos": R("unary"),
+    "Tan": R("unary", domain=(-1.2, 1.2), needs_exact=True), "Asin": R("unary", domain=(-1, 1), needs_exact=True),
+    "Acos": R("unary", domain=(-1, 1), needs_exact=True),
     "Atan": R("unary"), "Sinh": R("unary"), "Cosh": R("unary"), "Asinh": R("unary"),
-    "Acosh": R("unary", domain=(1, 6)), "Atanh": R("unary", domain=(-0.99, 0.99)), "Tanh": R("unary"),
+    "Acosh": R("unary", domain=(1, 6), needs_exact=True), "Atanh": R("unary", domain=(-0.99, 0.99), needs_exact=True),
+    "Tanh": R("unary"),
     "Sigmoid": R("unary"), "Erf": R("unary"),
     "Floor": R("unary", needs_exact=True), "Ceil": R("unary", needs_exact=True),
     "Round": R("unary", needs_exact=True), "Sign": R("unary", F + SI, needs_exact=True),
@@ -78,7 +83,7 @@ UNARY = {
 BINARY = {
     "Add": R("binary", F + I), "Sub": R("binary", F + I), "Mul": R("binary", F + I),
     "Div": R("binary", F + ("int32", "int64"), params={"nonzero_rhs": True}),
-    "Pow": R("binary", ("float32", "float64"), domain=(0.1, 3)),
+    "Pow": R("binary", ("float32", "float64"), domain=(0.1, 3), needs_exact=True),
     "Mod": R("binary", ("int32", "int64") + F, attrs={"fmod": [0, 1]}, needs_exact=True,
              params={"nonzero_rhs": True, "fmod_for_float": True}),
     "PRelu": R("binary", F, params={"unidirectional": True}),
@@ -104,7 +109,8 @@ REDUCE = {op: R("reduce", F, attrs={"keepdims": [OMIT, 0, 1], "noop_with_empty_a
 REDUCE["ReduceSum"] = R("reduce", F + ("int32", "int64"), attrs=REDUCE["ReduceSum"].attrs, finite=True)
 REDUCE["ReduceMax"] = R("reduce", F + I, attrs=REDUCE["ReduceMax"].attrs, exact=True)
 REDUCE["ReduceMin"] = R("reduce", F + I, attrs=REDUCE["ReduceMin"].attrs, exact=True)
-REDUCE["ReduceLogSum"] = R("reduce", F, attrs=REDUCE["ReduceLogSum"].attrs, domain=(0.1, 4), finite=True)
+REDUCE["ReduceLogSum"] = R("reduce", F, attrs=REDUCE["ReduceLogSum"].attrs, domain=(0.1, 4), finite=True,
+                         needs_exact=True)
 REDUCE.update({
     "ArgMax": R("axis", F + I, attrs={"axis": _axis_or_omit, "keepdims": [OMIT, 0], "select_last_index": [OMIT, 1]},
                 exact=True, needs_exact=True),
