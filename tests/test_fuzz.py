@@ -162,3 +162,11 @@ def test_progress_line_only_on_a_terminal():
         p.done()
     assert pipe.getvalue() == ""
     assert "graphs 12 (24/min)" in tty.getvalue() and tty.getvalue().startswith("\r")
+
+
+def test_onnxruntime_differences_apply_only_under_their_condition():
+    from glow_core.fuzz.compare import ORT_DIFFERENCES, conditions
+    assert conditions([np.array([1.0, np.nan], np.float32)]) == {"nan"}
+    assert conditions([np.array([1, np.iinfo(np.int64).min], np.int64)]) == {"overflow"}
+    assert conditions([np.array([1.0, 2.0], np.float16), np.array([3], np.int32)]) == set()
+    assert all(cond in ("nan", "overflow") and reason for cond, reason in ORT_DIFFERENCES.values())
