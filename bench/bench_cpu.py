@@ -14,7 +14,7 @@
 5. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
    (target < 1 s) of the ResNet-18-style model, each in a fresh process.
 
-Models (glow_core.models, seeded weights): cnn, linear_sigmoid, mlp (784-512-512-10, batch 64), resnet18
+Models (glow_core.example_models, seeded weights): cnn, linear_sigmoid, mlp (784-512-512-10, batch 64), resnet18
 (224x224), mobilenetv2 (224x224), bert_encoder (2 layers, hidden 256, 4 heads, seq 128). ``--quick`` is a
 smoke mode (small models, 1 thread, one round, matmul 256, compile times of the cnn).
 """
@@ -39,7 +39,7 @@ from onnx import TensorProto, helper  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from glow_core import models  # noqa: E402
+from glow_core import example_models as models  # noqa: E402
 
 #: name: (builder, seconds of timed runs per process, min runs, max runs)
 MODELS = {

@@ -1,6 +1,8 @@
 """The one checker and its tolerance table.
 
-``TOLERANCES`` is keyed by (family, dtype class). Integers, bool and data movement are exact; elementwise
+``TOLERANCES`` is keyed by tolerance class: a primitive's class is named in its record
+(``PrimitiveDef.tolerance``), ONNX-op cases use "op" and whole models "model". Integers, bool and data movement
+are exact; elementwise
 floats are bounded in ULPs of the result type; matmul, conv, pooling and reductions are bounded by
 ``k * n * eps * magnitude`` where ``n`` is the reduction length and ``magnitude`` the per-element sum of
 |terms| (so the bound scales with what was accumulated, not with the result, which may cancel to ~0).
@@ -29,7 +31,7 @@ class Tol:
 
 
 EXACT = Tol()
-#: family -> Tol for float results ("exact" families ignore dtype). Keep this the only place tolerances live.
+#: tolerance class -> Tol for float results (exact classes ignore dtype). Keep this the only place tolerances live.
 TOLERANCES = {
     "movement": EXACT, "index": EXACT, "cast": EXACT, "compare": EXACT, "select": EXACT,
     "elementwise-exact": Tol(ulp=1),  # IEEE-exact ops (add, mul, div, sqrt, floor, ...): correctly rounded +-1
@@ -76,8 +78,8 @@ def _fmt_idx(idx, shape):
     return str(tuple(int(i) for i in np.unravel_index(idx, shape))) if shape else "()"
 
 
-def compare(got, want, family: str, describe: str, rerun: str, n: int = 1, magnitude=None, name: str = "output"):
-    """Raise CaseFailure unless ``got`` matches ``want`` within the tolerance of ``family`` (see module doc)."""
+def compare(got, want, tolerance: str, describe: str, rerun: str, n: int = 1, magnitude=None, name: str = "output"):
+    """Raise CaseFailure unless ``got`` matches ``want`` within tolerance class ``tolerance`` (see module doc)."""
     got = np.asarray(got)
     want = np.asarray(want)
     if got.dtype != want.dtype or got.shape != want.shape:
@@ -86,7 +88,7 @@ def compare(got, want, family: str, describe: str, rerun: str, n: int = 1, magni
     if got.size == 0:
         return
     dt = want.dtype
-    tol = TOLERANCES.get(family, EXACT)
+    tol = TOLERANCES[tolerance]
     is_float = gdtype(dt).is_float
     if not is_float or tol is EXACT:
         if is_float:
@@ -122,7 +124,7 @@ def compare(got, want, family: str, describe: str, rerun: str, n: int = 1, magni
         i = int(np.argmax(score))
         g, w = got.reshape(-1)[i], want.reshape(-1)[i]
         raise CaseFailure(
-            f"{describe}\n  {name}: {int(bad.sum())} of {got.size} elements out of tolerance ({family}: {tol}); "
+            f"{describe}\n  {name}: {int(bad.sum())} of {got.size} elements out of tolerance ({tolerance}: {tol}); "
             f"worst at index {_fmt_idx(i, got.shape)}: got {float(g)!r}, expected {float(w)!r}\n"
             f"  max abs error {np.nanmax(np.where(bad, abs_err, 0)):.6g}, max rel error "
             f"{np.nanmax(np.where(bad, rel, 0)):.6g}, max ULP error {np.nanmax(np.where(bad, ulps, 0)):.6g}, "

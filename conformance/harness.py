@@ -33,7 +33,7 @@ def primitive_function(prim: str, arrays, attrs) -> Function:
 
 def out_types(prim: str, arrays, attrs) -> list[TensorType]:
     p = get_primitive(prim)
-    return p.infer([tensor_type_of(np.asarray(a)) for a in arrays], **p.normalize_attrs(attrs, prim))
+    return p.out_types([tensor_type_of(np.asarray(a)) for a in arrays], p.normalize_attrs(attrs, prim))
 
 
 def check_supported(backend, prim: str, arrays, attrs):
@@ -68,12 +68,10 @@ def run_primitive(backend, prim: str, arrays, attrs) -> list[np.ndarray]:
 
 
 def reference_primitive(prim: str, arrays, attrs) -> list[np.ndarray]:
-    """The reference interpreter's kernel on the same operands (the expectation for any other backend)."""
-    from glow_interpreter import kernels
+    """The primitive's reference kernel (its record's) on the same operands: the expectation for any backend
+    other than the reference interpreter."""
     p = get_primitive(prim)
-    full = p.normalize_attrs(attrs, prim)
-    return kernels.run_primitive(prim, [np.asarray(a) for a in arrays], full,
-                                 [t.dtype.np for t in out_types(prim, arrays, attrs)])
+    return p.run(arrays, p.normalize_attrs(attrs, prim), [t.dtype.np for t in out_types(prim, arrays, attrs)])
 
 
 def compile_model(backend, model, **options):

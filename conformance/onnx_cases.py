@@ -46,7 +46,8 @@ def one_node(op, operands, attrs=None, n_out=1, opset=OPSET, domain=""):
     node = helper.make_node(op, names, outs, name=f"{op.lower()}_node", domain=domain, **(attrs or {}))
     g = helper.make_graph([node], f"conformance_{op}", inputs, [helper.make_empty_tensor_value_info(o) for o in outs],
                           inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow-conformance")
+    imports = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    m = helper.make_model(g, opset_imports=imports, producer_name="glow-conformance")
     m.ir_version = min(m.ir_version, 10)
     return onnx.shape_inference.infer_shapes(m), feeds
 
@@ -64,7 +65,7 @@ def expected(model, feeds, ctx, out_names, oracle=None):
             pytest.skip(f"no oracle: onnx.reference.ReferenceEvaluator cannot run this case ({type(e).__name__}: "
                         f"{str(e)[:120]})")
         return dict(zip(out_names, [np.asarray(r) for r in res]))
-    from glow_core.registry import get_backend
+    from glow_core.discovery import get_backend
     return run_model(get_backend("interpreter"), model, feeds)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import ml_dtypes
 import numpy as np
 
 from glow_core.types import dtype as gdtype
@@ -89,6 +90,12 @@ _FLOAT_BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.d
 _CMP = {"eq": np.equal, "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
 
 
+#: The elementwise primitives these oracles define (``unary``, ``binary``; select is np.where).
+ELEMENTWISE = (frozenset(UNARY) | frozenset(_INT_BIN) | frozenset(_FLOAT_BIN) | frozenset(_CMP)
+               | {"neg", "abs", "sign", "isnan", "isinf", "not", "bitwise_not", "and", "or", "xor", "shl", "shr", "mod",
+                  "select"})
+
+
 def binary(name, a, b, fmod=0):
     dt = a.dtype
     if name in _CMP:
@@ -139,6 +146,34 @@ def cast(x, to):
     if src.is_int:
         return np.asarray(np.frompyfunc(float, 1, 1)(_obj(x)), dtype=F64).reshape(x.shape).astype(dst.np)
     return x.astype(np.float32 if src.itemsize < 4 and dst.itemsize < 4 else F64).astype(dst.np)
+
+
+_INT_STORAGE_BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
+_FLOAT8 = ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz")
+
+
+def cast_storage(x, to, saturate=1):
+    """Casts from and to the storage-only types, by the cast primitive's definition: floats round to nearest-even
+    (ml_dtypes' conversion of the exact float64 value); the float8 types clamp to their finite range when
+    saturating (else overflow to inf/NaN), float4/float6 always clamp; integer targets truncate toward zero and
+    wrap to their bit width; to bool is x != 0."""
+    src, dst = gdtype(x.dtype), gdtype(to)
+    if dst.is_bool or not (dst.name in _INT_STORAGE_BITS or dst.name in _FLOAT8 or dst.name.startswith(
+            ("float4", "float6"))):
+        wide = x if src.name not in _INT_STORAGE_BITS else x.astype(np.int64)
+        return cast(wide if src.is_int or src.is_bool else x.astype(F64), to)
+    if dst.name in _INT_STORAGE_BITS:
+        bits = _INT_STORAGE_BITS[dst.name]
+        ints = [0 if math.isnan(v) else math.trunc(v) for v in x.astype(F64).reshape(-1).tolist()] if src.is_float \
+            else [int(v) for v in x.astype(np.int64).reshape(-1).tolist()]
+        m = 1 << bits
+        wrapped = [(v % m) - (m if dst.kind == "int" and v % m >= m // 2 else 0) for v in ints]
+        return np.array(wrapped, dtype=np.int64).reshape(x.shape).astype(dst.np)
+    wide = x.astype(F64)
+    if saturate or dst.name.startswith(("float4", "float6")):
+        fi = ml_dtypes.finfo(dst.np)
+        wide = np.clip(wide, float(fi.min), float(fi.max))
+    return wide.astype(dst.np)
 
 
 def bitcast(x, to):

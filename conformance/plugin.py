@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
-import json
 import os
 import shlex
 
@@ -45,7 +44,7 @@ def pytest_addoption(parser):
 def load_backend(spec: str):
     """The Backend instance for ``spec`` (entry-point name or module:attr); pytest.UsageError if unknown."""
     from glow_core.errors import GlowError
-    from glow_core.registry import get_backend
+    from glow_core.discovery import get_backend
     try:
         return get_backend(spec)
     except GlowError as e:
@@ -147,7 +146,7 @@ def _start_sanitizers(config):
 
 
 def _installed():
-    from glow_core.registry import available_backends
+    from glow_core.discovery import available_backends
     return sorted(available_backends())
 
 

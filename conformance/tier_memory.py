@@ -134,7 +134,7 @@ def memory_case(base: Case) -> Case:
             mags = P._magnitudes(prim, arrays, attrs, wants) or [None] * len(wants)
         n = info["n_of"](arrays, attrs) if info["n_of"] else 1
         for i, w in enumerate(wants):
-            compare(np.asarray(out1[f"y{i}"]), np.asarray(w), info["family"], desc, rr, n=n, magnitude=mags[i],
+            compare(np.asarray(out1[f"y{i}"]), np.asarray(w), info["tolerance"], desc, rr, n=n, magnitude=mags[i],
                     name=f"output y{i}")
     return Case(case_id, "memory", prim, base.dtype, run, ("memory",), dict(info))
 
@@ -194,7 +194,7 @@ _cases_primitive = cases
 
 
 def cases():  # noqa: F811
-    from . import models as M
+    from . import networks as M
     return _cases_primitive() + [model_memory_case("mlp", lambda: M.mlp(seed=3)),
                                  model_memory_case("lstm_unrolled", lambda: M.lstm_unrolled(seed=3)),
                                  model_memory_case("mobilenet", lambda: M.mobilenet(seed=3)),

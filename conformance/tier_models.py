@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from glow_core import models as core_models
+from glow_core import example_models
 from glow_core.types import dtype as gdtype
 
-from . import models as M
+from . import networks as M
 from .onnx_cases import model_case
 
 
 def _feeds(model, rng):
-    from onnx import numpy_helper  # noqa: F401
     out = {}
     for vi in model.graph.input:
         t = vi.type.tensor_type
@@ -27,10 +26,10 @@ def _feeds(model, rng):
 
 
 MODELS = {
-    "cnn": lambda dt: core_models.cnn(seed=1),
-    "linear_sigmoid": lambda dt: core_models.linear_sigmoid(seed=1),
-    "resnet": lambda dt: core_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1),
-    "resnet_bn_folded": lambda dt: core_models.resnet(seed=2, size=12, widths=(8, 16), blocks=1, batchnorm=False),
+    "cnn": lambda dt: example_models.cnn(seed=1),
+    "linear_sigmoid": lambda dt: example_models.linear_sigmoid(seed=1),
+    "resnet": lambda dt: example_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1),
+    "resnet_bn_folded": lambda dt: example_models.resnet(seed=2, size=12, widths=(8, 16), blocks=1, batchnorm=False),
     "mlp": lambda dt: M.mlp(seed=1, dt=dt),
     "mobilenet": lambda dt: M.mobilenet(seed=1, dt=dt),
     "bert_encoder": lambda dt: M.bert_encoder(seed=1, dt=dt),

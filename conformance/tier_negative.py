@@ -19,13 +19,12 @@ from onnx import helper, numpy_helper
 
 from glow_core.backend import NodeInfo
 from glow_core.errors import GlowError
-from glow_core.ops.registry import PRIMITIVES, _load
+from glow_core.ops.registry import PRIMITIVES
 from glow_core.types import DTYPES
 
 from . import tier_primitives as P
 from .cases import Case, CaseFailure, Unsupported
 
-_load()
 
 
 def _expect_glow_error(what, fn, must_name, rerun):

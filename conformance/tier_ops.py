@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from glow_core.ops.registry import OPS, _load
+from glow_core.ops import custom_ops
+from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
 from .onnx_cases import Init, model_case, one_node
 
-_load()
 F = ("float32", "float16", "float64")
-FB = F + ("bfloat16",)
 I = ("int32", "int64", "int8", "uint8")
 
 UNARY = {  # op -> (dtypes, (lo, hi), attrs)
@@ -371,8 +370,30 @@ def structured_cases():
     return out
 
 
+def custom_cases():
+    """The cases of every registered custom op (``glow_core.ops.custom_op``), from its record: one per case line
+    and accepted dtype, in a one-node model of the op's domain. The expectation is the record's reference run
+    directly on the inputs (the op's specification; on the interpreter this checks the pipeline around it)."""
+    out = []
+    for d in custom_ops():
+        for variant, shapes, attrs in d.cases:
+            full = {**d.attrs, **attrs}
+            for dt in d.dtypes:
+                def build(rng, d=d, dt=dt, shapes=shapes, attrs=attrs, full=full):
+                    operands = [rnd(dt, s, rng) for s in shapes]
+                    n_out = len(d.run(operands, full))
+                    return one_node(d.name, operands, attrs, n_out=n_out, domain=d.domain)
+
+                def oracle(feeds, d=d, full=full, n=len(shapes)):
+                    return d.run([feeds[f"x{i}"] for i in range(n)], full)
+                out.append(model_case(f"ops/{d.name}/{dt}/{variant}", "ops", d.name, dt, build, "op",
+                                      oracle=oracle, info={"domain": d.domain}))
+    return out
+
+
 def covered() -> set[str]:
-    return set(UNARY) | set(BINARY) | {s[0] for s in _structured()} | {"LRN", "GlobalLpPool"}
+    return (set(UNARY) | set(BINARY) | {s[0] for s in _structured()} | {"LRN", "GlobalLpPool"}
+            | {d.name for d in custom_ops()})
 
 
 def uncovered() -> list[str]:
@@ -381,4 +402,4 @@ def uncovered() -> list[str]:
 
 
 def cases():
-    return unary_cases() + binary_cases() + structured_cases()
+    return unary_cases() + binary_cases() + structured_cases() + custom_cases()

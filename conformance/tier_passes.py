@@ -12,11 +12,11 @@ import zlib
 
 import numpy as np
 
-from glow_core import models as core_models
+from glow_core import example_models
 from glow_core.backend import Backend
 from glow_core.passes import PASSES
 
-from . import models as M
+from . import networks as M
 from .cases import Case, CaseFailure
 from .checker import compare
 from .harness import compile_model
@@ -40,6 +40,12 @@ class PassProxy(Backend):
 
     def transform_post_lowering(self, function):
         return self.inner.transform_post_lowering(function)
+
+    def supports_fused_activation(self, op, activation):
+        return self.inner.supports_fused_activation(op, activation)
+
+    def scratch_bytes(self, instr):
+        return self.inner.scratch_bytes(instr)
 
     def verify(self, function):
         return self.inner.verify(function)
@@ -75,7 +81,7 @@ def redundant(seed=0):
     return m
 
 
-MODELS = {"redundant": redundant, "resnet": lambda: core_models.resnet(seed=4, size=8, widths=(4, 8), blocks=1),
+MODELS = {"redundant": redundant, "resnet": lambda: example_models.resnet(seed=4, size=8, widths=(4, 8), blocks=1),
           "bert_encoder": lambda: M.bert_encoder(seed=4), "lstm_unrolled": lambda: M.lstm_unrolled(seed=4),
           "unet": lambda: M.unet(seed=4, size=8)}
 

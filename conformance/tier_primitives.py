@@ -13,15 +13,14 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-from glow_core.ops.registry import PRIMITIVES, _load
-from glow_core.types import FLOATS, INTS, NUMERIC, UNSIGNED, dtype as gdtype
+from glow_core.ops.registry import PRIMITIVES
+from glow_core.types import FLOATS, INTS, NUMERIC, dtype as gdtype
 
 from . import oracles as O
 from .cases import Case, CaseFailure, profiles_for
 from .checker import compare
 from .harness import reference_primitive, run_primitive
 
-_load()
 BOOL = ("bool",)
 MAIN = NUMERIC + BOOL
 SHAPES = [(), (1,), (7,), (8,), (9,), (16,), (17,), (63,), (65,), (0,), (3, 0, 2), (3, 5, 7), (2, 3, 4, 17)]
@@ -76,18 +75,10 @@ def pairs(a: np.ndarray):
     return a[i.reshape(-1)], a[j.reshape(-1)]
 
 
-# -- elementwise tables: name -> (oracle family, domain (lo, hi) or None, dtype filter) --------------------
-EXACT_FLOAT = {"neg", "abs", "sign", "sqrt", "reciprocal", "floor", "ceil", "round", "add", "sub", "mul", "div",
-               "max", "min"}
+# -- elementwise input domains --------------------------------------------------------------------------------
 DOMAIN = {"log": (0.01, 100), "sqrt": (0, 100), "reciprocal": (0.1, 10), "tan": (-1.3, 1.3), "asin": (-0.99, 0.99),
           "acos": (-0.99, 0.99), "atanh": (-0.99, 0.99), "acosh": (1, 10), "sinh": (-5, 5), "cosh": (-5, 5),
           "tanh": (-5, 5), "erf": (-3, 3)}
-
-
-def _family(prim, dt):
-    if gdtype(dt).is_float:
-        return "elementwise-exact" if prim in EXACT_FLOAT else "elementwise"
-    return "compare"
 
 
 def _ew_inputs(prim, dt, shape, rng, variant):
@@ -166,12 +157,13 @@ def _describe(prim, dt, arrays, attrs, seed):
     return f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs or '{}'}, seed {seed}"
 
 
-def make_case(prim, dt, variant, make, attrs=None, family=None, oracle=None, n_of=None, profiles=None):
-    """One case: ``make(rng)`` returns the operands; ``oracle(arrays, attrs)`` -> (expected, magnitude)."""
+def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profiles=None):
+    """One case: ``make(rng)`` returns the operands; ``oracle(arrays, attrs)`` -> (expected, magnitude). The
+    tolerance is the class the primitive's record names."""
     attrs = dict(attrs or {})
     case_id = f"primitives/{prim}/{dt}/{variant}"
     seed = seed_of(case_id)
-    fam = family or PRIMITIVES[prim].family
+    tol = PRIMITIVES[prim].tolerance
 
     def run(ctx):
         arrays = make(np.random.default_rng(seed))
@@ -193,11 +185,11 @@ def make_case(prim, dt, variant, make, attrs=None, family=None, oracle=None, n_o
             mags = _magnitudes(prim, arrays, attrs, wants)
         n = n_of(arrays, attrs) if n_of else 1
         for i, (g, w) in enumerate(zip(got, wants)):
-            compare(g, np.asarray(w), fam, _describe(prim, dt, arrays, attrs, seed), ctx.rerun(case_id), n=n,
+            compare(g, np.asarray(w), tol, _describe(prim, dt, arrays, attrs, seed), ctx.rerun(case_id), n=n,
                     magnitude=mags[i] if mags else None, name=f"output y{i}")
     GROUPS.setdefault((prim, dt), []).append((case_id, make, attrs, seed))
     return Case(case_id, "primitives", prim, dt, run, profiles or profiles_for(dt),
-                {"variant": variant, "attrs": attrs, "seed": seed, "family": fam, "make": make, "oracle": oracle,
+                {"variant": variant, "attrs": attrs, "seed": seed, "tolerance": tol, "make": make, "oracle": oracle,
                  "n_of": n_of})
 
 
@@ -260,11 +252,10 @@ def _magnitudes(prim, arrays, attrs, wants):
 def elementwise_cases():
     out = []
     for prim, p in PRIMITIVES.items():
-        if p.family != "elementwise":
+        if p.family != "elementwise" or prim not in O.ELEMENTWISE:
             continue
         dts = (MAIN if prim == "select" else p.dtypes)
         for dt in dts:
-            fam = "select" if prim == "select" else _family(prim, dt)
             attr_variants = [{"fmod": 0}, {"fmod": 1}] if prim == "mod" else [{}]
             for attrs in attr_variants:
                 tag = f"fmod{attrs['fmod']}/" if attrs else ""
@@ -277,12 +268,12 @@ def elementwise_cases():
                     else:
                         def mk(rng, prim=prim, dt=dt, shape=shape):
                             return _ew_inputs(prim, dt, shape, rng, "random")
-                    out.append(make_case(prim, dt, f"{tag}{label}", mk, attrs, fam,
+                    out.append(make_case(prim, dt, f"{tag}{label}", mk, attrs,
                                          lambda a, at, prim=prim: _ew_oracle(prim, a, at)))
                 if prim != "select" and not (dt == "bool" and len(p.inputs) == 1 and prim != "not"):
                     out.append(make_case(prim, dt, f"{tag}specials",
                                          lambda rng, prim=prim, dt=dt: _ew_inputs(prim, dt, (), rng, "specials"),
-                                         attrs, fam, lambda a, at, prim=prim: _ew_oracle(prim, a, at)))
+                                         attrs, lambda a, at, prim=prim: _ew_oracle(prim, a, at)))
     return out
 
 
@@ -305,7 +296,7 @@ def cast_cases():
                         return [s]
                     shape = {"random": (3, 11), "17x0": (17, 0), "65": (65,)}[variant]
                     return [full_range(src, shape, rng) if gdtype(src).is_int else rand(src, shape, rng, -300, 300)]
-                out.append(make_case("cast", src, f"to_{dst}/{variant}", mk, {"to": dst}, "cast",
+                out.append(make_case("cast", src, f"to_{dst}/{variant}", mk, {"to": dst},
                                      lambda a, at: (O.cast(a[0], at["to"]), None),
                                      profiles=profiles_for(src) + profiles_for(dst)))
     for st in STORAGE:  # float32 <-> storage-only types, values inside the target's range
@@ -320,12 +311,12 @@ def cast_cases():
 
         def oracle_to(a, at):
             return a[0].astype(gdtype(at["to"]).np), None
-        out.append(make_case("cast", "float32", f"to_{st}/in_range", mk_to, {"to": st}, "cast", oracle_to,
+        out.append(make_case("cast", "float32", f"to_{st}/in_range", mk_to, {"to": st}, oracle_to,
                              profiles=("storage-formats",)))
 
         def mk_from(rng, st=st):
             return [mk_to(rng)[0].astype(gdtype(st).np)]
-        out.append(make_case("cast", st, "to_float32/all", mk_from, {"to": "float32"}, "cast",
+        out.append(make_case("cast", st, "to_float32/all", mk_from, {"to": "float32"},
                              lambda a, at: (a[0].astype(np.float32), None), profiles=("storage-formats",)))
     by_size = {}
     for dt in FLOATS + INTS:
@@ -338,8 +329,68 @@ def cast_cases():
                         raw = rng.integers(0, 256, size=int(np.prod(shape)) * gdtype(src).itemsize, dtype=np.uint8)
                         return [raw.view(gdtype(src).np).reshape(shape)]
                     label = "x".join(map(str, shape)) or "scalar"
-                    out.append(make_case("bitcast", src, f"to_{dst}/{label}", mk, {"to": dst}, "cast",
+                    out.append(make_case("bitcast", src, f"to_{dst}/{label}", mk, {"to": dst},
                                          lambda a, at: (O.bitcast(a[0], at["to"]), None)))
+    return out
+
+
+STORAGE_SOURCES = ("float32", "float64", "float16", "bfloat16", "int32", "uint8")
+
+
+def _storage_values(st, n, rng):
+    """``n`` representable values of storage type ``st`` (no NaN; infinities where the type has them)."""
+    d = gdtype(st)
+    if d.is_int:
+        ii = ml_dtypes.iinfo(d.np)
+        return rng.integers(int(ii.min), int(ii.max), size=n, endpoint=True).astype(d.np)
+    codes = np.arange(256, dtype=np.uint8).view(d.np) if d.itemsize == 1 and "4" not in st and "6" not in st \
+        else (np.arange(-64, 65) / 8.0).astype(d.np)
+    vals = np.unique(codes.astype(np.float64))
+    vals = vals[~np.isnan(vals)]
+    return rng.choice(vals, size=n).astype(d.np)
+
+
+def storage_cases():
+    """Casts to the storage-only types from several sources with values far outside their range (saturate 0 and
+    1), casts from every value of a storage type to other types, and moving storage-type elements."""
+    out = []
+    for st in STORAGE:
+        for src in STORAGE_SOURCES:
+            for sat in (0, 1):
+                def mk(rng, src=src, st=st):
+                    if gdtype(src).is_int:
+                        return [full_range(src, (64,), rng)]
+                    x = (rng.standard_normal(64) * rng.choice([1e-3, 1e-1, 1.0, 1e2, 1e5], 64)).astype(gdtype(src).np)
+                    if gdtype(st).is_int:  # NaN and +-inf (1e5 overflows float16) to an integer are undefined
+                        return [x[np.isfinite(x.astype(np.float64))]]
+                    if st.startswith(("float4", "float6")):
+                        return [x]  # NaN is undefined for these targets
+                    x[:3] = [np.nan, np.inf, -np.inf]
+                    return [x]
+                out.append(make_case("cast", src, f"to_{st}/saturate{sat}/wide_range", mk,
+                                     {"to": st, "saturate": sat},
+                                     lambda a, at: (O.cast_storage(a[0], at["to"], at["saturate"]), None),
+                                     profiles=("storage-formats",)))
+        nxt = STORAGE[(STORAGE.index(st) + 1) % len(STORAGE)]
+        for to in ("float16", "int32", "bool", nxt):
+            def mk_from(rng, st=st, to=to):
+                x = _storage_values(st, 96, rng)
+                if to == "int32" and gdtype(st).is_float:
+                    x = x[np.isfinite(x.astype(np.float64))]  # +-inf to an integer is undefined
+                return [x]
+            out.append(make_case("cast", st, f"to_{to}/values", mk_from, {"to": to},
+                                 lambda a, at: (O.cast_storage(a[0], at["to"]), None), profiles=("storage-formats",)))
+        for prim, shape, attrs, oracle in (
+                ("transpose", (4, 6), {"perm": [1, 0]}, lambda a, at: np.transpose(a[0]).copy()),
+                ("reshape", (4, 6), {"shape": [3, 8]}, lambda a, at: a[0].reshape(at["shape"])),
+                ("concat", (4, 6), {"axis": 1}, lambda a, at: np.concatenate([a[0], a[0]], 1)),
+                ("slice", (4, 6), {"starts": [3, 1], "ends": [-1, 6], "steps": [-2, 2]},
+                 lambda a, at: O.slice_(a[0], **at))):
+            def mk_mv(rng, st=st, shape=shape, prim=prim):
+                x = _storage_values(st, int(np.prod(shape)), rng).reshape(shape)
+                return [x, x] if prim == "concat" else [x]
+            out.append(make_case(prim, st, f"storage/{prim}", mk_mv, attrs, lambda a, at, o=oracle: (o(a, at), None),
+                                 profiles=("storage-formats",)))
     return out
 
 
@@ -354,7 +405,7 @@ def _num_range(dt, rng, shape, small=False):
 
 MATMUL_SHAPES = [((1, 1), (1, 1)), ((3, 5), (5, 7)), ((8, 8), (8, 8)), ((16, 17), (17, 15)), ((1, 64), (64, 65)),
                  ((2, 9, 33), (2, 33, 5)), ((2, 3, 4, 6), (2, 3, 6, 2)), ((2, 0), (0, 3)), ((0, 4), (4, 3)),
-                 ((33, 129), (129, 31))]
+                 ((33, 129), (129, 31)), ((2, 37, 53), (2, 53, 41))]
 
 
 def matmul_cases():
@@ -364,11 +415,11 @@ def matmul_cases():
             label = f"{'x'.join(map(str, sa))}@{'x'.join(map(str, sb))}"
             out.append(make_case("matmul", dt, label,
                                  lambda rng, dt=dt, sa=sa, sb=sb: [_num_range(dt, rng, sa), _num_range(dt, rng, sb)],
-                                 {}, "matmul", lambda a, at: O.matmul(*a), n_of=lambda a, at: a[0].shape[-1]))
+                                 {}, lambda a, at: O.matmul(*a), n_of=lambda a, at: a[0].shape[-1]))
         if gdtype(dt).is_int:
             out.append(make_case("matmul", dt, "wraparound/5x9@9x4",
                                  lambda rng, dt=dt: [full_range(dt, (5, 9), rng), full_range(dt, (9, 4), rng)],
-                                 {}, "matmul", lambda a, at: O.matmul(*a)))
+                                 {}, lambda a, at: O.matmul(*a)))
     return out
 
 
@@ -390,6 +441,8 @@ CONV_VARIANTS = {
     "2d_full_kernel": ((1, 1, 5, 5), (2, 1, 5, 5), [3, 3], [1, 1], [2, 2, 2, 2], 1),
     "2d_65_channels": ((1, 65, 4, 4), (9, 65, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1),
     "3d": ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), [1, 2, 1], [1, 1, 2], [1, 0, 1, 0, 1, 1], 1),
+    "2d_group2_stride_dilation_batch2": ((2, 4, 9, 8), (6, 2, 3, 2), [2, 1], [1, 2], [1, 0, 2, 1], 2),
+    "2d_8x20x20_to_16": ((1, 8, 20, 20), (16, 8, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 1),
 }
 
 
@@ -402,7 +455,7 @@ def conv_cases():
             def mk(rng, dt=dt, xs=xs, ws=ws):
                 return [_num_range(dt, rng, xs, True), _num_range(dt, rng, ws, True),
                         _num_range(dt, rng, (ws[0],), True)]
-            out.append(make_case("conv", dt, name, mk, attrs, "conv", lambda a, at: O.conv(*a, **at),
+            out.append(make_case("conv", dt, name, mk, attrs, lambda a, at: O.conv(*a, **at),
                                  n_of=lambda a, at: int(np.prod(a[1].shape[1:])) + 1))
     return out
 
@@ -416,6 +469,8 @@ POOL_VARIANTS = {
     "2d_dilated": ((1, 1, 10, 10), [2, 3], [1, 1], [2, 2], [1, 1, 1, 1]),
     "3d": ((1, 2, 5, 4, 6), [2, 2, 3], [1, 2, 1], [1, 1, 1], [0, 1, 0, 1, 1, 1]),
     "2d_global_65": ((1, 65, 6, 6), [6, 6], [1, 1], [1, 1], [0, 0, 0, 0]),
+    "2d_dilated_strided_asym": ((2, 3, 7, 8), [3, 2], [2, 2], [1, 2], [1, 0, 1, 1]),
+    "1d_k4s3_pads": ((1, 2, 9), [4], [3], [1], [2, 1]),
 }
 
 
@@ -431,7 +486,7 @@ def pool_cases():
                         attrs["count_include_pad"] = cip
                     fn = O.max_pool if prim == "max_pool" else O.avg_pool
                     out.append(make_case(prim, dt, name + ("" if cip is None else f"/cip{cip}"),
-                                         lambda rng, dt=dt, xs=xs: [_num_range(dt, rng, xs)], attrs, "pool",
+                                         lambda rng, dt=dt, xs=xs: [_num_range(dt, rng, xs)], attrs,
                                          lambda a, at, fn=fn: fn(a[0], **at),
                                          n_of=lambda a, at: int(np.prod(at["kernel"]))))
     return out
@@ -447,7 +502,6 @@ REDUCE_VARIANTS = [((3, 5, 7), [0], 1), ((3, 5, 7), [1], 0), ((3, 5, 7), [2], 1)
 def reduce_cases():
     out = []
     for prim in ("reduce_sum", "reduce_prod", "reduce_max", "reduce_min"):
-        fam = {"reduce_sum": "reduce", "reduce_prod": "reduce-prod"}.get(prim, "reduce-exact")
         for dt in PRIMITIVES[prim].dtypes:
             for shape, axes, kd in REDUCE_VARIANTS:
                 if prim == "reduce_prod" and shape == (64, 1031):
@@ -464,7 +518,7 @@ def reduce_cases():
                     return [rand(dt, shape, rng) if gdtype(dt).is_float or gdtype(dt).is_bool
                             else full_range(dt, shape, rng)]
                 n_of = (lambda a, at: int(np.prod([a[0].shape[i] for i in at["axes"]])))
-                out.append(make_case(prim, dt, label, mk, {"axes": axes, "keepdims": kd}, fam,
+                out.append(make_case(prim, dt, label, mk, {"axes": axes, "keepdims": kd},
                                      lambda a, at, prim=prim: O.reduce(prim, a[0], **at), n_of=n_of))
     for prim in ("argmax", "argmin"):
         for dt in NUMERIC:
@@ -476,7 +530,7 @@ def reduce_cases():
                                              lambda rng, dt=dt: [rand(dt, (3, 5, 7), rng, 0, 3)
                                                                  if not gdtype(dt).is_float else
                                                                  np.round(rand(dt, (3, 5, 7), rng, 0, 3))],
-                                             attrs, "reduce-exact", lambda a, at, prim=prim: O.arg(prim, a[0], **at)))
+                                             attrs, lambda a, at, prim=prim: O.arg(prim, a[0], **at)))
     return out
 
 
@@ -492,7 +546,11 @@ def _mv(dt, shape, rng):
     return full_range(dt, shape, rng)
 
 
-MOVEMENT = [
+#: One line per case: (primitive, variant, operand shapes, attributes, oracle). Each line is a case for every dtype
+#: the primitive's record accepts (MOVE_DTYPES for the movement primitives), on seeded random operands; the oracle
+#: ``(arrays, attrs) -> expected array`` is numpy written from the primitive's definition (None: the one in
+#: oracles.py). Adding a primitive adds its line here (see vendor_guide/adding_a_primitive.md).
+LINES = [
     ("reshape", "6x4_to_2x3x4", [(6, 4)], {"shape": [2, 3, 4]}, lambda a, at: a[0].reshape(at["shape"])),
     ("reshape", "scalar_to_1x1", [()], {"shape": [1, 1]}, lambda a, at: a[0].reshape(at["shape"])),
     ("reshape", "0x5_to_5x0", [(0, 5)], {"shape": [5, 0]}, lambda a, at: a[0].reshape(at["shape"])),
@@ -501,6 +559,7 @@ MOVEMENT = [
     ("transpose", "4d_0213", [(2, 3, 4, 5)], {"perm": [0, 2, 1, 3]},
      lambda a, at: np.transpose(a[0], at["perm"]).copy()),
     ("transpose", "large_65x1031", [(65, 1031)], {"perm": [1, 0]}, lambda a, at: np.transpose(a[0]).copy()),
+    ("transpose", "4d_2031", [(2, 3, 4, 5)], {"perm": [2, 0, 3, 1]}, lambda a, at: np.transpose(a[0], at["perm"]).copy()),
     ("broadcast", "1_to_17", [(1,)], {"shape": [17]}, lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
     ("broadcast", "row_3x1_to_3x9", [(3, 1)], {"shape": [3, 9]},
      lambda a, at: np.broadcast_to(a[0], at["shape"]).copy()),
@@ -517,6 +576,7 @@ MOVEMENT = [
     ("slice", "negative_step", [(9, 5)], {"starts": [8, 4], "ends": [-1, 0], "steps": [-1, -2]}, None),
     ("slice", "empty", [(6, 5)], {"starts": [3, 0], "ends": [3, 5], "steps": [1, 1]}, None),
     ("slice", "3d_last", [(2, 3, 65)], {"starts": [0, 1, 63], "ends": [2, 3, 65], "steps": [1, 1, 1]}, None),
+    ("slice", "3d_mixed_steps", [(6, 7, 8)], {"starts": [1, 6, 0], "ends": [5, -1, 8], "steps": [2, -2, 3]}, None),
     ("concat", "axis0_2", [(2, 3), (5, 3)], {"axis": 0}, lambda a, at: np.concatenate(a, at["axis"])),
     ("concat", "axis1_3", [(2, 3), (2, 1), (2, 17)], {"axis": 1}, lambda a, at: np.concatenate(a, at["axis"])),
     ("concat", "axis2_zero_part", [(2, 3, 4), (2, 3, 0), (2, 3, 5)], {"axis": 2},
@@ -529,18 +589,19 @@ MOVEMENT = [
     ("pad", "3d", [(2, 3, 4)], {"pads": [0, 1, 2, 1, 0, 3], "value": 0.0, "interior": [0, 1, 0]}, None),
     ("copy", "3x5x7", [(3, 5, 7)], {}, lambda a, at: a[0].copy()),
 ]
+DEFAULT_ORACLES = {"slice": lambda a, at: O.slice_(a[0], **at), "pad": lambda a, at: O.pad(a[0], **at)}
 
 
-def movement_cases():
+def line_cases():
     out = []
-    for prim, label, shapes, attrs, oracle in MOVEMENT:
-        oracle = oracle or {"slice": lambda a, at: O.slice_(a[0], **at),
-                            "pad": lambda a, at: O.pad(a[0], **at)}[prim]
-        for dt in MOVE_DTYPES:
+    for prim, label, shapes, attrs, oracle in LINES:
+        oracle = oracle or DEFAULT_ORACLES[prim]
+        p = PRIMITIVES[prim]
+        for dt in (MOVE_DTYPES if p.movement else p.dtypes):
             if prim == "pad" and dt in ("float8e4m3fn", "int4") and attrs.get("value"):
                 continue
             out.append(make_case(prim, dt, label, lambda rng, dt=dt, shapes=shapes: [_mv(dt, s, rng) for s in shapes],
-                                 attrs, "movement", lambda a, at, o=oracle: (o(a, at), None)))
+                                 attrs, lambda a, at, o=oracle: (o(a, at), None)))
     return out
 
 
@@ -552,15 +613,17 @@ def index_cases():
                                          ("last_scalar_idx", (4, 6), (), 1), ("axis0_65", (65, 3), (130,), 0)):
                 def mk(rng, dt=dt, xs=xs, ish=ish, axis=axis, it=it):
                     return [_mv(dt, xs, rng), rng.integers(0, xs[axis], size=ish).astype(it)]
-                out.append(make_case("gather", dt, f"{label}/{it}", mk, {"axis": axis}, "index",
+                out.append(make_case("gather", dt, f"{label}/{it}", mk, {"axis": axis},
                                      lambda a, at: (np.take(a[0], a[1], axis=at["axis"]), None)))
-        for label, xs, ish, bd in (("k2", (4, 5, 3), (6, 2), 0), ("k1", (7, 3), (2, 2, 1), 0),
-                                   ("batch1", (2, 5, 3), (2, 4, 1), 1), ("k_full", (3, 4), (5, 2), 0)):
-            def mk(rng, dt=dt, xs=xs, ish=ish, bd=bd):
+        for label, xs, ish, bd, it in (("k2", (4, 5, 3), (6, 2), 0, "int64"), ("k1", (7, 3), (2, 2, 1), 0, "int64"),
+                                       ("batch1", (2, 5, 3), (2, 4, 1), 1, "int64"),
+                                       ("k_full", (3, 4), (5, 2), 0, "int64"),
+                                       ("batch1/int32", (2, 5, 6), (2, 3, 1), 1, "int32")):
+            def mk(rng, dt=dt, xs=xs, ish=ish, bd=bd, it=it):
                 k = ish[-1]
-                idx = np.stack([rng.integers(0, xs[bd + j], size=ish[:-1]) for j in range(k)], -1).astype(np.int64)
+                idx = np.stack([rng.integers(0, xs[bd + j], size=ish[:-1]) for j in range(k)], -1).astype(it)
                 return [_mv(dt, xs, rng), idx]
-            out.append(make_case("gather_nd", dt, label, mk, {"batch_dims": bd}, "index",
+            out.append(make_case("gather_nd", dt, label, mk, {"batch_dims": bd},
                                  lambda a, at: (O.gather_nd(a[0], a[1], **at), None)))
         reds = ("none",) if dt == "bool" else ("none", "add", "mul", "max", "min")
         for red in reds:
@@ -569,11 +632,16 @@ def index_cases():
                 rows = rng.permutation(6)[:3] if red == "none" else rng.integers(0, 6, size=5)  # duplicates combine
                 idx = rows.reshape(-1, 1).astype(np.int64)
                 return [x, idx, _mv(dt, (idx.shape[0], 4), rng)]
-            out.append(make_case("scatter_nd", dt, f"rows/{red}", mk, {"reduction": red}, "index",
+            out.append(make_case("scatter_nd", dt, f"rows/{red}", mk, {"reduction": red},
                                  lambda a, at: (O.scatter_nd(*a, **at), None)))
     return out
 
 
 def cases():
-    return (elementwise_cases() + cast_cases() + matmul_cases() + conv_cases() + pool_cases() + reduce_cases()
-            + movement_cases() + index_cases())
+    return (elementwise_cases() + cast_cases() + storage_cases() + matmul_cases() + conv_cases() + pool_cases()
+            + reduce_cases() + line_cases() + index_cases())
+
+
+def uncovered() -> list[str]:
+    """Registered primitives no case exercises (a new primitive needs its line in LINES)."""
+    return sorted(set(PRIMITIVES) - {c.subject for c in cases()})

@@ -8,6 +8,8 @@ recompiled when those change (each specialization is cached).
 """
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,13 +17,18 @@ import numpy as np
 
 from .backend import Backend, NodeInfo, refusal_reason
 from .errors import GlowError, InputError, MemoryLimitError, NeedsSpecialization, UnsupportedOpError
+from .fusion import fuse_activations
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .lower import lower
 from .passes import run_pipeline
-from .registry import get_backend
+from .discovery import get_backend
+from .schedule import peak_bytes, schedule
+from .timing import stage
+from .torch_import import is_torch_model, to_onnx
 from .types import dtype
+from .verify import verify_function
 
 POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 #: Largest memory region any backend is asked to allocate (256 TiB: beyond any host, and no size overflows).
@@ -38,58 +45,91 @@ class CompileResult:
     stats: dict = field(default_factory=dict)
 
 
+@contextmanager
+def _collector_paused():
+    """Hold off CPython's cycle collector during a compilation (restored after). A compilation keeps
+    every node, value, buffer and instruction it makes, so each collection rescans a growing heap: on a
+    20,000-node chain that cost half the compile time and made it grow faster than the graph."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+@_collector_paused()
 def compile_function(model, backend: Backend, input_shapes=None, constants=None, options=None) -> CompileResult:
     """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
     options = dict(options or {})
-    m, _ = load_model(model)
-    try:
-        fn = import_model(m, input_shapes=input_shapes, constants=constants)
-    except MemoryError:
-        raise MemoryLimitError("out of host memory while importing the model (a value computed at compile "
-                               "time is too large)") from None
-    stats = {"imported_nodes": len(fn.nodes)}
+    stats: dict = {}
+    with stage(stats, "import"):
+        m, _ = load_model(model)
+        try:
+            fn = import_model(m, input_shapes=input_shapes, constants=constants)
+        except MemoryError:
+            raise MemoryLimitError("out of host memory while importing the model (a value computed at compile "
+                                   "time is too large)") from None
+    stats["imported_nodes"] = len(fn.nodes)
     if options.get("optimize", True):
-        stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
+        with stage(stats, "graph-passes"):
+            stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
     return compile_graph(fn, backend, options, stats)
 
 
+@_collector_paused()
 def compile_graph(fn: Function, backend: Backend, options=None, stats=None, before_compile=None) -> CompileResult:
     """The back half of the pipeline on a graph Function: lowering, post-lowering passes, backend checks, IR,
-    memory plan and ``backend.compile`` (``before_compile(irf)`` may inspect or adjust the planned IR)."""
+    memory plan and ``backend.compile`` (``before_compile(irf)`` may inspect or adjust the planned IR).
+    ``stats["times"]`` gives the seconds of each stage (``glow_core.timing.stage``). Option ``schedule=False``
+    keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
     options = dict(options or {})
     stats = {} if stats is None else stats
-    stats["lowered"] = lower(fn, backend.should_lower)
-    backend.transform_post_lowering(fn)
-    if options.get("optimize", True):
-        stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
-    fn.toposort()
-    fn.verify()
-    answers = [(n, backend.is_op_supported(NodeInfo.of(n))) for n in fn.nodes]
+    with stage(stats, "lowering"):
+        stats["lowered"] = lower(fn, backend.should_lower)
+        stats["fused_activations"] = fuse_activations(fn, backend.supports_fused_activation)
+    with stage(stats, "post-lowering"):
+        backend.transform_post_lowering(fn)
+        if options.get("optimize", True):
+            stats["post_passes"] = run_pipeline(fn, POST_LOWERING_PIPELINE)
+    with stage(stats, "verify"):
+        fn.toposort()
+        verify_function(fn)
+        answers = [(n, backend.is_op_supported(NodeInfo.of(n))) for n in fn.nodes]
     bad = [(n, a) for n, a in answers if not a]
     if bad:
         lines = [f"node '{n.name}': op {n.op} with dtypes {', '.join(v.dtype.name for v in n.inputs if v)}"
                  + (f" ({refusal_reason(a)})" if refusal_reason(a) else "") for n, a in bad[:10]]
         raise UnsupportedOpError(f"backend '{backend.name}' does not support: " + "; ".join(lines)
                                  + (f" (and {len(bad) - 10} more)" if len(bad) > 10 else ""))
-    irf = generate_ir(fn)
-    stats["dead_instructions"] = remove_dead_allocations(irf)
-    stats["shared_buffers"] = share_buffers(irf) if backend.should_share_buffers() else 0
-    stats["copies_removed"] = eliminate_copies(irf)
-    verify_ir(irf)
-    problems = backend.verify(irf)
-    if problems:
-        raise UnsupportedOpError("; ".join(problems[:10]))
-    attach_scratch(irf, backend.scratch_bytes)
-    plan_memory(irf, capacity=options.get("memory_capacity", backend.memory_capacity()))
-    p = irf.plan
-    if max(p.constant_size, p.mutable_size, p.activations_size) > MAX_REGION_BYTES:
-        raise MemoryLimitError(f"'{irf.name}': the memory plan needs constant {p.constant_size} B, mutable "
-                               f"{p.mutable_size} B, activations {p.activations_size} B; no host has more than "
-                               f"{MAX_REGION_BYTES} B (a tensor shape in the model is far too large)")
+    orders = [list(fn.nodes)]
+    if options.get("schedule", True):
+        with stage(stats, "schedule"):
+            scheduled = schedule(fn)
+            if peak_bytes(fn, scheduled) < peak_bytes(fn, orders[0]):
+                orders.append(scheduled)
+    # Plan the imported order and, when the scheduler's order promises less memory, that one too: keep the smaller.
+    plans = []
+    for nodes in orders:
+        fn.nodes = nodes
+        plans.append(_planned_ir(fn, backend, stats))
+    best = min(range(len(plans)), key=lambda i: plans[i][0].plan.activations_size)
+    irf, counts = plans[best]
+    fn.nodes = orders[best]
+    stats.update(counts)
+    if options.get("schedule", True):
+        irf.plan.unscheduled_size = plans[0][0].plan.activations_size
+        stats["schedule"] = {"activations_before": irf.plan.unscheduled_size,
+                             "activations_after": irf.plan.activations_size, "reordered": best > 0}
+    capacity = options.get("memory_capacity", backend.memory_capacity())
+    if capacity is not None and irf.plan.activations_size > capacity:
+        plan_memory(irf, capacity=capacity)  # raises MemoryLimitError with the need and the largest buffer
     if before_compile is not None:
         before_compile(irf)
     try:
-        compiled = backend.compile(irf, options)
+        with stage(stats, "backend-compile"):
+            compiled = backend.compile(irf, options)
     except MemoryError:
         p = irf.plan
         raise MemoryLimitError(f"backend '{backend.name}': out of host memory for the memory plan of "
@@ -98,10 +138,38 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     return CompileResult(fn, irf, compiled, stats)
 
 
+def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction, dict]:
+    """The IR of ``fn`` in its node order through the IR passes, checked, with scratch attached and its memory
+    planned (no capacity check); and the passes' counts."""
+    with stage(stats, "ir-gen"):
+        irf = generate_ir(fn)
+    counts = {}
+    with stage(stats, "ir-passes"):
+        counts["dead_instructions"] = remove_dead_allocations(irf)
+        counts["shared_buffers"] = share_buffers(irf) if backend.should_share_buffers() else 0
+        counts["copies_removed"] = eliminate_copies(irf)
+        verify_ir(irf)
+        problems = backend.verify(irf)
+    if problems:
+        raise UnsupportedOpError("; ".join(problems[:10]))
+    with stage(stats, "memory-plan"):
+        attach_scratch(irf, backend.scratch_bytes)
+        plan_memory(irf)
+    p = irf.plan
+    if max(p.constant_size, p.mutable_size, p.activations_size) > MAX_REGION_BYTES:
+        raise MemoryLimitError(f"'{irf.name}': the memory plan needs constant {p.constant_size} B, mutable "
+                               f"{p.mutable_size} B, activations {p.activations_size} B; no host has more than "
+                               f"{MAX_REGION_BYTES} B (a tensor shape in the model is far too large)")
+    return irf, counts
+
+
 class CompiledModel:
     """A model compiled for one backend; call ``run(inputs)`` (or the object) with numpy arrays by name."""
 
     def __init__(self, model, backend="interpreter", **options):
+        example_inputs = options.pop("example_inputs", None)
+        if example_inputs is not None or is_torch_model(model):
+            model = to_onnx(model, example_inputs)
         self.model, _ = load_model(model)
         self.backend = get_backend(backend)
         self.input_shapes = dict(options.pop("input_shapes", None) or {})
@@ -193,5 +261,8 @@ class CompiledModel:
 
 
 def compile(model, backend: str | Backend = "interpreter", **options) -> CompiledModel:  # noqa: A001
-    """Compile ``model`` (a path, bytes or onnx.ModelProto) for ``backend``; returns a CompiledModel."""
+    """Compile ``model`` for ``backend``; returns a CompiledModel.
+
+    ``model`` is an ONNX model (a path, bytes or onnx.ModelProto), or a torch.nn.Module with
+    ``example_inputs=(x, ...)`` (or a torch.export.ExportedProgram), exported with torch.onnx.export first."""
     return CompiledModel(model, backend, **options)

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from .errors import BackendError
 from .graph import Function, Node
 from .ir import IRFunction
+from .passes import DEFAULT_PIPELINE
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,15 @@ class CompiledFunction(abc.ABC):
     def execute(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once. Inputs are already checked against the function's types by the caller."""
 
+    def execute_timed(self, inputs: dict[str, np.ndarray]) -> "tuple[dict[str, np.ndarray], list] | None":
+        """Run once like ``execute`` and time every instruction: returns ``(outputs, timings)``, ``timings`` a
+        list of ``(instr, start, seconds)`` in execution order (``instr`` an ``ir.Instr``; ``start`` in seconds
+        from the run's start, both from ``time.perf_counter`` or a device clock converted to seconds). ``glowc
+        bench`` builds its per-op-kind table from it, traces their per-instruction events. Default None: this
+        backend cannot time single instructions (a backend that runs the whole function in one native call
+        needs instrumented code for it)."""
+        return None
+
     def memory_regions(self) -> "dict[str, bytearray | np.ndarray] | None":
         """The device memory this function runs in, for observability: ``{"mutable": ..., "activation": ...}``
         (optionally ``"constant"``), each a writable byte buffer (bytearray or uint8 array) laid out exactly as
@@ -121,7 +132,6 @@ class Backend(abc.ABC):
 
     def optimization_pipeline(self) -> list[str]:
         """Names of the graph passes to run (see ``glow_core.passes.PASSES``), in order."""
-        from .passes import DEFAULT_PIPELINE
         return list(DEFAULT_PIPELINE)
 
     def scratch_bytes(self, instr) -> int:
@@ -144,5 +154,4 @@ class Backend(abc.ABC):
 
     def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
         """Write a standalone bundle for ``function`` into ``out_dir``; returns the files written."""
-        from .errors import BackendError
         raise BackendError(f"backend '{self.name}' cannot emit bundles")

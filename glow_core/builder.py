@@ -1,35 +1,39 @@
-"""The Builder: how lowerings emit primitives.
+"""The builder layer: how high-level nodes become graph nodes and primitives.
 
-``Builder.emit`` checks a primitive's attributes and types against its
-definition and appends a node, or, when every input is a constant, evaluates
-it at once with the reference kernel (constant folding is built in).
-Lowerings call primitives as methods (``b.add(x, y)``, ``b.reduce_sum(x,
-axes=[1])``) and use the helpers below for numpy-style broadcasting.
+``build_node`` is THE one way a high-level (ONNX or custom) node enters a Function: the importer, subgraph
+bodies and their inlined copies all use it. ``lower_node`` runs an op's lowering, and ``Builder`` is what a
+lowering is handed: ``Builder.emit`` checks a primitive's attributes and types against its record and appends a
+node or, when every input is a constant, evaluates it at once with the record's reference kernel (constant
+folding is built in). Lowerings call primitives as methods (``b.add(x, y)``, ``b.reduce_sum(x, axes=[1])``),
+use the helpers below for numpy-style broadcasting, and inline subgraph bodies with ``b.inline``.
+
+One error mapping for everything that runs at compile time (``compile_time``): a GlowError is the user's and
+propagates; MemoryError becomes MemoryLimitError; any other exception is a bug and becomes ``InternalError``
+(not a GlowError) naming the node and op, chained to the original.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
-from .errors import ImportError_, NeedsSpecialization, ShapeError
+from .errors import GlowError, ImportError_, InternalError, MemoryLimitError, NeedsSpecialization, ShapeError
 from .graph import Function, Node, Value
 from .ops.registry import get_op, get_primitive
-from .types import DType, TensorType, dtype
-
-
-def _kernels():
-    from glow_interpreter import kernels
-    return kernels
+from .types import TensorType, dtype
 
 
 class Builder:
     """Emits primitives into a Function for one high-level node (``where`` names it in errors)."""
 
-    def __init__(self, fn: Function, where: str = "", opset: int = 0, fold: bool = True, name: str = ""):
+    def __init__(self, fn: Function, where: str = "", opset: int = 0, fold: bool = True, name: str = "",
+                 n_outputs: int = 1):
         self.fn = fn
         self.where = where
         self.opset = opset
         self.fold = fold
         self.name = name or "n"
+        self.n_outputs = n_outputs  # ops like Split produce as many outputs as the node asks for
 
     # -- emission ------------------------------------------------------------------------------------
     def emit(self, op: str, *inputs: Value, **attrs) -> Value | list[Value]:
@@ -41,11 +45,11 @@ class Builder:
             if not isinstance(v, Value):
                 raise ShapeError(f"{self.where}: input {i} of primitive '{op}' is {type(v).__name__}, not a Value")
         try:
-            out_types = p.infer([v.type for v in inputs], **attrs)
+            out_types = p.out_types([v.type for v in inputs], attrs)
         except ShapeError as e:
             raise ShapeError(f"{self.where}: {e}") from None
-        if self.fold and all(v.is_const for v in inputs) and not _keep_lazy(op, inputs, out_types):
-            arrays = _kernels().run_primitive(op, [v.const for v in inputs], attrs, [t.dtype.np for t in out_types])
+        if self.fold and all(v.is_const for v in inputs) and not keep_lazy(op, inputs, out_types):
+            arrays = p.run([v.const for v in inputs], attrs, [t.dtype.np for t in out_types])
             outs = [self.fn.constant(np.ascontiguousarray(a).reshape(t.shape), f"{self.name}_{op}")
                     for a, t in zip(arrays, out_types)]
         else:
@@ -145,12 +149,29 @@ class Builder:
                              f"[{-rank}, {rank - 1}]")
         return axis % rank if rank else 0
 
+    # -- subgraph bodies -----------------------------------------------------------------------------
+    def inline(self, body: Function, args: list[Value], tag: str) -> list[Value]:
+        """Emit a copy of subgraph ``body`` with its inputs bound to ``args`` (its formal inputs, then the
+        outer-scope values it captures) and return its outputs. Every node is built again through
+        ``build_node`` on the bound values, so types that depend on them (a loop's iteration number used as a
+        shape operand) are decided here; ``tag`` prefixes the copies' names (one tag per branch or iteration)."""
+        if len(args) != len(body.inputs):
+            raise ShapeError(f"{self.where}: subgraph '{body.name}' takes {len(body.inputs)} inputs "
+                             f"({', '.join(v.name for v in body.inputs)}), {len(args)} given")
+        env = {v.id: a for v, a in zip(body.inputs, args)}
+        for n in body.nodes:
+            ins = [None if v is None else env.get(v.id, v) for v in n.inputs]
+            copy = Node(n.op, ins, n.attrs, [], f"{self.name}_{tag}{n.name}", n.opset)
+            outs = build_node(self.fn, copy, len(n.outputs), fold=self.fold, lower=True)
+            env.update((o.id, v) for o, v in zip(n.outputs, outs))
+        return [env.get(v.id, v) for v in body.outputs]
+
 
 #: Folding a broadcast of a small constant into a large one only inflates the weights: keep it a node.
 LAZY_BROADCAST_ELEMENTS = 1024
 
 
-def _keep_lazy(op, inputs, out_types) -> bool:
+def keep_lazy(op, inputs, out_types) -> bool:
     return (op == "broadcast" and out_types[0].numel > LAZY_BROADCAST_ELEMENTS
             and out_types[0].numel > inputs[0].type.numel)
 
@@ -169,14 +190,33 @@ def _placeholders_feeding(v: Value) -> set[str]:
     return out
 
 
+@contextmanager
+def compile_time(node: Node):
+    """The one error mapping of code that runs lowerings, shape rules or kernels at compile time."""
+    where = f"node '{node.name}' ({node.op})"
+    try:
+        yield
+    except (GlowError, InternalError):
+        raise
+    except MemoryError:
+        raise MemoryLimitError(f"{where}: out of host memory computing its value at compile time (inputs "
+                               f"{_types(node)})") from None
+    except Exception as e:  # noqa: BLE001  (anything else is a bug in a lowering, shape rule or kernel)
+        raise InternalError(f"{where}: internal error with inputs {_types(node)}: {type(e).__name__}: {e}") from e
+
+
+def _types(node: Node) -> list:
+    return [None if v is None else str(v.type) for v in node.inputs]
+
+
 def lower_node(fn: Function, node: Node, fold: bool = True, n_outputs: int | None = None) -> list[Value]:
     """Emit the lowering of high-level ``node`` into ``fn`` and return its output values."""
     n_outputs = len(node.outputs) if n_outputs is None else n_outputs
     d = get_op(node.op)
-    b = Builder(fn, where=f"node '{node.name}' ({node.op})", opset=node.opset, fold=fold,
-                name=_c_safe_prefix(node.name))
-    b.n_outputs = n_outputs  # ops like Split produce as many outputs as the node asks for
-    outs = d.lower(b, *node.inputs, **node.attrs)
+    b = Builder(fn, where=f"node '{node.name}' ({node.op})", opset=node.opset, fold=fold, name=node.name or "n",
+                n_outputs=n_outputs)
+    with compile_time(node):
+        outs = d.lower(b, *node.inputs, **node.attrs)
     if isinstance(outs, Value):
         outs = [outs]
     outs = list(outs)
@@ -186,22 +226,73 @@ def lower_node(fn: Function, node: Node, fold: bool = True, n_outputs: int | Non
     return outs[:n_outputs]
 
 
-def _c_safe_prefix(name: str) -> str:
-    return name or "n"
-
-
 def infer_node_types(node: Node, n_outputs: int | None = None) -> list[TensorType]:
-    """Output types of a high-level node: from its lowering run on a scratch function, or its own rule."""
+    """Output types of a node: a primitive's rule, a kept-whole op's shape rule, or the types its lowering
+    gives on a scratch function."""
     n_outputs = len(node.outputs) if n_outputs is None else n_outputs
+    p = get_primitive(node.op)
+    if p is not None:
+        return p.out_types([v.type for v in node.inputs], node.attrs)
     d = get_op(node.op)
     if d.is_extended:
-        from .ops.extended import infer_extended
-        return infer_extended(node, n_outputs)
+        b = Builder(Function("scratch"), where=f"node '{node.name}' ({node.op})", opset=node.opset,
+                    name=node.name, n_outputs=n_outputs)
+        with compile_time(node):
+            types = list(d.shape_rule(b, *node.inputs, **_semantic(node.attrs)))
+        if len(types) < n_outputs:
+            raise ImportError_(f"{b.where}: the op has {len(types)} outputs, the node asks for {n_outputs}")
+        return types[:n_outputs]
     scratch = Function("scratch")
     ins = [v if (v is None or v.is_const) else scratch.add_input(v.name, v.type) for v in node.inputs]
     tmp = Node(node.op, ins, node.attrs, [], node.name, node.opset)
-    outs = lower_node(scratch, tmp, fold=True, n_outputs=n_outputs)
-    return [v.type for v in outs]
+    return [v.type for v in lower_node(scratch, tmp, fold=True, n_outputs=n_outputs)]
 
 
-__all__ = ["Builder", "lower_node", "infer_node_types", "DType"]
+def _semantic(attrs: dict) -> dict:
+    """Attributes without the compiler's annotations (``_outer`` and the like)."""
+    return {k: v for k, v in attrs.items() if not k.startswith("_")}
+
+
+def build_node(fn: Function, node: Node, n_outputs: int, *, fold: bool = True, lower: bool = False,
+               template: bool = False) -> list[Value]:
+    """THE one way a high-level node (``node``, not yet in any function) enters ``fn``; returns its outputs.
+
+    - every input constant (and the op foldable), or a shape-only op (Shape, Size, ...): the op is lowered
+      with folding, so its outputs are constants;
+    - a kept-whole (extended or custom) op with constant inputs: folded through its reference kernel;
+    - otherwise: with ``lower`` (inlining inside a lowering) a lowered op is emitted as its primitives; else
+      the node is appended with its inferred output types (kept-whole ops keep it whole in both cases).
+    ``template`` builds a subgraph body: a node whose types depend on values bound only when the body is
+    inlined (an input of unknown type, or a shape operand computed from a body input) is appended untyped
+    (its outputs have type None); ``Builder.inline`` builds every node again on the bound values.
+    """
+    d = get_op(node.op)
+    if template and any(v is not None and v.type is None for v in node.inputs):
+        return _append(fn, node, [None] * n_outputs)
+    all_const = all(v is None or v.is_const for v in node.inputs)
+    try:
+        if not d.is_extended and ((all_const and d.foldable) or d.shape_only or lower):
+            return lower_node(fn, node, fold=fold, n_outputs=n_outputs)
+        if d.is_extended and all_const and d.foldable and fold:
+            with compile_time(node):
+                arrays = d.run([None if v is None else v.const for v in node.inputs], _semantic(node.attrs))
+            if len(arrays) < n_outputs:
+                raise ImportError_(f"node '{node.name}' ({node.op}): the op has {len(arrays)} outputs, the node "
+                                   f"asks for {n_outputs}")
+            return [fn.constant(np.ascontiguousarray(a).reshape(np.shape(a)), node.name) for a in arrays[:n_outputs]]
+        types = infer_node_types(node, n_outputs)
+    except NeedsSpecialization:
+        if template:
+            return _append(fn, node, [None] * n_outputs)
+        raise
+    return _append(fn, node, types)
+
+
+def _append(fn: Function, node: Node, types: list) -> list[Value]:
+    fn.nodes.append(node)
+    node.outputs = [Value(fn.unique_name(node.name + (f"_{i}" if len(types) > 1 else "")), t, "node", node)
+                    for i, t in enumerate(types)]
+    return node.outputs
+
+
+__all__ = ["Builder", "build_node", "lower_node", "infer_node_types", "compile_time"]

@@ -7,7 +7,15 @@ import sys
 
 import numpy as np
 
+import onnx
+
+from . import api, example_models
+from .bench import bench, format_report, random_inputs
+from .discovery import available_backends
 from .errors import GlowError
+from .export_onnx import to_onnx
+from .fuzz import cli as fuzz_cli
+from .progress import Progress
 
 
 def _parse_inputs(items, model):
@@ -23,29 +31,20 @@ def _parse_inputs(items, model):
     return out
 
 
-def _random_inputs(cm, seed=0):
-    rng = np.random.default_rng(seed)
-    out = {}
-    for nm, _, dims in cm.specs:
-        shape = cm.input_shapes.get(nm, dims)
-        if any(not isinstance(d, int) for d in shape):
-            raise GlowError(f"input '{nm}' has symbolic shape {shape}; pass it with --input {nm}=FILE.npy")
-        dt = cm._dtypes[nm]
-        a = rng.standard_normal(shape) if dt.is_float else rng.integers(0, 10, shape)
-        out[nm] = a.astype(dt.np)
-    return out
+def _compile(args, **options):
+    """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while)."""
+    with Progress(f"compiling {os.path.basename(args.model)} for {args.backend}", tick=True):
+        return api.compile(args.model, args.backend, **options)
 
 
 def cmd_backends(args):
-    from .registry import available_backends
     for name, target in sorted(available_backends().items()):
         print(f"{name}\t{target}")
 
 
 def cmd_run(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend)
-    inputs = _parse_inputs(args.input, cm) if args.input else _random_inputs(cm)
+    cm = _compile(args)
+    inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
     outs = cm.run(inputs)
     os.makedirs(args.output_dir, exist_ok=True)
     for name, arr in outs.items():
@@ -56,26 +55,40 @@ def cmd_run(args):
 
 
 def cmd_dump(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend)
+    cm = _compile(args)
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
-    if args.graph or not (args.ir or args.dot):
+    if args.graph or not (args.ir or args.dot or args.onnx or args.source):
         print(cm.last.graph.dump())
     if args.ir:
         print(cm.last.ir.dump())
+    if args.source:
+        source = getattr(cm.last.compiled, "source", None)
+        if source is None:
+            raise GlowError(f"backend '{cm.backend.name}' does not show generated source")
+        print(source)
     if args.dot:
         with open(args.dot, "w") as f:
             f.write(cm.last.graph.to_dot())
         print(f"wrote {args.dot}")
+    if args.onnx:
+        model = to_onnx(cm.last.graph, cm.backend.name)
+        onnx.save(model, args.onnx)
+        print(f"wrote {args.onnx} ({len(model.graph.node)} nodes in the 'glow' domain, "
+              f"{len(model.graph.initializer)} initializers)")
+
+
+def cmd_bench(args):
+    inputs = _parse_inputs(args.input, None) if args.input else None
+    report = bench(args.model, args.backend, threads=args.threads, budget=args.seconds, inputs=inputs,
+                   compare=args.compare, label=args.model)
+    print(format_report(report))
 
 
 def cmd_demo(args):
-    from . import models
-    from .api import compile as glow_compile
-    model = models.cnn()
+    model = example_models.cnn()
     print(f"compiling the built-in CNN (Conv 3->16, Relu, MaxPool, Flatten, Gemm to 10) for '{args.backend}'")
-    cm = glow_compile(model, args.backend)
+    cm = api.compile(model, args.backend)
     print(cm.last.ir.dump())
     x = np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)
     out = cm.run({"input": x})["output"]
@@ -86,8 +99,7 @@ def cmd_demo(args):
 
 
 def cmd_compile(args):
-    from .api import compile as glow_compile
-    cm = glow_compile(args.model, args.backend, **({"target_cpu": args.target} if args.target else {}))
+    cm = _compile(args, **({"target_cpu": args.target} if args.target else {}))
     if cm.last is None:
         raise GlowError("the model has symbolic input shapes; bundles need static shapes")
     if args.emit_bundle:
@@ -100,11 +112,6 @@ def cmd_compile(args):
         print(f"compiled '{args.model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
 
 
-def cmd_fuzz(args):
-    from .fuzz.cli import run
-    return run(args)
-
-
 def cmd_conformance(args, rest):
     try:
         import glow_conformance
@@ -113,40 +120,108 @@ def cmd_conformance(args, rest):
     sys.exit(glow_conformance.main(["--backend", args.backend] + rest))
 
 
+EXAMPLES = {
+    None: "examples:\n"
+          "  glowc demo                                    compile and run the built-in CNN\n"
+          "  glowc run model.onnx --backend cpu --input input=x.npy --output-dir out/\n"
+          "  glowc bench model.onnx --backend cpu --threads 1 --compare onnxruntime\n"
+          "  glowc dump model.onnx --ir                    the low-level IR the backend compiles\n"
+          "run 'glowc COMMAND --help' for each command's options and an example",
+    "backends": "example:\n  glowc backends                     prints e.g. 'cpu<TAB>glow_cpu.backend:CPUBackend'",
+    "run": "examples:\n  glowc run model.onnx --backend cpu --input input=x.npy --output-dir out/\n"
+           "  glowc run model.onnx                  random inputs of the model's dtypes and shapes, interpreter",
+    "dump": "examples:\n  glowc dump model.onnx --backend cpu --ir          the low-level IR\n"
+            "  glowc dump model.onnx --onnx lowered.onnx          the lowered graph as ONNX (open it in Netron)\n"
+            "  glowc dump model.onnx --backend cpu --source       the generated C, each kernel's algorithm\n"
+            "  glowc dump model.onnx --dot graph.dot && dot -Tsvg graph.dot -o graph.svg",
+    "bench": "example:\n  glowc bench model.onnx --backend cpu --threads 1 --compare onnxruntime\n"
+             "prints latency (median, p10, p90), runs/s, GFLOP/s and a per-op-kind table; inputs are random\n"
+             "unless given with --input",
+    "demo": "examples:\n  glowc demo\n  glowc demo --backend cpu",
+    "compile": "example:\n  glowc compile model.onnx --backend cpu --emit-bundle bundle/ && make -C bundle",
+    "fuzz": "examples:\n  glowc fuzz --backend cpu --seconds 600 --out fz/          against the interpreter\n"
+            "  glowc fuzz --backend interpreter --against onnxruntime --seed 3 --out fz/\n"
+            "  glowc fuzz --backend cpu --replay fz/s0-g12.onnx        replay one shrunk failure",
+    "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
+                   "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
+}
+
+
+def _sub(sub, name, help):
+    return sub.add_parser(name, help=help, description=help, epilog=EXAMPLES[name],
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _positive(kind):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = 0
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+        return v
+    return parse
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors on one line, pointing at the command's help (subcommand parsers are of this class too)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser():
-    p = argparse.ArgumentParser(prog="glowc", description="Glow Kit compiler driver")
+    p = _Parser(prog="glowc", description="Glow Kit compiler driver", epilog=EXAMPLES[None],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--traceback", action="store_true", help="show the Python traceback on errors")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("backends", help="list the discovered backends")
-    r = sub.add_parser("run", help="run a model and write each output as DIR/<name>.npy")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    backend_help = "backend name (see 'glowc backends') or module:attr naming a Backend"
+    _sub(sub, "backends", "list the discovered backends")
+    r = _sub(sub, "run", "run a model and write each output as DIR/<name>.npy")
     r.add_argument("model")
-    r.add_argument("--backend", default="interpreter")
+    r.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", default=".")
-    d = sub.add_parser("dump", help="print the optimized graph and/or low-level IR")
+    d = _sub(sub, "dump", "print the optimized graph and/or low-level IR, or write them as Graphviz or ONNX")
     d.add_argument("model")
-    d.add_argument("--backend", default="interpreter")
-    d.add_argument("--ir", action="store_true")
-    d.add_argument("--graph", action="store_true")
-    d.add_argument("--dot", metavar="FILE")
-    dm = sub.add_parser("demo", help="compile and run the built-in CNN")
-    dm.add_argument("--backend", default="interpreter")
-    c = sub.add_parser("compile", help="compile a model (optionally to a standalone bundle)")
+    d.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
+    d.add_argument("--ir", action="store_true", help="print the low-level IR")
+    d.add_argument("--graph", action="store_true", help="print the optimized graph (the default)")
+    d.add_argument("--dot", metavar="FILE", help="write the optimized graph as Graphviz")
+    d.add_argument("--onnx", metavar="FILE", help="write the optimized, lowered graph as ONNX (glow domain)")
+    d.add_argument("--source", action="store_true",
+                   help="print the generated code (cpu: one C unit; each call names its kernel's algorithm)")
+    b = _sub(sub, "bench", "measure latency, throughput and GFLOP/s, per op kind, optionally against onnxruntime")
+    b.add_argument("model")
+    b.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
+    b.add_argument("--threads", type=_positive(int), metavar="N", help="threads of the backend and of onnxruntime "
+                   "(default: every core)")
+    b.add_argument("--compare", choices=["onnxruntime"], help="also run onnxruntime in this process")
+    b.add_argument("--seconds", type=_positive(float), default=3.0, metavar="S", help="time budget per runtime (default 3)")
+    b.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="inputs (default: random)")
+    dm = _sub(sub, "demo", "compile and run the built-in CNN")
+    dm.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
+    c = _sub(sub, "compile", "compile a model (optionally to a standalone bundle)")
     c.add_argument("model")
-    c.add_argument("--backend", default="cpu")
+    c.add_argument("--backend", default="cpu", help=backend_help + " (default: cpu)")
     c.add_argument("--emit-bundle", metavar="DIR")
     c.add_argument("--bundle-name", default="model")
     c.add_argument("--target", metavar="CPU", help="target CPU for the bundle (-march=CPU)")
-    from .fuzz.cli import add_parser as add_fuzz_parser
-    add_fuzz_parser(sub)
-    cf = sub.add_parser("conformance", help="run the conformance suite (extra args go to pytest)")
-    cf.add_argument("--backend", required=True)
+    f = _sub(sub, "fuzz", "differential fuzzing of a backend against a reference: random valid ONNX graphs, "
+                          "every failure shrunk to a minimal model in --out (exit status 1 when something was found)")
+    fuzz_cli.add_arguments(f, backend_help)
+    cf = _sub(sub, "conformance", "run the conformance suite (extra args go to pytest)")
+    cf.add_argument("--backend", required=True, help=backend_help)
     return p
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        parser.exit(2)
     args, rest = parser.parse_known_args(argv)
     if rest and args.cmd != "conformance":
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -155,13 +230,19 @@ def main(argv=None):
             cmd_conformance(args, rest)
         else:
             rc = {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
-                  "compile": cmd_compile, "fuzz": cmd_fuzz}[args.cmd](args)
+                  "compile": cmd_compile, "bench": cmd_bench, "fuzz": fuzz_cli.run}[args.cmd](args)
             if rc:
                 return rc
     except GlowError as e:
         if args.traceback:
             raise
         print(f"glowc: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    except OSError as e:  # a file the user named could not be read or written
+        if args.traceback:
+            raise
+        where = f"'{e.filename}': " if e.filename else ""
+        print(f"glowc: error: {where}{e.strerror or e}; check the path and its permissions", file=sys.stderr)
         return 1
     except Exception as e:  # noqa: BLE001  (last resort: one line, never a traceback unless asked)
         if args.traceback:

@@ -19,7 +19,7 @@ class ImportError_(GlowError):
     """A node or tensor of the ONNX model cannot be imported."""
 
 
-class UnsupportedOpError(ImportError_):
+class UnsupportedOpError(GlowError):
     """An op (or an op with these dtypes) is not supported by the importer or a backend."""
 
 
@@ -49,3 +49,9 @@ class NeedsSpecialization(ImportError_):
     def __init__(self, message: str, inputs: set[str]):
         super().__init__(message)
         self.inputs = inputs
+
+
+class InternalError(Exception):
+    """A bug in Glow Kit, not bad input: a lowering, shape rule or kernel failed at compile time in a way no
+    model should cause. Deliberately not a GlowError, so that tests and fuzzers see bugs as bugs. The message
+    names the node and op; the original exception is chained (``__cause__``)."""

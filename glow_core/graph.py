@@ -1,9 +1,18 @@
-"""The high-level graph IR: typed SSA values, nodes, constants and placeholders.
+"""The high-level graph IR: typed SSA values, nodes, constants and placeholders (data only).
 
 A ``Function`` holds placeholders (its inputs), constants (weights), nodes in
 topological order and its outputs. A node's op is a high-level op (an ONNX op
 type such as ``"Conv"``) or a primitive (lower case, such as ``"conv"``); the
-registry in ``glow_core.ops`` describes both.
+registry in ``glow_core.ops`` describes both (``glow_core.verify`` checks a
+function against it).
+
+Control-flow nodes (If, Loop, Scan, ...) hold their subgraph bodies as
+``Function`` attributes. A body is closed: its inputs are its formal inputs
+followed by the outer-scope values it reads (*captures*), which the node takes
+as extra inputs, named in its ``OUTER`` attribute, so every dependency is an
+edge of the graph. In a body, a value whose type depends on values bound only
+when the body is inlined (a loop's iteration number used as a shape operand)
+has type None.
 """
 from __future__ import annotations
 
@@ -17,6 +26,14 @@ from .errors import VerifyError
 from .types import TensorType, tensor_type_of
 
 _ids = itertools.count()
+
+OUTER = "_outer"  # attribute of a node with subgraph bodies: the outer-scope names appended to its inputs
+
+
+def split_outer(inputs, attrs: dict) -> tuple[list, list]:
+    """(declared inputs, captured outer-scope values) of a node with subgraph bodies."""
+    k = len(attrs.get(OUTER) or [])
+    return (list(inputs[:len(inputs) - k]), list(inputs[len(inputs) - k:])) if k else (list(inputs), [])
 
 
 class Value:
@@ -50,7 +67,7 @@ class Value:
         return self.kind == "constant"
 
     def __repr__(self) -> str:
-        return f"%{self.name}: {self.type}"
+        return f"%{self.name}: {self.type if self.type is not None else '?'}"
 
 
 @dataclass(eq=False)
@@ -70,6 +87,25 @@ class Node:
         return f"{outs} = {self.op}({ins}) {self.attrs or ''}".rstrip()
 
 
+class NameTable:
+    """Unique names: ``base`` if free, else ``base + sep + k`` with the smallest free k. Names are never given
+    back, so the k last found for a base is where the next search starts (amortized O(1) per name)."""
+
+    def __init__(self, taken=()):
+        self.taken = set(taken)
+        self._next: dict[str, int] = {}
+
+    def unique(self, base: str, sep: str = "__") -> str:
+        k = self._next.get(base, 0)
+        name = base if k == 0 else f"{base}{sep}{k}"
+        while name in self.taken:
+            k += 1
+            name = f"{base}{sep}{k}"
+        self._next[base] = k
+        self.taken.add(name)
+        return name
+
+
 class Function:
     """A graph function: placeholders, constants, nodes (topologically ordered), outputs."""
 
@@ -79,17 +115,15 @@ class Function:
         self.outputs: list[Value] = []
         self.output_names: list[str] = []
         self.nodes: list[Node] = []
-        self._names: set[str] = set()
+        self._names = NameTable()
+
+    def __repr__(self) -> str:
+        return f"<Function {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
 
     # -- construction -------------------------------------------------------------------
     def unique_name(self, base: str) -> str:
-        base = base or "v"
-        name, k = base, 0
-        while name in self._names:
-            k += 1
-            name = f"{base}__{k}"
-        self._names.add(name)
-        return name
+        """``base``, or ``base__k`` with the smallest k that is free."""
+        return self._names.unique(base or "v")
 
     def add_input(self, name: str, type: TensorType) -> Value:
         v = Value(self.unique_name(name), type, "placeholder")
@@ -133,8 +167,21 @@ class Function:
                     u.setdefault(v.id, []).append(n)
         return u
 
+    def use_lists(self) -> "UseLists":
+        """The users of every value, built in one walk; a pass that rewrites many uses makes its changes
+        through it (``UseLists.replace`` is O(uses), this function's ``replace_uses`` is O(graph))."""
+        return UseLists(self)
+
+    def remove_nodes(self, dead) -> int:
+        """Drop the nodes in the set ``dead`` in one walk (a pass collects them and removes them at its end)."""
+        before = len(self.nodes)
+        if dead:
+            self.nodes = [n for n in self.nodes if n not in dead]
+        return before - len(self.nodes)
+
     def replace_uses(self, old: Value, new: Value):
-        """Make every use of ``old`` (node inputs and function outputs) use ``new``."""
+        """Make every use of ``old`` (node inputs and function outputs) use ``new``. Walks the whole graph:
+        for many replacements use ``use_lists()``."""
         for n in self.nodes:
             n.inputs = [new if v is old else v for v in n.inputs]
         self.outputs = [new if v is old else v for v in self.outputs]
@@ -170,40 +217,16 @@ class Function:
                     order.append(node)
         self.nodes = order
 
-    def verify(self):
-        """Check SSA form, definitions before uses, and every node's types against its rule."""
-        from .ops.registry import infer_types
-
-        defined = {v.id for v in self.inputs}
-        for n in self.nodes:
-            for i, v in enumerate(n.inputs):
-                if v is None or v.kind == "constant":
-                    continue
-                if v.id not in defined:
-                    raise VerifyError(f"node '{n.name}' ({n.op}) input {i} '%{v.name}' is used before it is defined")
-            expected = infer_types(n.op, [v.type if v is not None else None for v in n.inputs], n.attrs, node=n)
-            got = [v.type for v in n.outputs]
-            if expected is not None and [(t.dtype, t.shape) for t in expected] != [(t.dtype, t.shape) for t in got]:
-                raise VerifyError(f"node '{n.name}' ({n.op}) has output types {[str(t) for t in got]} "
-                                  f"but its rule gives {[str(t) for t in expected]}")
-            for v in n.outputs:
-                if v.id in defined:
-                    raise VerifyError(f"value '%{v.name}' is defined twice (node '{n.name}')")
-                defined.add(v.id)
-        for v in self.outputs:
-            if v.kind != "constant" and v.id not in defined:
-                raise VerifyError(f"function output '%{v.name}' is never defined")
-
     def dump(self) -> str:
         """A readable text form of the graph."""
         lines = [f"function {self.name}"]
         for v in self.inputs:
-            lines.append(f"  input %{v.name}: {v.type}")
+            lines.append(f"  input {v!r}")
         for v in self.constants():
-            lines.append(f"  const %{v.name}: {v.type}")
+            lines.append(f"  const {v!r}")
         for n in self.nodes:
             ins = ", ".join(f"%{v.name}" if v is not None else "-" for v in n.inputs)
-            outs = ", ".join(f"%{v.name}: {v.type}" for v in n.outputs)
+            outs = ", ".join(repr(v) for v in n.outputs)
             attrs = ", ".join(f"{k}={_fmt(v)}" for k, v in n.attrs.items())
             lines.append(f"  {outs} = {n.op}({ins})" + (f" {{{attrs}}}" if attrs else ""))
         for name, v in zip(self.output_names, self.outputs):
@@ -215,6 +238,7 @@ class Function:
         def q(s):
             return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
         lines = ["digraph glow {", "  rankdir=TB;"]
+        index = {id(n): i for i, n in enumerate(self.nodes)}
         for v in self.inputs:
             lines.append(f"  v{v.id} [shape=box, label={q(v.name + chr(10) + str(v.type))}];")
         for i, n in enumerate(self.nodes):
@@ -222,19 +246,82 @@ class Function:
             for v in n.inputs:
                 if v is None:
                     continue
-                if v.producer is not None and v.producer in self.nodes:
-                    lines.append(f"  n{self.nodes.index(v.producer)} -> n{i};")
+                if v.producer is not None and id(v.producer) in index:
+                    lines.append(f"  n{index[id(v.producer)]} -> n{i};")
                 elif v.kind == "placeholder":
                     lines.append(f"  v{v.id} -> n{i};")
         for name, v in zip(self.output_names, self.outputs):
             lines.append(f"  o_{abs(hash(name))} [shape=box, label={q(name)}];")
-            if v.producer is not None and v.producer in self.nodes:
-                lines.append(f"  n{self.nodes.index(v.producer)} -> o_{abs(hash(name))};")
+            if v.producer is not None and id(v.producer) in index:
+                lines.append(f"  n{index[id(v.producer)]} -> o_{abs(hash(name))};")
         lines.append("}")
         return "\n".join(lines)
 
 
+class UseLists:
+    """The users of every value of a function (as Glow keeps them on its nodes), built in one walk.
+
+    ``replace(old, new)`` redirects every use of ``old`` (node inputs and function outputs) in O(uses of
+    ``old``). The lists stay exact as long as the pass that built them makes its rewrites through ``add``
+    (a new node), ``set_inputs`` and ``discard`` (a removed node); a node appears once per value it reads."""
+
+    def __init__(self, fn: Function):
+        self.fn = fn
+        self._users: dict[int, dict[Node, None]] = {}
+        self._outputs: dict[int, list[int]] = {}
+        for n in fn.nodes:
+            self.add(n)
+        for i, v in enumerate(fn.outputs):
+            self._outputs.setdefault(v.id, []).append(i)
+
+    def add(self, node: Node):
+        """Record the uses of a node added to the function."""
+        for v in node.inputs:
+            if v is not None:
+                self._users.setdefault(v.id, {})[node] = None
+
+    def discard(self, node: Node):
+        """Forget the uses of a node removed from the function."""
+        for v in node.inputs:
+            if v is not None:
+                self._users.get(v.id, {}).pop(node, None)
+
+    def set_inputs(self, node: Node, inputs: list):
+        """Give ``node`` new inputs."""
+        self.discard(node)
+        node.inputs = list(inputs)
+        self.add(node)
+
+    def users(self, v: Value) -> list[Node]:
+        """The nodes that read ``v`` (each once)."""
+        return list(self._users.get(v.id, ()))
+
+    def num_users(self, v: Value) -> int:
+        return len(self._users.get(v.id, ()))
+
+    def is_output(self, v: Value) -> bool:
+        return v.id in self._outputs
+
+    def replace(self, old: Value, new: Value):
+        """Make every use of ``old`` use ``new``."""
+        if old is new:
+            return
+        users = self._users.pop(old.id, None)
+        if users:
+            into = self._users.setdefault(new.id, {})
+            for n in users:
+                n.inputs = [new if v is old else v for v in n.inputs]
+                into[n] = None
+        slots = self._outputs.pop(old.id, None)
+        if slots:
+            for i in slots:
+                self.fn.outputs[i] = new
+            self._outputs.setdefault(new.id, []).extend(slots)
+
+
 def _fmt(v):
+    if isinstance(v, Function):
+        return f"{{{v.dump()}}}".replace("\n", "\n    ")
     if isinstance(v, np.ndarray):
         return f"array{v.shape}"
     if isinstance(v, (list, tuple)) and len(v) > 8:

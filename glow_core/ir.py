@@ -15,12 +15,15 @@ from typing import Any
 import numpy as np
 
 from .errors import VerifyError
-from .graph import Function, Value
+from .fusion import FUSED_ACTIVATION, FUSED_PARAMS
+from .graph import Function, NameTable, Value
 from .memory import ALIGNMENT, Allocation, Interval, align_up, allocate
 from .ops.registry import get_primitive
 from .types import TensorType
 
 PSEUDO = ("allocactivation", "deallocactivation", "tensorview")
+#: Backend annotations (attributes named _x) the dump shows: they change what the instruction computes.
+SHOWN_ANNOTATIONS = (FUSED_ACTIVATION, FUSED_PARAMS)
 
 
 @dataclass(eq=False)
@@ -86,13 +89,20 @@ class Instr:
 
 @dataclass
 class MemoryPlan:
-    """Sizes of the three regions and the activation allocator's statistics."""
+    """Sizes of the three regions and the activation allocator's statistics.
+
+    ``activations_size`` includes the scratch buffers: ``scratch_size`` bytes in all, at most ``scratch_peak``
+    (aligned) live at once, as each lives only while its instruction runs. ``unscheduled_size`` is the
+    activations size the node order before scheduling needs (None when the scheduler did not run)."""
 
     constant_size: int
     mutable_size: int
     activations_size: int
     alignment: int
     allocation: Allocation
+    scratch_size: int = 0
+    scratch_peak: int = 0
+    unscheduled_size: int | None = None
 
     @property
     def peak(self) -> int:
@@ -118,12 +128,12 @@ class IRFunction:
 
     def constant_blob(self) -> bytes:
         """The constant region as bytes (weights at their planned offsets)."""
-        blob = bytearray(self.plan.constant_size)
+        blob = np.zeros(self.plan.constant_size, np.uint8)
         for b in self.buffers:
             if b.kind == "constant":
-                raw = np.ascontiguousarray(b.data).tobytes()
-                blob[b.offset:b.offset + len(raw)] = raw
-        return bytes(blob)
+                raw = np.ascontiguousarray(b.data).reshape(-1).view(np.uint8)
+                blob[b.offset:b.offset + raw.size] = raw
+        return blob.tobytes()
 
     def dump(self) -> str:
         return dump_ir(self)
@@ -134,15 +144,10 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
     """Low-level IR from a (lowered) graph Function: one instruction per node, views for reshapes."""
     ident = ident or (lambda s: s)
     buffers: list[Buffer] = []
-    names: set[str] = set()
+    names = NameTable()
 
     def new_buffer(name, type, kind, **kw):
-        base, k = name, 0
-        while name in names:
-            k += 1
-            name = f"{base}__{k}"
-        names.add(name)
-        b = Buffer(name, type, kind, **kw)
+        b = Buffer(names.unique(name), type, kind, **kw)
         buffers.append(b)
         return b
 
@@ -155,6 +160,7 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
         outputs[nm] = new_buffer(nm, v.type, "mutable", io="output")
         out_ids.setdefault(v.id, nm)
     instrs: list[Instr] = []
+    claimed: set[int] = set()  # output buffers some instruction already writes
     for n in fn.nodes:
         for v in n.inputs:
             if v is not None and v.is_const and v.id not in vbuf:
@@ -170,12 +176,13 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
         outs = []
         for v in n.outputs:
             if v.id in out_ids and out_ids[v.id] in outputs and outputs[out_ids[v.id]].kind == "mutable" \
-                    and not _claimed(outputs[out_ids[v.id]], instrs):
+                    and id(outputs[out_ids[v.id]]) not in claimed:
                 b = outputs[out_ids[v.id]]
             else:
                 b = new_buffer(v.name, v.type, "activation")
             vbuf[v.id] = b
             outs.append(b)
+        claimed.update(id(b) for b in outs)
         ins = [vbuf[v.id] if v is not None else None for v in n.inputs]
         instrs.append(Instr(n.op, [(b, "out") for b in outs] + [(b, "in") for b in ins if b is not None],
                             dict(n.attrs, _optional=[v is None for v in n.inputs]) if any(
@@ -191,10 +198,6 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
     irf = IRFunction(fn.name, buffers, instrs, inputs, outputs, fn)
     insert_deallocs(irf)
     return irf
-
-
-def _claimed(buf, instrs):
-    return any(b is buf for i in instrs for b, k in i.operands if k in ("out", "inout"))
 
 
 def insert_deallocs(irf: IRFunction):
@@ -230,18 +233,13 @@ def attach_scratch(irf: IRFunction, scratch_bytes) -> int:
     """Give every instruction for which ``scratch_bytes(instr)`` is positive an ``@scratch`` operand: a uint8
     activation of that many bytes, live only during the instruction, planned with every other buffer.
     Returns the total scratch bytes requested."""
-    names = {b.name for b in irf.buffers}
+    names = NameTable(b.name for b in irf.buffers)
     total = 0
     for ins in irf.code:
         n = int(scratch_bytes(ins) or 0)
         if n <= 0 or ins.scratch is not None:
             continue
-        name, k = f"{ins.name}__scratch", 0
-        while name in names:
-            k += 1
-            name = f"{ins.name}__scratch{k}"
-        names.add(name)
-        buf = Buffer(name, TensorType("uint8", (n,)), "activation")
+        buf = Buffer(names.unique(f"{ins.name}__scratch", ""), TensorType("uint8", (n,)), "activation")
         irf.buffers.append(buf)
         ins.operands.append((buf, "scratch"))
         total += n
@@ -268,91 +266,146 @@ def _code(irf):
     return [i for i in irf.instrs if i.op not in ("allocactivation", "deallocactivation")]
 
 
-def _replace_buffer(irf, old: Buffer, new: Buffer):
-    for ins in irf.instrs:
-        ins.operands = [(new if b is old else b, k) for b, k in ins.operands]
-    for b in irf.buffers:
-        if b.base is old:
-            b.base = new
+class _Uses:
+    """Which instructions name each buffer (by identity) and which views each buffer is the base of, built once
+    so that a pass replaces a buffer in O(its uses) instead of rewriting every instruction."""
+
+    def __init__(self, code: list[Instr], buffers: list[Buffer]):
+        self.instrs: dict[int, dict[Instr, None]] = {}
+        self.views: dict[int, list[Buffer]] = {}
+        for ins in code:
+            for b, _ in ins.operands:
+                self.instrs.setdefault(id(b), {})[ins] = None
+        for b in buffers:
+            if b.base is not None:
+                self.views.setdefault(id(b.base), []).append(b)
+
+    def of(self, buf: Buffer) -> list[Instr]:
+        return list(self.instrs.get(id(buf), ()))
+
+    def drop(self, ins: Instr):
+        """Forget a removed instruction."""
+        for b, _ in ins.operands:
+            self.instrs.get(id(b), {}).pop(ins, None)
+
+    def replace(self, old: Buffer, new: Buffer):
+        """Every operand naming ``old`` names ``new``; views of ``old`` become views of ``new``."""
+        into = self.instrs.setdefault(id(new), {})
+        for ins in self.instrs.pop(id(old), ()):
+            ins.operands = [(new if b is old else b, k) for b, k in ins.operands]
+            into[ins] = None
+        for v in self.views.pop(id(old), ()):
+            v.base = new
+            self.views.setdefault(id(new), []).append(v)
+
+
+def _dead(ins: Instr, readers: dict) -> bool:
+    return bool(ins.outs) and all(b.root.kind == "activation" and not readers.get(id(b.root)) for b in ins.outs)
 
 
 def remove_dead_allocations(irf: IRFunction) -> int:
-    """Drop instructions whose outputs are never read (and so their activations). Returns the count removed."""
-    removed = 0
-    while True:
-        code = _code(irf)
-        read = {id(b.root) for ins in code for b, k in ins.operands if k in ("in", "inout")}
-        dead = [ins for ins in code if ins.outs and all(
-            b.root.kind == "activation" and id(b.root) not in read for b in ins.outs)]
-        if not dead:
-            break
+    """Drop instructions whose outputs are never read (and so their activations), transitively: an instruction
+    is dead when every buffer it writes is an activation that no remaining instruction reads. Returns the count
+    removed. One walk: each root counts its readers, and a root whose count drops to zero re-checks its writers."""
+    code = _code(irf)
+    readers: dict[int, int] = {}  # id(root) -> instructions reading it
+    writers: dict[int, list[Instr]] = {}  # id(root) -> instructions writing it
+    for ins in code:
+        for r in {id(b.root) for b in ins.ins}:
+            readers[r] = readers.get(r, 0) + 1
+        for b in ins.outs:
+            writers.setdefault(id(b.root), []).append(ins)
+    dead: set[Instr] = set()
+    work = [ins for ins in code if _dead(ins, readers)]
+    while work:
+        ins = work.pop()
+        if ins in dead:
+            continue
+        dead.add(ins)
+        for r in {id(b.root) for b in ins.ins}:
+            readers[r] -= 1
+            if readers[r] == 0:
+                work.extend(w for w in writers.get(r, ()) if w not in dead and _dead(w, readers))
+    if dead:
         irf.instrs = [i for i in irf.instrs if i not in dead]
-        removed += len(dead)
     insert_deallocs(irf)
-    return removed
+    return len(dead)
 
 
 def share_buffers(irf: IRFunction) -> int:
     """In-place reuse: an elementwise instruction writes into an input activation whose life ends there
-    (same byte size and element size, not aliased by a view). Returns the number of buffers shared."""
-    shared = 0
-    while True:
-        code = _code(irf)
-        first, last = {}, {}
-        for idx, ins in enumerate(code):
-            for b, _ in ins.operands:
-                first.setdefault(id(b.root), idx)
-                last[id(b.root)] = idx
-        viewed = {id(b.root) for b in irf.buffers if b.kind == "view"}
-        done = False
-        for idx, ins in enumerate(code):
-            p = get_primitive(ins.op)
-            if p is None or p.family != "elementwise" or len(ins.outs) != 1:
-                continue
-            out = ins.outs[0]
-            # ``out`` must start its life here: after an earlier share it may also hold a value written before.
-            if out.kind != "activation" or id(out) in viewed or first.get(id(out)) != idx:
-                continue
-            for b, kind in ins.operands:
-                if (kind == "in" and b.kind == "activation" and b is not out and id(b) not in viewed
-                        and last.get(id(b)) == idx and b.size == out.size
-                        and b.type.dtype.itemsize == out.type.dtype.itemsize):
-                    _replace_buffer(irf, out, b)
-                    irf.buffers = [x for x in irf.buffers if x is not out]
-                    shared += 1
-                    done = True
-                    break
-            if done:
+    (same byte size and element size, not aliased by a view). Returns the number of buffers shared.
+
+    One walk in order with the live ranges computed once: sharing ``out`` into ``b`` at instruction i only
+    extends ``b``'s life to ``out``'s end, which no instruction before i can use."""
+    code = _code(irf)
+    first, last = {}, {}
+    for idx, ins in enumerate(code):
+        for b, _ in ins.operands:
+            first.setdefault(id(b.root), idx)
+            last[id(b.root)] = idx
+    viewed = {id(b.root) for b in irf.buffers if b.kind == "view"}
+    uses = _Uses(code, irf.buffers)
+    gone: set[int] = set()
+    for idx, ins in enumerate(code):
+        p = get_primitive(ins.op)
+        if p is None or not p.inplace or len(ins.outs) != 1:
+            continue
+        out = ins.outs[0]
+        # ``out`` must start its life here: after an earlier share it may also hold a value written before.
+        if out.kind != "activation" or id(out) in viewed or first.get(id(out)) != idx:
+            continue
+        for b, kind in ins.operands:
+            if (kind == "in" and b.kind == "activation" and b is not out and id(b) not in viewed
+                    and last.get(id(b)) == idx and b.size == out.size
+                    and b.type.dtype.itemsize == out.type.dtype.itemsize):
+                uses.replace(out, b)
+                last[id(b)] = last[id(out)]
+                gone.add(id(out))
                 break
-        if not done:
-            break
+    if gone:
+        irf.buffers = [x for x in irf.buffers if id(x) not in gone]
     insert_deallocs(irf)
-    return shared
+    return len(gone)
 
 
 def eliminate_copies(irf: IRFunction) -> int:
     """A copy from an activation written once and read only by the copy into an output: the writer writes
     the output directly. Returns the number of copies removed."""
-    removed = 0
-    for ins in list(irf.instrs):
+    code = _code(irf)
+    uses = _Uses(code, irf.buffers)
+    writers: dict[int, dict[Instr, None]] = {}  # id(buffer) -> instructions writing it
+    readers: dict[int, dict[Instr, None]] = {}  # id(root) -> instructions reading it
+    for ins in code:
+        for b in ins.outs:
+            writers.setdefault(id(b), {})[ins] = None
+        for b in ins.ins:
+            readers.setdefault(id(b.root), {})[ins] = None
+    removed: set[Instr] = set()
+    gone: set[int] = set()
+    for ins in code:
         if ins.op != "copy":
             continue
         dst, src = ins.operands[0][0], ins.operands[1][0]
         if src.kind != "activation" or dst.kind != "mutable" or src.type.shape != dst.type.shape:
             continue
-        code = _code(irf)
-        writers = [i for i in code if any(b is src for b in i.outs)]
-        readers = [i for i in code if any(b.root is src for b in i.ins)]
-        if len(writers) != 1 or readers != [ins] or any(b.base is src for b in irf.buffers):
+        if len(writers.get(id(src), ())) != 1 or list(readers.get(id(src), ())) != [ins] or uses.views.get(id(src)):
             continue
-        if any(b is dst for i in code if i is not ins for b, _ in i.operands):
+        if any(i is not ins for i in uses.of(dst)):
             continue
-        irf.instrs = [i for i in irf.instrs if i is not ins]
-        _replace_buffer(irf, src, dst)
-        irf.buffers = [b for b in irf.buffers if b is not src]
-        removed += 1
+        removed.add(ins)
+        uses.drop(ins)
+        writers.get(id(dst), {}).pop(ins, None)
+        readers[id(src)].pop(ins)
+        for w in writers.pop(id(src)):
+            writers.setdefault(id(dst), {})[w] = None
+        uses.replace(src, dst)
+        gone.add(id(src))
+    if removed:
+        irf.instrs = [i for i in irf.instrs if i not in removed]
+        irf.buffers = [b for b in irf.buffers if id(b) not in gone]
     insert_deallocs(irf)
-    return removed
+    return len(removed)
 
 
 # -- memory planning --------------------------------------------------------------------------------------
@@ -375,7 +428,9 @@ def plan_memory(irf: IRFunction, alignment: int = ALIGNMENT, capacity: int | Non
     for b in irf.buffers:
         if b.kind == "view":
             b.offset = None
-    irf.plan = MemoryPlan(const_off, mut_off, alloc.peak, alignment, alloc)
+    scratch = [ins.scratch.size for ins in irf.code if ins.scratch is not None]
+    irf.plan = MemoryPlan(const_off, mut_off, alloc.peak, alignment, alloc, sum(scratch),
+                          max((align_up(n, alignment) for n in scratch), default=0))
     return irf.plan
 
 
@@ -444,19 +499,25 @@ def dump_ir(irf: IRFunction) -> str:
             lines.append(f"  {idx} %{v.name} = tensorview @in %{src.name} {{ Ty: {v.type}, Offsets: [0] }}")
             continue
         ops = ", ".join(f"@{k} %{b.name}" for b, k in ins.operands)
-        attrs = ", ".join(f"{k}: {_fmt_attr(v)}" for k, v in ins.attrs.items() if not k.startswith("_"))
+        attrs = ", ".join(f"{k}: {_fmt_attr(v)}" for k, v in ins.attrs.items()
+                          if not k.startswith("_") or k in SHOWN_ANNOTATIONS)
         lines.append(f"  {idx} %{ins.name} = {ins.op} {ops}" + (f" {{ {attrs} }}" if attrs else ""))
     lines.append("}")
     if irf.plan is not None:
         p = irf.plan
         lines.append("")
+        notes = ([f"scratch {p.scratch_size} B in all, {p.scratch_peak} B at most at once"] if p.scratch_size else [])
+        notes += [f"before scheduling {p.unscheduled_size} B"] if p.unscheduled_size is not None else []
+        notes += [f"lower bound {p.allocation.lower_bound} B", f"efficiency {p.allocation.efficiency:.2f}",
+                  f"strategy {p.allocation.strategy}"]
         lines.append(f"; memory: constant {p.constant_size} B, mutable {p.mutable_size} B, activations "
-                     f"{p.activations_size} B (lower bound {p.allocation.lower_bound} B, efficiency "
-                     f"{p.allocation.efficiency:.2f}, strategy {p.allocation.strategy}), alignment {p.alignment}")
+                     f"{p.activations_size} B ({', '.join(notes)}), alignment {p.alignment}")
     return "\n".join(lines)
 
 
 def _fmt_attr(v):
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {_fmt_attr(x)}" for k, x in v.items()) + "}"
     if isinstance(v, np.ndarray):
         return f"array{list(v.shape)}"
     if isinstance(v, (list, tuple)):

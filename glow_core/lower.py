@@ -10,6 +10,7 @@ from .ops.registry import get_op, is_primitive
 def lower(fn: Function, should_lower=lambda node: True) -> int:
     """Replace high-level nodes by their lowering (in place), honouring ``should_lower(node)``."""
     old = fn.nodes
+    uses = fn.use_lists()
     fn.nodes = []
     count = 0
     for n in old:
@@ -22,14 +23,12 @@ def lower(fn: Function, should_lower=lambda node: True) -> int:
         if d.is_extended or not should_lower(n):
             fn.nodes.append(n)
             continue
+        first_new = len(fn.nodes)
         outs = lower_node(fn, n, fold=True)
+        uses.discard(n)
+        for m in fn.nodes[first_new:]:
+            uses.add(m)
         for a, b in zip(n.outputs, outs):
-            _replace(fn, old, a, b)
+            uses.replace(a, b)
         count += 1
     return count
-
-
-def _replace(fn, pending, old, new):
-    for n in pending:
-        n.inputs = [new if v is old else v for v in n.inputs]
-    fn.replace_uses(old, new)

@@ -6,12 +6,18 @@ same time overlap. It tries several orderings and keeps the smallest peak:
 largest-size-first, longest-lifetime-first and largest-area-first (size times
 lifetime), each placed best-fit. ``max_live_bytes`` is the lower bound no
 allocation can beat; ``efficiency`` is lower bound / peak.
+
+Which buffers overlap in time is found once, by a sweep over the intervals in
+start order with the live set in a heap (``overlapping``): each placement then
+looks only at the buffers live with it, so planning is O(n log n + pairs of
+simultaneously live buffers), near-linear because the live set stays small.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
-from .errors import MemoryLimitError
+from .errors import GlowError, MemoryLimitError
 
 ALIGNMENT = 64
 
@@ -70,12 +76,36 @@ STRATEGIES = {
 }
 
 
-def _place(order: list[Interval], alignment: int) -> tuple[dict, int]:
-    placed: list[tuple[Interval, int]] = []
+def overlapping(intervals: list[Interval]) -> list[list[int]]:
+    """For each interval (by position), the positions of the others live at the same time, found by one sweep in
+    start order with the live set in a heap keyed by end. Raises GlowError for an interval ending before it
+    starts."""
+    for iv in intervals:
+        if iv.end < iv.start:
+            raise GlowError(f"buffer '{iv.key}': live range [{iv.start}, {iv.end}] ends before it starts; "
+                            f"intervals are [start, end] with start <= end")
+    neighbours: list[list[int]] = [[] for _ in intervals]
+    live: list[tuple[int, int]] = []  # (end, position)
+    for i in sorted(range(len(intervals)), key=lambda i: intervals[i].start):
+        start = intervals[i].start
+        while live and live[0][0] < start:
+            heapq.heappop(live)
+        for _, j in live:
+            neighbours[i].append(j)
+            neighbours[j].append(i)
+        heapq.heappush(live, (intervals[i].end, i))
+    return neighbours
+
+
+def _place(intervals: list[Interval], order: list[int], neighbours: list[list[int]],
+           alignment: int) -> tuple[dict, int]:
+    placed: dict[int, int] = {}  # position -> offset
     offsets, peak = {}, 0
-    for iv in order:
+    for i in order:
+        iv = intervals[i]
         size = align_up(iv.size, alignment)
-        busy = sorted((off, off + align_up(o.size, alignment)) for o, off in placed if o.overlaps(iv))
+        busy = sorted((placed[j], placed[j] + align_up(intervals[j].size, alignment))
+                      for j in neighbours[i] if j in placed)
         best, best_gap, cursor = None, None, 0
         for lo, hi in busy:
             gap = lo - cursor
@@ -85,7 +115,7 @@ def _place(order: list[Interval], alignment: int) -> tuple[dict, int]:
         if best is None:
             best = cursor
         offsets[iv.key] = best
-        placed.append((iv, best))
+        placed[i] = best
         peak = max(peak, best + size)
     return offsets, peak
 
@@ -94,9 +124,12 @@ def allocate(intervals: list[Interval], alignment: int = ALIGNMENT, capacity: in
              strategies: tuple[str, ...] = tuple(STRATEGIES), region: str = "activations") -> Allocation:
     """Place every interval; keep the strategy with the smallest peak. Raises MemoryLimitError over capacity."""
     bound = max_live_bytes(intervals, alignment)
+    neighbours = overlapping(intervals)
     best, tried = None, {}
     for s in strategies:
-        offsets, peak = _place(sorted(intervals, key=STRATEGIES[s]), alignment)
+        key = STRATEGIES[s]
+        order = sorted(range(len(intervals)), key=lambda i: key(intervals[i]))
+        offsets, peak = _place(intervals, order, neighbours, alignment)
         tried[s] = peak
         if best is None or peak < best.peak:
             best = Allocation(offsets, peak, bound, s)
@@ -111,11 +144,14 @@ def allocate(intervals: list[Interval], alignment: int = ALIGNMENT, capacity: in
 
 
 def check_no_overlap(intervals: list[Interval], offsets: dict, alignment: int = 1) -> list[tuple]:
-    """Pairs of buffers live at the same time whose byte ranges overlap (empty when the plan is sound)."""
+    """Pairs of buffers live at the same time whose byte ranges overlap (empty when the plan is sound), each
+    pair in the order the intervals are given."""
     bad = []
-    for i, a in enumerate(intervals):
-        for b in intervals[i + 1:]:
-            if a.overlaps(b) and a.size and b.size:
+    for i, near in enumerate(overlapping(intervals)):
+        a = intervals[i]
+        for j in sorted(j for j in near if j > i):
+            b = intervals[j]
+            if a.size and b.size:
                 oa, ob = offsets[a.key], offsets[b.key]
                 if oa < ob + b.size and ob < oa + a.size:
                     bad.append((a.key, b.key))

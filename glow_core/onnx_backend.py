@@ -10,7 +10,7 @@ from onnx.backend.base import Backend as OnnxBackend
 from onnx.backend.base import BackendRep
 
 from .api import CompiledModel
-from .registry import get_backend
+from .discovery import get_backend
 
 
 class GlowRep(BackendRep):

@@ -8,14 +8,11 @@ verdict uses the same comparison as onnx.backend.test (rtol 1e-3, atol 1e-7 unle
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import re
 import sys
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 
-import numpy as np
 from onnx.backend.test.runner import Runner
 import onnx
 from onnx import numpy_helper

@@ -25,12 +25,12 @@ def test_new_models_match_onnxruntime_small():
     """The new builders, at small sizes, agree with onnxruntime on the CPU backend."""
     import numpy as np
     import glow_core
-    from glow_core import models
+    from glow_core import example_models
     from bench.bench_cpu import ORT_IR_VERSION, feed_of, ort_session
 
-    for m in (models.mlp(batch=4, sizes=(32, 16, 8)), models.resnet18(size=32, classes=10),
-              models.mobilenetv2(size=32, classes=10, width=0.25),
-              models.bert_encoder(seq=8, hidden=32, heads=2, layers=1, ffn=64)):
+    for m in (example_models.mlp(batch=4, sizes=(32, 16, 8)), example_models.resnet18(size=32, classes=10),
+              example_models.mobilenetv2(size=32, classes=10, width=0.25),
+              example_models.bert_encoder(seq=8, hidden=32, heads=2, layers=1, ffn=64)):
         m.ir_version = min(m.ir_version, ORT_IR_VERSION)
         feed = feed_of(m)
         got = glow_core.compile(m, "cpu", num_threads=1).run(feed)[m.graph.output[0].name]

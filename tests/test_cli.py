@@ -9,13 +9,13 @@ import numpy as np
 import onnx
 import pytest
 
-from glow_core import cli, models
+from glow_core import cli, example_models
 
 
 @pytest.fixture
 def ls_model(tmp_path):
     path = tmp_path / "linear_sigmoid.onnx"
-    onnx.save(models.linear_sigmoid(seed=2), path)
+    onnx.save(example_models.linear_sigmoid(seed=2), path)
     return path
 
 
@@ -34,13 +34,13 @@ def test_run_writes_each_output(ls_model, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"output_1: float32 [3, 5] -> {out / 'output_1.npy'}" in printed
     y = np.load(out / "output_1.npy")
-    w = {t.name: onnx.numpy_helper.to_array(t) for t in models.linear_sigmoid(seed=2).graph.initializer}
+    w = {t.name: onnx.numpy_helper.to_array(t) for t in example_models.linear_sigmoid(seed=2).graph.initializer}
     z = x.astype(np.float64) @ w["classifier_0_weight"].T + w["classifier_0_bias"]
     np.testing.assert_allclose(y, 1 / (1 + np.exp(-z)), rtol=1e-5, atol=1e-6)
 
 
 def test_run_symbolic_input_needs_file(tmp_path, capsys):
-    m = models.linear_sigmoid()
+    m = example_models.linear_sigmoid()
     m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
     m.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
     path = tmp_path / "sym.onnx"
@@ -84,7 +84,11 @@ def test_usage_errors_exit_2(argv, capsys):
         cli.main(argv)
     assert ei.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: glowc" in err and "Traceback" not in err
+    assert "Traceback" not in err
+    if argv:  # one line that points at the command's help
+        assert len(err.splitlines()) == 1 and err.startswith("glowc") and "--help'" in err
+    else:  # bare ``glowc``: the help itself, with its examples
+        assert "usage: glowc" in err and "examples:" in err
 
 
 def test_traceback_flag_reraises(tmp_path):

@@ -13,10 +13,10 @@ import json
 import numpy as np
 import pytest
 
-from glow_interpreter import kernels
+from glow_core.ops.registry import PRIMITIVES
 from glow_interpreter.backend import InterpreterBackend, InterpreterFunction
 
-REAL = dict(kernels.KERNELS)
+REAL = {name: p.kernel for name, p in PRIMITIVES.items()}
 
 
 def _pad_off_by_one(x, w, bias, strides, dilations, pads, group=1):
@@ -177,18 +177,12 @@ VARIANTS = {
 
 
 class _Broken(InterpreterBackend):
-    """The interpreter with ``patch`` (primitive -> kernel) in place of its kernels. The interpreter binds its
-    kernels when a function is compiled, so the patch is applied (and undone) around that."""
+    """The interpreter with ``patch`` (primitive -> kernel) in place of the reference kernels."""
 
     patch: dict = {}
 
     def compile(self, function, options):
-        saved = {k: kernels.KERNELS[k] for k in self.patch}
-        kernels.KERNELS.update(self.patch)
-        try:
-            return InterpreterFunction(function)
-        finally:
-            kernels.KERNELS.update(saved)
+        return InterpreterFunction(function, kernels=self.patch)
 
 
 class _OOBFunction(InterpreterFunction):

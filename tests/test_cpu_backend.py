@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
-from glow_core import models
+from glow_core import example_models
 from glow_core.errors import GlowError, UnsupportedOpError
 from glow_cpu import toolchain
 
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
                                 and not os.environ.get("CC"), reason="no C compiler")
 
 EXAMPLES = {
-    "cnn": (lambda: models.cnn(seed=3), "input", (1, 3, 28, 28), "output"),
-    "cnn_batch2": (lambda: models.cnn(seed=4, batch=2), "input", (2, 3, 28, 28), "output"),
-    "linear_sigmoid": (lambda: models.linear_sigmoid(seed=5), "input_1", (3, 10), "output_1"),
+    "cnn": (lambda: example_models.cnn(seed=3), "input", (1, 3, 28, 28), "output"),
+    "cnn_batch2": (lambda: example_models.cnn(seed=4, batch=2), "input", (2, 3, 28, 28), "output"),
+    "linear_sigmoid": (lambda: example_models.linear_sigmoid(seed=5), "input_1", (3, 10), "output_1"),
 }
 
 
@@ -72,16 +72,16 @@ def test_multithreaded_kernels_match_interpreter():
 
 def test_cached_recompile_runs_no_compiler(tmp_path, monkeypatch):
     monkeypatch.setenv("GLOW_CACHE_DIR", str(tmp_path))
-    model = models.linear_sigmoid(seed=1)
+    model = example_models.linear_sigmoid(seed=1)
     x = np.random.default_rng(0).standard_normal((3, 10)).astype(np.float32)
     before = toolchain.COMPILER_RUNS
     first = glow_core.compile(model, "cpu", num_threads=1).run({"input_1": x})["output_1"]
     assert toolchain.COMPILER_RUNS == before + 1
-    assert any(f.endswith(".so") for f in os.listdir(tmp_path))
+    assert any(f.startswith("glow_lib_") and f.endswith(".so") for f in os.listdir(tmp_path))
 
     def no_compiler(*a, **k):
         raise AssertionError("the compiler ran on a cached model")
-    monkeypatch.setattr(toolchain.subprocess, "run", no_compiler)
+    monkeypatch.setattr(toolchain.subprocess, "Popen", no_compiler)
     again = glow_core.compile(model, "cpu", num_threads=1).run({"input_1": x})["output_1"]
     assert toolchain.COMPILER_RUNS == before + 1
     np.testing.assert_array_equal(first, again)
@@ -92,12 +92,12 @@ def test_parallel_processes_share_an_empty_cache(tmp_path):
     cache.mkdir()
     x = np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    want = glow_core.compile(models.cnn(seed=7), "interpreter").run({"input": x})["output"]
+    want = glow_core.compile(example_models.cnn(seed=7), "interpreter").run({"input": x})["output"]
     script = textwrap.dedent(f"""
         import numpy as np, glow_core
-        from glow_core import models
+        from glow_core import example_models
         x = np.load({str(tmp_path / 'x.npy')!r})
-        out = glow_core.compile(models.cnn(seed=7), "cpu", num_threads=1).run({{"input": x}})["output"]
+        out = glow_core.compile(example_models.cnn(seed=7), "cpu", num_threads=1).run({{"input": x}})["output"]
         np.save(__import__("sys").argv[1], out)
     """)
     env = dict(os.environ, GLOW_CACHE_DIR=str(cache))
@@ -108,8 +108,13 @@ def test_parallel_processes_share_an_empty_cache(tmp_path):
         assert p.returncode == 0, err
     for i in range(3):
         np.testing.assert_allclose(np.load(tmp_path / f"out{i}.npy"), want, rtol=1e-5, atol=1e-5)
-    libs = [f for f in os.listdir(cache) if f.endswith(".so")]
-    assert len(libs) == 1 and not [f for f in os.listdir(cache) if f.startswith(".tmp")]
+    # Each kernel's cache entry links to the one shard library the three processes built alike; nothing
+    # half-written is left behind.
+    files = os.listdir(cache)
+    links = [f for f in files if f.startswith("glow_k_")]
+    libs = {os.path.realpath(cache / f) for f in links}
+    assert links and len(libs) == 1 and all(os.path.isfile(p) for p in libs)
+    assert not [f for f in files if f.startswith(".tmp")]
 
 
 HOSTILE = ['in"put', "*/ int evil; /*", "line\nbreak\\", "#include <stdio.h>", "int", "x" * 300, "ñ日本語 ü",
@@ -155,7 +160,7 @@ def test_hostile_names(tmp_path):
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_cnn_bundle_builds_and_runs_without_python(tmp_path):
-    model = models.cnn(seed=3)
+    model = example_models.cnn(seed=3)
     onnx_path = tmp_path / "cnn.onnx"
     onnx_path.write_bytes(model.SerializeToString())
     out_dir = tmp_path / "bundle"
@@ -222,7 +227,7 @@ def test_extended_ops_are_rejected_before_compiling(monkeypatch):
                     helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
                    [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2]),
                     helper.make_tensor_value_info("i", TensorProto.INT64, [2])], )
-    monkeypatch.setattr(toolchain, "build_shared", lambda *a, **k: pytest.fail("compiled C"))
+    monkeypatch.setattr(toolchain, "build_kernels", lambda *a, **k: pytest.fail("compiled C"))
     with pytest.raises(UnsupportedOpError, match="TopK"):
         glow_core.compile(model, "cpu").run({"x": np.ones(4, np.float32), "k": np.array([2])})
 

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
-from glow_core import cli, errors, models
+from glow_core import cli, errors, example_models
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 vi = helper.make_tensor_value_info
@@ -39,7 +39,7 @@ def bad_raw_size():
                  [vi("y", F, [2, 4])], [t])
 
 
-GOOD = models.linear_sigmoid().SerializeToString()
+GOOD = example_models.linear_sigmoid().SerializeToString()
 
 
 def corrupt_name():
@@ -174,7 +174,7 @@ def test_bad_model_bytes_and_proto():
 def test_fuzzed_models_never_crash():
     """Random byte corruptions of real models: a GlowError or a working model, never another exception."""
     rng = np.random.default_rng(0)
-    sources = [GOOD, models.cnn(seed=1).SerializeToString()]
+    sources = [GOOD, example_models.cnn(seed=1).SerializeToString()]
     kinds = set()
     for i in range(200):
         b = bytearray(sources[i % 2])
@@ -276,10 +276,10 @@ def test_directory_instead_of_file(tmp_path):
 
 def test_unknown_backend(tmp_path, capsys):
     with pytest.raises(errors.BackendError) as ei:
-        glow_core.compile(models.linear_sigmoid(), backend="no-such-npu")
+        glow_core.compile(example_models.linear_sigmoid(), backend="no-such-npu")
     check_message(ei.value, ["'no-such-npu'", "interpreter"])
     path = tmp_path / "m.onnx"
-    onnx.save(models.linear_sigmoid(), path)
+    onnx.save(example_models.linear_sigmoid(), path)
     assert cli.main(["run", str(path), "--backend", "no-such-npu"]) == 1
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "no-such-npu" in err and "interpreter" in err

@@ -11,7 +11,7 @@ import pytest
 from onnx import numpy_helper
 
 import glow_core
-from glow_core import models
+from glow_core import example_models
 
 
 def weights(model) -> dict[str, np.ndarray]:
@@ -51,9 +51,9 @@ def linear_sigmoid_expected(model, x):
 
 
 CASES = {
-    "cnn": (lambda: models.cnn(seed=3), "input", (1, 3, 28, 28), "output", cnn_expected),
-    "cnn_batch2": (lambda: models.cnn(seed=4, batch=2), "input", (2, 3, 28, 28), "output", cnn_expected),
-    "linear_sigmoid": (lambda: models.linear_sigmoid(seed=5), "input_1", (3, 10), "output_1",
+    "cnn": (lambda: example_models.cnn(seed=3), "input", (1, 3, 28, 28), "output", cnn_expected),
+    "cnn_batch2": (lambda: example_models.cnn(seed=4, batch=2), "input", (2, 3, 28, 28), "output", cnn_expected),
+    "linear_sigmoid": (lambda: example_models.linear_sigmoid(seed=5), "input_1", (3, 10), "output_1",
                        linear_sigmoid_expected),
 }
 
@@ -115,7 +115,7 @@ def test_glowc_run_writes_outputs(case, tmp_path):
 
 def test_glowc_run_random_inputs(tmp_path):
     path = tmp_path / "ls.onnx"
-    onnx.save(models.linear_sigmoid(), path)
+    onnx.save(example_models.linear_sigmoid(), path)
     glowc("run", path, "--output-dir", tmp_path)
     y = np.load(tmp_path / "output_1.npy")
     assert y.shape == (3, 5) and y.dtype == np.float32 and np.all((y > 0) & (y < 1))
@@ -133,7 +133,7 @@ def parse_type(s):
 
 
 def test_glowc_dump_ir_linear_sigmoid(tmp_path):
-    model = models.linear_sigmoid()
+    model = example_models.linear_sigmoid()
     path = tmp_path / "linear_sigmoid.onnx"
     onnx.save(model, path)
     text = glowc("dump", path, "--ir").stdout
@@ -172,7 +172,7 @@ def test_glowc_dump_ir_linear_sigmoid(tmp_path):
 
 def test_glowc_dump_graph_and_dot(tmp_path):
     path = tmp_path / "cnn.onnx"
-    onnx.save(models.cnn(), path)
+    onnx.save(example_models.cnn(), path)
     dot = tmp_path / "g.dot"
     r = glowc("dump", path, "--graph", "--dot", dot)
     assert "function cnn" in r.stdout and "conv" in r.stdout and "output output" in r.stdout
@@ -186,7 +186,7 @@ def test_glowc_demo():
     assert "declare {" in r.stdout and "code {" in r.stdout
     assert "memory plan:" in r.stdout and "output:" in r.stdout
     # The demo's output line holds the 10 class scores of the CNN for its fixed input.
-    model = models.cnn()
+    model = example_models.cnn()
     x = np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)
     want = cnn_expected(model, x)[0]
     printed = r.stdout.split("output:", 1)[1]

@@ -10,7 +10,7 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 import glow_core
-from glow_core import errors, memory, models
+from glow_core import errors, example_models, memory
 from glow_core.ir import live_ranges
 from glow_core.memory import ALIGNMENT, Interval, allocate, check_no_overlap
 from glow_core.ops.registry import get_op
@@ -41,7 +41,7 @@ def brute_overlaps(intervals, offsets, alignment=1):
 # -- the ResNet --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def resnet():
-    model = models.resnet(seed=0, batch=1, size=32, batchnorm=HAS_BN)
+    model = example_models.resnet(seed=0, batch=1, size=32, batchnorm=HAS_BN)
     convs = sum(n.op_type == "Conv" for n in model.graph.node)
     assert convs >= 16 and sum(n.op_type == "Add" for n in model.graph.node) >= 6
     return model, glow_core.compile(model, backend="interpreter")
@@ -118,7 +118,7 @@ def test_resnet_no_live_overlap(resnet):
                                 dict(size=17, widths=(5, 7, 9, 11), blocks=2)])
 def test_resnet_variants_plan(kw):
     """Odd sizes and channel counts (buffers that are not multiples of the alignment), deeper stages, batch 2."""
-    irf = glow_core.compile(models.resnet(seed=3, batchnorm=HAS_BN, **kw)).last.ir
+    irf = glow_core.compile(example_models.resnet(seed=3, batchnorm=HAS_BN, **kw)).last.ir
     ranges = live_ranges(irf)
     intervals = [Interval(key, buf.size, s, e) for key, (s, e, buf) in ranges.items()]
     offsets = {key: buf.offset for key, (_, _, buf) in ranges.items()}
@@ -128,7 +128,7 @@ def test_resnet_variants_plan(kw):
 
 
 def test_resnet_memory_capacity():
-    model = models.resnet(seed=0, size=16, widths=(8, 16), blocks=1, batchnorm=HAS_BN)
+    model = example_models.resnet(seed=0, size=16, widths=(8, 16), blocks=1, batchnorm=HAS_BN)
     peak = glow_core.compile(model).last.ir.plan.activations_size
     assert glow_core.compile(model, memory_capacity=peak).last.ir.plan.activations_size == peak
     with pytest.raises(errors.MemoryLimitError) as ei:

@@ -8,15 +8,16 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import glow_core
-from glow_core import models
+from glow_core import example_models
 from glow_core.graph import Function
 from glow_core.importer.onnx_import import import_model
 from glow_core.ir import eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from glow_core.lower import lower
+from glow_core.discovery import get_backend
 from glow_core.ops.registry import get_op
 from glow_core.passes import PASSES, run_pipeline
-from glow_core.registry import get_backend
 from glow_core.types import TensorType, dtype
+from glow_core.verify import verify_function
 
 F = TensorProto.FLOAT
 vi = helper.make_tensor_value_info
@@ -44,7 +45,7 @@ def run_function(fn: Function, feeds, ir_passes=IR_PASSES):
     """Lower ``fn`` and run it on the interpreter with only the IR passes named (no graph passes)."""
     lower(fn)
     fn.toposort()
-    fn.verify()
+    verify_function(fn)
     irf = generate_ir(fn)
     counts = {}
     for name, p in (("remove_dead_allocations", remove_dead_allocations), ("share_buffers", share_buffers),
@@ -210,7 +211,7 @@ def test_fold_batchnorm_on_graph():
 
 @pytest.mark.skipif(get_op("BatchNormalization") is None, reason="BatchNormalization is not registered yet")
 def test_fold_batchnorm_resnet():
-    m = models.resnet(seed=1, size=16, widths=(8, 16), blocks=1, batchnorm=True)
+    m = example_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1, batchnorm=True)
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
     n_bn = sum(n.op_type == "BatchNormalization" for n in m.graph.node)
     others = [n.op_type for n in m.graph.node if n.op_type != "BatchNormalization"]
@@ -219,7 +220,7 @@ def test_fold_batchnorm_resnet():
 
 # -- IR passes -------------------------------------------------------------------------------------------
 def test_ir_passes_keep_results():
-    m = models.resnet(seed=2, size=16, widths=(8, 16), blocks=1, batchnorm=False)
+    m = example_models.resnet(seed=2, size=16, widths=(8, 16), blocks=1, batchnorm=False)
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
     want = reference(m, {"input": x})["output"]
     results = {}
@@ -293,7 +294,7 @@ def test_symbolic_batch_specialized_per_shape():
 
 
 def test_symbolic_cnn_batch():
-    m = models.cnn(seed=1)
+    m = example_models.cnn(seed=1)
     m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     m.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     cm = glow_core.compile(m)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from glow_core import models
+from glow_core import example_models as models
 from glow_core.errors import BackendError, GlowError
 
 from .broken_templates import broken_backend

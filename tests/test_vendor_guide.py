@@ -18,7 +18,8 @@ from glow_core.backend import Backend
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "vendor_guide"
 BIN = Path(sys.executable).parent
-PAGES = ("tutorial.md", "architecture.md", "backend_api.md", "primitives.md", "conformance.md", "bundles.md")
+PAGES = ("tutorial.md", "architecture.md", "backend_api.md", "primitives.md", "conformance.md", "bundles.md",
+         "adding_a_primitive.md", "custom_ops.md")
 
 
 def tutorial_blocks(text: str) -> list[str]:
@@ -33,6 +34,15 @@ def test_pages_exist_and_links_resolve():
         for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", text):
             if "://" not in target:
                 assert (GUIDE / target).is_file(), f"{page} links to missing {target}"
+
+
+def test_pages_name_files_that_exist():
+    """Every repository path a page names in backticks (the worked example's files above all) exists."""
+    for page in ("architecture.md", "adding_a_primitive.md", "custom_ops.md"):
+        text = (GUIDE / page).read_text(encoding="utf-8")
+        for path in re.findall(r"`((?:glow_core|backends|conformance|tests|vendor_guide)/[\w/.*]+\.(?:py|md))`", text):
+            found = list(ROOT.glob(path))
+            assert found, f"{page} names {path}, which does not exist"
 
 
 def test_primitives_md_is_up_to_date():

@@ -1,5 +1,6 @@
-"""The CPU backend: generates one C translation unit per function, compiles it with the system C compiler
-(cached on disk) and runs it through ctypes; it also writes standalone bundles (C source + weights + main)."""
+"""The CPU backend: generates one relocatable C kernel per distinct instruction, compiles the ones not cached
+on disk with the system C compiler (in parallel shards) and runs them through ctypes; it also writes standalone
+bundles (one C translation unit + weights + main)."""
 from __future__ import annotations
 
 import os
@@ -9,14 +10,15 @@ from glow_core.ops.registry import get_primitive
 
 from . import sanitize, toolchain
 from .bundle import write_bundle
-from .codegen import Codegen, prelude_text
+from .codegen import KernelInstr, c_ident, prelude_text, scratch_layout
 from .ctypes_map import supported
+from .kernels_ew import ACTIVATION_PARAMS
+from .program import Program
+from .runtime import CPUFunction
 from .storage_cast import ONE_BYTE_STORAGE
 
-#: Primitives that run on storage-only 1-byte types (data movement, select, and casts).
-BYTE_OPS = {"cast", "copy", "reshape", "transpose", "broadcast", "slice", "concat", "pad", "gather", "gather_nd",
-            "scatter_nd", "select", "bitcast"}
-from .runtime import CPUFunction
+#: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
+FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul") for act in ACTIVATION_PARAMS)
 
 
 class CPUBackend(Backend):
@@ -34,31 +36,36 @@ class CPUBackend(Backend):
         dts = node_info.in_dtypes + node_info.out_dtypes
         if all(supported(d) for d in dts):
             return True
-        # Storage-only 1-byte types: moved as bytes, and cast from or to with tables (see storage_cast.py).
+        # Storage-only 1-byte types: the movement primitives move them as bytes, casts use tables (see
+        # storage_cast.py).
         if not all(supported(d) or d in ONE_BYTE_STORAGE for d in dts):
             return False
         if node_info.op == "scatter_nd":
             return node_info.attrs.get("reduction", "none") == "none"
-        return node_info.op in BYTE_OPS
+        return p.movement
+
+    def supports_fused_activation(self, op: str, activation: str) -> bool:
+        """conv (im2col/direct GEMM and depthwise) and matmul apply every activation of glow_core.fusion in the
+        store of their result: relu, clip, sigmoid, tanh, leaky_relu."""
+        return (op, activation) in FUSED_ACTIVATIONS
+
+    def scratch_bytes(self, instr) -> int:
+        """im2col columns, converted weights/outputs, converted matmul operands, row buffers and the GEMM's
+        packed panels (codegen.scratch_layout)."""
+        return scratch_layout(KernelInstr.of(instr)).total
 
     @staticmethod
     def _threads(options) -> int:
         n = options.get("num_threads")
         return max(1, int(n)) if n else (os.cpu_count() or 1)
 
-    def generate(self, function, options=None, entry="glow_run", export="") -> tuple[str, Codegen]:
-        """The C source of ``function`` (and the generator, which knows the instruction order)."""
-        cg = Codegen(function, {**(options or {}), "num_threads": self._threads(options or {})})
-        return cg.module(entry=entry, export=export), cg
-
     def compile(self, function, options) -> CompiledFunction:
         options = dict(options or {})
         nt = self._threads(options)
-        source, cg = self.generate(function, {**options, "num_threads": nt},
-                                   export='__attribute__((visibility("default"))) ')
+        program = Program(function, nt)
         flags = options.get("cflags")
         flags = list(flags.split() if isinstance(flags, str) else flags) if flags else toolchain.default_flags(nt)
-        # Whatever the user's flags, the library must be position-independent and shared, and integer
+        # Whatever the user's flags, the libraries must be position-independent and shared, and integer
         # arithmetic must wrap as numpy's does.
         for required in ("-fPIC", "-shared", "-fwrapv") + (("-fopenmp",) if nt > 1 else ()):
             if required not in flags:
@@ -66,16 +73,10 @@ class CPUBackend(Backend):
         sanitizers = sanitize.requested(options)
         sanitize.require_runtime(sanitizers)
         flags += sanitize.flags(sanitizers)
-        lib = toolchain.build_shared(source, {"glow_prelude.h": prelude_text()}, flags)
-        return CPUFunction(function, lib, cg.instr_of_code, source)
+        return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags))
 
     def emit_bundle(self, function, out_dir, options) -> list[str]:
         options = dict(options or {})
-        source, _ = self.generate(function, {**options, "num_threads": 1},
-                                  entry=_bundle_name(options), export="")
-        return write_bundle(function, out_dir, options, source, prelude_text())
-
-
-def _bundle_name(options) -> str:
-    from .codegen import c_ident
-    return c_ident(options.get("bundle_name") or "model")
+        program = Program(function, 1)
+        name = c_ident(options.get("bundle_name") or "model")
+        return write_bundle(program, out_dir, options, program.source(entry=name), prelude_text())

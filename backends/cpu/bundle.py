@@ -1,5 +1,9 @@
 """Standalone bundles: NAME.h, NAME.c, NAME.weights.bin, glow_prelude.h, main.c and a Makefile.
 
+NAME.c is one translation unit (every kernel and the entry point); the weights file is the whole constant
+region, the memory plan's weights followed by the constants kernels prepared at compile time. The generated
+code allocates nothing: scratch is part of the activations region.
+
 ``make -C DIR`` builds DIR/bundle_main with only a C compiler and libc/libm; it runs as
 ``bundle_main WEIGHTS.bin INPUT_1.bin ... OUTPUT_DIR`` (raw little-endian inputs in model-input order) and
 writes OUTPUT_DIR/<sanitized output name>.bin.
@@ -30,7 +34,8 @@ def _file_name(n: str) -> str:
     return s if s.strip(".") else "_" + s
 
 
-def write_bundle(irf, out_dir, options, source, prelude) -> list[str]:
+def write_bundle(program, out_dir, options, source, prelude) -> list[str]:
+    irf = program.irf
     name = c_ident(options.get("bundle_name") or "model")
     up = name.upper()
     os.makedirs(out_dir, exist_ok=True)
@@ -44,7 +49,7 @@ def write_bundle(irf, out_dir, options, source, prelude) -> list[str]:
           for (n, b), i in zip(ins, in_ids)]
     io += [dict(macro=f"{up}_{i}", offset=b.address, size=b.size, comment=c_comment(n), kind="output")
            for (n, b), i in zip(outs, out_ids)]
-    ctx = dict(name=name, up=up, constant=plan.constant_size, mutable=plan.mutable_size,
+    ctx = dict(name=name, up=up, constant=program.constant_size, mutable=plan.mutable_size,
                activations=plan.activations_size, align=plan.alignment, io=io,
                inputs=[dict(macro=f"{up}_{i}", comment=c_comment(n)) for (n, _), i in zip(ins, in_ids)],
                outputs=[dict(macro=f"{up}_{i}", file=f, comment=c_comment(n))
@@ -65,6 +70,6 @@ def write_bundle(irf, out_dir, options, source, prelude) -> list[str]:
         written.append(p)
     p = os.path.join(out_dir, f"{name}.weights.bin")
     with open(p, "wb") as f:
-        f.write(irf.constant_blob())
+        f.write(program.constant_blob())
     written.append(p)
     return written

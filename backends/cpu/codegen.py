@@ -1,20 +1,31 @@
-"""C code generation for the CPU backend: one translation unit per IRFunction, one static kernel per instruction.
+"""C code generation for the CPU backend: one relocatable kernel per distinct instruction.
 
-Templates (templates/*.c.j2) hold loop skeletons and signatures; this module computes everything static:
-pointers (memory-plan offsets baked in), strides, coalesced dims, dtype conversions and tiling choices.
-Model names never reach C except through ``c_comment`` (escaped); identifiers are generated (k0, k1, ...).
+A kernel's C depends only on what ``KernelInstr`` holds: the instruction's op, attributes, operand types (and
+whether a weight is a constant) and the thread count. Operands come in as addresses, ``uint8_t *const *p``:
+the instruction's operands in order (outputs, inputs, its @scratch operand), then the constants this module
+prepares at compile time (``KernelCode.derived``). So identical instructions (a BERT encoder's twelve layers)
+share one kernel, named by a hash of its source, and the toolchain caches each kernel's object code.
+
+Templates (templates/*.c.j2) hold loop skeletons; this module computes everything static: strides, coalesced
+dims, dtype conversions, the algorithm (``KernelCode.choice``), tiling and the scratch layout, which
+``scratch_layout`` gives the memory planner through ``CPUBackend.scratch_bytes``. Generated code calls no
+allocator. Model names never reach C except through ``c_comment`` (escaped).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
+from dataclasses import dataclass
 from math import prod
 
 import jinja2
 import numpy as np
 
 from glow_core.errors import BackendError
-from glow_core.types import dtype as to_dtype
+from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
+from glow_core.memory import align_up
+from glow_core.types import TensorType, dtype as to_dtype
 
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, storage_cast
@@ -26,6 +37,13 @@ _ENV: jinja2.Environment | None = None
 #: region; smaller loops stay serial (waking a second thread costs a few microseconds). Tuned on 2 cores with
 #: bench/bench_cpu.py (BERT-style encoder at 2 threads: 12.0 -> 9.8 ms, from 131072/262144/2097152).
 PARALLEL_MIN_WORK = {"elementwise": 32768, "window": 65536, "gemm": 524288}
+
+# Cache blocking (kc x mc panel of A in L2, kc x nc of B in L3) and the micro-tile height with 512-bit vectors
+# (mr_wide x 2 vectors; mr_narrow x 2 with narrower vectors); mc is a multiple of both heights.
+GEMM_TILES = {"f32": dict(t="float", kc=384, mc=144, nc=4096, mr_wide=8, mr_narrow=6),
+              "f64": dict(t="double", kc=256, mc=144, nc=2048, mr_wide=8, mr_narrow=6)}
+#: The widest vector the GEMM template may use (AVX-512): scratch is sized for it, so any target fits.
+MAX_VECTOR_BYTES = 64
 
 
 def template(name: str) -> jinja2.Template:
@@ -44,10 +62,10 @@ def template(name: str) -> jinja2.Template:
         _ENV.globals["par_min"] = PARALLEL_MIN_WORK
     return _ENV.get_template(name)
 
+
 # Error kinds (see glow_prelude.h): the entry returns (1-based instruction number) * 8 + kind.
-ERR_INDEX, ERR_DIV0, ERR_NOMEM = 1, 2, 3
-ERR_KINDS = {ERR_INDEX: "index out of range", ERR_DIV0: "integer division or remainder by zero",
-             ERR_NOMEM: "out of memory for scratch buffers"}
+ERR_INDEX, ERR_DIV0 = 1, 2
+ERR_KINDS = {ERR_INDEX: "index out of range", ERR_DIV0: "integer division or remainder by zero"}
 
 
 def prelude_text() -> str:
@@ -126,59 +144,308 @@ def coalesce(dims):
     return out
 
 
-class Codegen:
-    """Generates the C source for one IRFunction."""
+# -- what a kernel sees ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Operand:
+    """One operand as a kernel sees it: its slot in ``p``, its type, and whether it is a weight (constant)."""
 
-    def __init__(self, irf, options=None):
-        self.irf = irf
-        self.options = dict(options or {})
-        self.num_threads = int(self.options.get("num_threads") or 1)
+    slot: int
+    type: TensorType
+    const: bool
+
+    @property
+    def size(self) -> int:
+        return self.type.nbytes
+
+
+def _freeze(v):
+    if isinstance(v, np.ndarray):
+        return ("nd", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, (list, tuple)):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
+    return v
+
+
+class KernelInstr:
+    """An instruction as its kernel sees it: op, attributes and ``Operand``s, without names or addresses
+    (``ir.Instr``'s ``ins``/``outs``/``scratch`` interface)."""
+
+    __slots__ = ("op", "attrs", "operands", "signature")
+
+    def __init__(self, op: str, attrs: dict, operands: list[tuple[Operand, str]]):
+        self.op, self.attrs, self.operands = op, attrs, operands
+        self.signature = (op, _freeze(attrs), tuple((k, o.type.dtype.name, o.type.shape, o.type.scale, o.type.offset,
+                                                     o.const) for o, k in operands))
+
+    @classmethod
+    def of(cls, instr) -> "KernelInstr":
+        return cls(instr.op, instr.attrs, [(Operand(i, b.type, b.region == "constant"), k)
+                                           for i, (b, k) in enumerate(instr.operands)])
+
+    @property
+    def outs(self) -> list[Operand]:
+        return [o for o, k in self.operands if k in ("out", "inout")]
+
+    @property
+    def ins(self) -> list[Operand]:
+        return [o for o, k in self.operands if k in ("in", "inout")]
+
+    @property
+    def scratch(self) -> Operand | None:
+        return next((o for o, k in self.operands if k == "scratch"), None)
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """One generated kernel: ``source`` defines ``int NAME(uint8_t *const *p)`` (linkage ``GLOW_KERNEL``)."""
+
+    name: str
+    source: str
+    gemms: tuple[str, ...]  # GEMM variants it calls (see gemm_source)
+    derived: tuple[tuple[int, str], ...]  # constants prepared at compile time: (operand slot, target dtype)
+    choice: str  # the algorithm, for listings (glowc dump, the bundle's comments)
+
+
+# -- scratch -------------------------------------------------------------------------------------------------
+def gemm_scratch_bytes(sfx: str, m: int, n: int, k: int) -> int:
+    """Bytes of packed panels glow_gemm needs for C[m,n] = A[m,k] B[k,n]: a kc x nc panel of B then, 64-byte
+    aligned, a kc x mc panel of A, sized for the widest vector (so the plan fits any target)."""
+    tl = GEMM_TILES[sfx]
+    item = 8 if sfx == "f64" else 4
+    nr = 2 * MAX_VECTOR_BYTES // item
+    kc = min(k, tl["kc"])
+    nc = -(-n // nr) * nr if n < tl["nc"] else tl["nc"]
+    mc = max(-(-m // r) * r for r in (tl["mr_wide"], tl["mr_narrow"])) if m < tl["mc"] else tl["mc"]
+    return align_up(item * kc * nc) + item * kc * mc
+
+
+@dataclass(frozen=True)
+class ScratchLayout:
+    """Where each scratch buffer of a kernel lives inside its @scratch operand (64-byte aligned offsets)."""
+
+    offsets: dict
+    total: int
+
+    @classmethod
+    def of(cls, parts) -> "ScratchLayout":
+        offsets, off = {}, 0
+        for name, size in parts:
+            offsets[name] = off
+            off = align_up(off + size)
+        return cls(offsets, max(off, 64) if parts else 0)
+
+
+def _acc(dt: str) -> tuple[str, str]:
+    """(C accumulator type, numpy dtype name) of conv/matmul on ``dt``."""
+    if dt == "float64":
+        return "double", "float64"
+    if ctype(dt).is_float:
+        return "float", "float32"
+    return ("int64_t", "int64") if ctype(dt).signed else ("uint64_t", "uint64")
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """The algorithm of one conv and its scratch: depthwise (direct per plane), direct GEMM (1x1, stride 1, no
+    pad: the input is the GEMM's B), im2col + GEMM (float), or im2col + plain loops (integers)."""
+
+    algo: str
+    direct: bool
+    native: bool  # computes in its own dtype (float32/float64)
+    fast: bool  # GEMM
+    convert_w: bool  # weights converted to the accumulator type
+    w_derived: bool  # ... at compile time (a constant weight)
+    acc_t: str
+    acc_np: str
+    scratch: ScratchLayout
+
+
+def conv_plan(ki) -> ConvPlan:
+    x, w = ki.ins[:2]
+    out = ki.outs[0]
+    dt = x.type.dtype.name
+    group = ki.attrs.get("group", 1)
+    C, F = x.type.shape[1], w.type.shape[0]
+    cg, fg = C // group, F // group
+    ck, p = cg * prod(w.type.shape[2:]), prod(out.type.shape[2:])
+    native = dt in ("float32", "float64")
+    fast = ctype(dt).is_float
+    acc_t, acc_np = _acc(dt)
+    item = to_dtype(acc_np).itemsize
+    if native and cg == 1 and fg == 1:
+        return ConvPlan("depthwise direct", False, True, False, False, False, acc_t, acc_np, ScratchLayout({}, 0))
+    st, pads = ki.attrs["strides"], ki.attrs["pads"]
+    direct = native and all(k == 1 for k in w.type.shape[2:]) and all(s == 1 for s in st) and not any(pads)
+    convert_w = not native
+    w_derived = convert_w and w.const
+    parts = []
+    if not direct:
+        parts.append(("col", item * ck * p))
+    if convert_w and not w_derived:
+        parts.append(("wc", item * F * ck))
+    if not native:
+        parts.append(("oc", item * fg * p))
+    if fast:
+        parts.append(("gemm", gemm_scratch_bytes("f64" if dt == "float64" else "f32", fg, p, ck)))
+    algo = ("direct" if direct else "im2col") + (f" + gemm {'f64' if dt == 'float64' else 'f32'}" if fast else
+                                                 f" + loops in {acc_t}")
+    if convert_w:
+        algo += f", weights in {acc_np}" + (" (prepared at compile time)" if w_derived else "")
+    return ConvPlan(algo, direct, native, fast, convert_w, w_derived, acc_t, acc_np, ScratchLayout.of(parts))
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """gemm (float32/float64), convert (float16/bfloat16 through a float32 GEMM) or naive (small or integer)."""
+
+    mode: str
+    sfx: str
+    acc_t: str
+    b_derived: bool
+    scratch: ScratchLayout
+
+
+def matmul_plan(ki) -> MatmulPlan:
+    a, b = ki.ins
+    dt = a.type.dtype.name
+    m, k = a.type.shape[-2:]
+    n = b.type.shape[-1]
+    big = m * n * k >= 32768
+    acc_t, acc_np = _acc(dt)
+    if dt in ("float32", "float64") and big:
+        sfx = "f32" if dt == "float32" else "f64"
+        return MatmulPlan("gemm", sfx, acc_t, False, ScratchLayout.of([("gemm", gemm_scratch_bytes(sfx, m, n, k))]))
+    if dt in ("float16", "bfloat16") and big:
+        parts = [("ca", 4 * m * k)] + ([] if b.const else [("cb", 4 * k * n)]) + \
+                [("cc", 4 * m * n), ("gemm", gemm_scratch_bytes("f32", m, n, k))]
+        return MatmulPlan("convert", "f32", "float", b.const, ScratchLayout.of(parts))
+    return MatmulPlan("naive", "", acc_t, False, ScratchLayout.of([("row", to_dtype(acc_np).itemsize * n)]))
+
+
+def scratch_layout(ki) -> ScratchLayout:
+    """The scratch a kernel needs (its @scratch operand's size is ``total``); empty for most kernels."""
+    if any(o.type.numel == 0 for o in ki.outs):
+        return ScratchLayout({}, 0)
+    if ki.op == "conv":
+        return conv_plan(ki).scratch
+    if ki.op == "matmul":
+        return matmul_plan(ki).scratch
+    return ScratchLayout({}, 0)
+
+
+# -- GEMM variants ----------------------------------------------------------------------------------------------
+_GEMMS: dict[str, str] = {}
+
+
+def gemm_name(sfx: str, activation: str | None) -> str:
+    return f"{sfx}_{activation}" if activation else sfx
+
+
+def gemm_source(name: str) -> str:
+    """The C of GEMM variant ``name`` ("f32", "f64", or with a fused activation: "f32_relu", ...)."""
+    if name not in _GEMMS:
+        sfx, _, act = name.partition("_")
+        tl = GEMM_TILES[sfx]
+        dt = "float64" if sfx == "f64" else "float32"
+        epi = kernels_ew.activation(act, dt, "v", {p: f"e{i}" for i, p in enumerate(kernels_ew.ACTIVATION_PARAMS[
+            act])}) if act else None
+        _GEMMS[name] = template("gemm.c.j2").render(name=name, sfx=sfx, epi=epi, **tl)
+    return _GEMMS[name]
+
+
+# -- kernels --------------------------------------------------------------------------------------------------------
+_MEMO: dict = {}
+_MEMO_LIMIT = 8192
+_PLACEHOLDER = "GLOW_KERNEL_NAME"
+
+
+def kernel_code(ki: KernelInstr, num_threads: int) -> KernelCode:
+    """The kernel of ``ki`` (memoized by its signature: identical instructions render once)."""
+    key = (ki.signature, num_threads)
+    code = _MEMO.get(key)
+    if code is None:
+        if len(_MEMO) >= _MEMO_LIMIT:
+            _MEMO.clear()
+        gen = _Kernel(ki, num_threads)
+        src = gen.render()
+        name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
+        code = _MEMO[key] = KernelCode(name, src.replace(_PLACEHOLDER, name), tuple(sorted(gen.gemms)),
+                                       tuple(gen.derived), gen.choice)
+    return code
+
+
+class _Kernel:
+    """Renders the kernel of one KernelInstr (one method per primitive family)."""
+
+    def __init__(self, ki: KernelInstr, num_threads: int):
+        self.ki = ki
+        self.nt = num_threads
         self.gemms: set[str] = set()
+        self.derived: list[tuple[int, str]] = []
+        self.choice = ""
+
+    def render(self) -> str:
+        ki = self.ki
+        fn = _PLACEHOLDER
+        if any(o.type.numel == 0 for o in ki.outs):
+            self.choice = "empty output: nothing to compute"
+            return f"GLOW_KERNEL int {fn}(uint8_t *const *p) {{ (void)p; return 0; }}\n"
+        method = getattr(self, "k_" + ki.op, None)
+        if method is None:
+            if ki.op in kernels_ew.UNARY or ki.op in kernels_ew.BINARY or ki.op in ("select", "mod"):
+                method = self.k_elementwise
+            else:
+                raise BackendError(f"cpu backend: no kernel for op {ki.op!r}")
+        src = method(ki, fn=fn)
+        self.choice = self.choice or ki.op
+        return src
+
+    def t(self, name: str, **ctx) -> str:
+        return template(name).render(nt=self.nt, **ctx)
 
     # -- helpers ------------------------------------------------------------------------------------
     @staticmethod
     def ptr(b) -> str:
-        region = {"constant": "C", "mutable": "M", "activation": "A"}[b.region]
-        return f"({region} + {b.address})"
+        return f"p[{b.slot}]"
 
     def tptr(self, b, const=False) -> str:
         t = ctype(b.type.dtype.name).storage
         return f"(({'const ' if const else ''}{t} *){self.ptr(b)})"
 
-    # -- module -------------------------------------------------------------------------------------
-    def module(self, entry="glow_run", export="") -> str:
-        kernels, calls, self.instr_of_code = [], [], []
-        for idx, ins in enumerate(self.irf.code):
-            fn = f"k{idx}"
-            err = (idx + 1) * 8
-            comment = c_comment(f"{ins.op} {ins.name}")
-            src = self.kernel(ins, fn, comment, err)
-            kernels.append(src)
-            calls.append(fn)
-            self.instr_of_code.append(ins)
-        gemm_src = [template("gemm.c.j2").render(t=t, sfx=sfx, **_GEMM_TILES[sfx])
-                    for sfx, t in (("f32", "float"), ("f64", "double")) if sfx in self.gemms]
-        return template("module.c.j2").render(
-            comment_name=c_comment(self.irf.name), entry=entry, export=export,
-            openmp=self.num_threads > 1, num_threads=self.num_threads,
-            kernels=gemm_src + kernels, calls=calls)
+    def scratch_ptr(self) -> str:
+        s = self.ki.scratch
+        if s is None:
+            raise BackendError(f"cpu backend: a {self.ki.op} kernel needs scratch memory but the instruction has "
+                               "no @scratch operand (plan the IR with glow_core.ir.attach_scratch(irf, "
+                               "backend.scratch_bytes))")
+        return self.ptr(s)
 
-    def kernel(self, ins, fn, comment, err) -> str:
-        outs = ins.outs
-        if any(o.type.numel == 0 for o in outs):
-            return f"/* {comment} */\nstatic int {fn}(uint8_t *C, uint8_t *M, uint8_t *A) " \
-                   "{ (void)C; (void)M; (void)A; return 0; }\n"
-        op = ins.op
-        method = getattr(self, "k_" + op, None)
-        if method is None:
-            if op in kernels_ew.UNARY or op in kernels_ew.BINARY or op in ("select", "mod"):
-                method = self.k_elementwise
-            else:
-                raise BackendError(f"cpu backend: no kernel for op {op!r} (instruction {ins.name!r})")
-        return method(ins, fn=fn, comment=comment, err=err)
+    def derive(self, b, np_dtype: str) -> str:
+        """The address of operand ``b`` converted to ``np_dtype`` at compile time (an extra constant)."""
+        self.derived.append((b.slot, np_dtype))
+        return f"p[{len(self.ki.operands) + len(self.derived) - 1}]"
+
+    def epilogue(self, dt: str) -> str | None:
+        """The fused activation (FUSED_ACTIVATION) as an expression of the stored value ``v``, or None."""
+        act = self.ki.attrs.get(FUSED_ACTIVATION)
+        if not act:
+            return None
+        params = self.ki.attrs.get(FUSED_PARAMS) or {}
+        self.choice += f", {act} fused"
+        return kernels_ew.activation(act, dt, "v", {k: literal(v, dt) for k, v in params.items()})
+
+    def epilogue_args(self, dt: str) -> tuple[str, str]:
+        """The GEMM's (e0, e1): the fused activation's parameters as literals."""
+        act = self.ki.attrs.get(FUSED_ACTIVATION)
+        params = self.ki.attrs.get(FUSED_PARAMS) or {}
+        vals = [literal(params[k], dt) for k in kernels_ew.ACTIVATION_PARAMS.get(act, ())] if act else []
+        vals += ["0"] * (2 - len(vals))
+        return vals[0], vals[1]
 
     # -- elementwise --------------------------------------------------------------------------------
-    def k_elementwise(self, ins, fn, comment, err):
+    def k_elementwise(self, ins, fn):
         out = ins.outs[0]
         n = out.type.numel
         args = ins.ins
@@ -188,17 +455,17 @@ class Codegen:
         names = [f"in{i}[i]" for i in range(len(args))]
         expr, checks = kernels_ew.expression(ins.op, [b.type.dtype.name for b in args], out.type.dtype.name,
                                              names, {k: v for k, v in ins.attrs.items() if not k.startswith("_")})
-        return template("elementwise.c.j2").render(
-            comment=comment, fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=n,
-            parallel=self.num_threads > 1, checks=checks, err=err + ERR_DIV0)
+        return self.t("elementwise.c.j2",
+            fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=n,
+            parallel=self.nt > 1, checks=checks, err=ERR_DIV0)
 
-    def k_cast(self, ins, fn, comment, err):
+    def k_cast(self, ins, fn):
         """Casts between computable types are elementwise expressions; those from or to a storage-only type
         use tables derived from the reference cast (see storage_cast.py)."""
         x, out = ins.ins[0], ins.outs[0]
         src, dst = x.type.dtype.name, out.type.dtype.name
         if supported(src) and supported(dst):
-            return self.k_elementwise(ins, fn, comment, err)
+            return self.k_elementwise(ins, fn)
         sat, rm = ins.attrs.get("saturate", 1), ins.attrs.get("round_mode", "up")
         sct, dct = ctype(src), ctype(dst)
         decls = [f"{dct.storage} *out = {self.tptr(out)}", f"const {sct.storage} *in0 = {self.tptr(x, True)}"]
@@ -218,17 +485,17 @@ class Codegen:
             (pos, neg), nans = storage_cast.threshold_tables(width, dst, sat, rm)
             sfx = "u" if width == 32 else "ull"
             ft = "float" if width == 32 else "double"
-            pre = template("storage_cast.c.j2").render(
+            pre = self.t("storage_cast.c.j2",
                 fn=fn, ut=f"uint{width}_t", ft=ft, width=width, pos_starts=[f"{b}{sfx}" for b in pos[0]],
                 pos_codes=pos[1], neg_starts=[f"{b}{sfx}" for b in neg[0]], neg_codes=neg[1], nan_pos=nans[0],
                 nan_neg=nans[1])
             expr = f"{fn}_cvt(({ft})({sct.ld('in0[i]')}))"
-        return pre + template("elementwise.c.j2").render(
-            comment=comment, fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=out.type.numel,
-            parallel=self.num_threads > 1, checks=[], err=err)
+        return pre + self.t("elementwise.c.j2",
+            fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=out.type.numel,
+            parallel=self.nt > 1, checks=[], err=0)
 
     # -- movement -----------------------------------------------------------------------------------
-    def _strided(self, fn, comment, out, pieces, fill=None):
+    def _strided(self, fn, out, pieces, fill=None):
         t = ctype(out.type.dtype.name).storage
         rendered = []
         for in_buf, shape, istr, ostr, ibase, obase in pieces:
@@ -244,43 +511,44 @@ class Codegen:
                                  outer_ostr=[d[2] for d in outer], in_base=ibase, out_base=obase,
                                  outer_count=prod(d[0] for d in outer), inner=inner[0], inner_istr=inner[1],
                                  inner_ostr=inner[2]))
-        return template("strided.c.j2").render(
-            comment=comment, fn=fn, t=t, out_ptr=self.ptr(out), pieces=rendered,
+        return self.t("strided.c.j2",
+            fn=fn, t=t, out_ptr=self.ptr(out), pieces=rendered,
             fill=fill, fill_n=out.type.numel)
 
-    def _memcpy(self, fn, comment, out, src):
-        return (f"/* {comment} */\nstatic int {fn}(uint8_t *C, uint8_t *M, uint8_t *A) {{\n  (void)C; (void)M; (void)A;\n"
+    def _memcpy(self, fn, out, src):
+        self.choice = "memmove"
+        return (f"GLOW_KERNEL int {fn}(uint8_t *const *p) {{\n"
                 f"  if ({self.ptr(out)} != {self.ptr(src)}) memmove({self.ptr(out)}, {self.ptr(src)}, "
                 f"{min(out.size, src.size)});\n  return 0;\n}}\n")
 
-    def k_copy(self, ins, fn, comment, err):
-        return self._memcpy(fn, comment, ins.outs[0], ins.ins[0])
+    def k_copy(self, ins, fn):
+        return self._memcpy(fn, ins.outs[0], ins.ins[0])
 
     k_reshape = k_copy
     k_bitcast = k_copy
 
-    def k_transpose(self, ins, fn, comment, err):
+    def k_transpose(self, ins, fn):
         x, out = ins.ins[0], ins.outs[0]
         perm = ins.attrs["perm"]
         ist = row_strides(x.type.shape)
-        return self._strided(fn, comment, out, [(x, out.type.shape, [ist[p] for p in perm],
+        return self._strided(fn, out, [(x, out.type.shape, [ist[p] for p in perm],
                                                  row_strides(out.type.shape), 0, 0)])
 
-    def k_broadcast(self, ins, fn, comment, err):
+    def k_broadcast(self, ins, fn):
         x, out = ins.ins[0], ins.outs[0]
         ist = row_strides(x.type.shape)
         istr = [0 if (s == 1 and d != 1) else st for s, d, st in zip(x.type.shape, out.type.shape, ist)]
-        return self._strided(fn, comment, out, [(x, out.type.shape, istr, row_strides(out.type.shape), 0, 0)])
+        return self._strided(fn, out, [(x, out.type.shape, istr, row_strides(out.type.shape), 0, 0)])
 
-    def k_slice(self, ins, fn, comment, err):
+    def k_slice(self, ins, fn):
         x, out = ins.ins[0], ins.outs[0]
         ist = row_strides(x.type.shape)
         starts, steps = ins.attrs["starts"], ins.attrs["steps"]
         base = sum(s * st for s, st in zip(starts, ist)) if out.type.numel else 0
         istr = [st * sp for st, sp in zip(ist, steps)]
-        return self._strided(fn, comment, out, [(x, out.type.shape, istr, row_strides(out.type.shape), base, 0)])
+        return self._strided(fn, out, [(x, out.type.shape, istr, row_strides(out.type.shape), base, 0)])
 
-    def k_concat(self, ins, fn, comment, err):
+    def k_concat(self, ins, fn):
         out = ins.outs[0]
         axis = ins.attrs["axis"]
         ost = row_strides(out.type.shape)
@@ -288,9 +556,9 @@ class Codegen:
         for x in ins.ins:
             pieces.append((x, x.type.shape, row_strides(x.type.shape), ost, 0, pos * ost[axis]))
             pos += x.type.shape[axis]
-        return self._strided(fn, comment, out, pieces)
+        return self._strided(fn, out, pieces)
 
-    def k_pad(self, ins, fn, comment, err):
+    def k_pad(self, ins, fn):
         x, out = ins.ins[0], ins.outs[0]
         n = x.type.rank
         pads = ins.attrs["pads"]
@@ -302,20 +570,20 @@ class Codegen:
         obase = sum(pads[i] * ost[i] for i in range(n))
         pieces = [(x, x.type.shape, row_strides(x.type.shape), [ost[i] * (interior[i] + 1) for i in range(n)],
                    0, obase)]
-        return self._strided(fn, comment, out, pieces, fill=fill)
+        return self._strided(fn, out, pieces, fill=fill)
 
     # -- index ops -----------------------------------------------------------------------------------
-    def k_gather(self, ins, fn, comment, err):
+    def k_gather(self, ins, fn):
         x, idx = ins.ins
         out = ins.outs[0]
         axis = ins.attrs["axis"]
         xs = x.type.shape
-        return template("gather.c.j2").render(
-            comment=comment, fn=fn, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
+        return self.t("gather.c.j2",
+            fn=fn, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
             idx_t=ctype(idx.type.dtype.name).storage, nidx=idx.type.numel, dim=xs[axis], outer=prod(xs[:axis]),
-            row_bytes=prod(xs[axis + 1:]) * x.type.dtype.itemsize, err=err + ERR_INDEX)
+            row_bytes=prod(xs[axis + 1:]) * x.type.dtype.itemsize, err=ERR_INDEX)
 
-    def k_gather_nd(self, ins, fn, comment, err):
+    def k_gather_nd(self, ins, fn):
         x, idx = ins.ins
         out = ins.outs[0]
         bd = ins.attrs.get("batch_dims", 0)
@@ -324,16 +592,16 @@ class Codegen:
         nb = prod(xs[:bd])
         rows = prod(ish[bd:-1])
         if k == 0:  # whole slices: copy each batch's data rows times
-            return self._strided(fn, comment, out, [(x, (nb, rows, prod(xs[bd:])), (prod(xs[bd:]), 0, 1),
+            return self._strided(fn, out, [(x, (nb, rows, prod(xs[bd:])), (prod(xs[bd:]), 0, 1),
                                                      (rows * prod(xs[bd:]), prod(xs[bd:]), 1), 0, 0)])
         xst = row_strides(xs)
-        return template("gather_nd.c.j2").render(
-            comment=comment, fn=fn, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
+        return self.t("gather_nd.c.j2",
+            fn=fn, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
             idx_t=ctype(idx.type.dtype.name).storage, k=k, dims=list(xs[bd:bd + k]), strides=xst[bd:bd + k],
             nb=nb, rows=rows, xbatch=prod(xs[bd:]), slice_bytes=prod(xs[bd + k:]) * x.type.dtype.itemsize,
-            itemsize=x.type.dtype.itemsize, err=err + ERR_INDEX)
+            itemsize=x.type.dtype.itemsize, err=ERR_INDEX)
 
-    def k_scatter_nd(self, ins, fn, comment, err):
+    def k_scatter_nd(self, ins, fn):
         x, idx, upd = ins.ins
         out = ins.outs[0]
         dt = x.type.dtype.name
@@ -344,20 +612,20 @@ class Codegen:
         cmp_t = ct.compute
         combine = kernels_ew.combine(red, dt, "a", "b")
         if k == 0:
-            return self._memcpy(fn, comment, out, x) if idx.type.numel == 0 else \
-                self._scatter_whole(ins, fn, comment, err)
-        return template("scatter_nd.c.j2").render(
-            comment=comment, fn=fn, t=ct.storage, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
+            return self._memcpy(fn, out, x) if idx.type.numel == 0 else \
+                self._scatter_whole(ins, fn)
+        return self.t("scatter_nd.c.j2",
+            fn=fn, t=ct.storage, out_ptr=self.ptr(out), x_ptr=self.ptr(x), idx_ptr=self.ptr(idx),
             upd_ptr=self.ptr(upd), idx_t=ctype(idx.type.dtype.name).storage, k=k, dims=list(xs[:k]),
             strides=row_strides(xs)[:k], rows=idx.type.numel // k, slice=prod(xs[k:]), nbytes=x.size,
             cmp_t=cmp_t, load_a=ct.ld("out[off + s]"), load_b=ct.ld("upd[r * %d + s]" % prod(xs[k:])),
-            combine=ct.st(combine), err=err + ERR_INDEX)
+            combine=ct.st(combine), err=ERR_INDEX)
 
-    def _scatter_whole(self, ins, fn, comment, err):
+    def _scatter_whole(self, ins, fn):
         raise BackendError("cpu backend: scatter_nd with empty index tuples is not supported")
 
     # -- reductions ----------------------------------------------------------------------------------
-    def _reduce(self, ins, fn, comment, err):
+    def _reduce(self, ins, fn):
         x, out = ins.ins[0], ins.outs[0]
         axes = list(ins.attrs["axes"])
         dt = x.type.dtype.name
@@ -373,15 +641,15 @@ class Codegen:
                               [f"r{i} * {st}" for i, (_, st) in enumerate(red)]) or "0"
         kst = row_strides([s for s, _ in kept])
         out_idx = " + ".join(f"o{i} * {st}" for i, st in enumerate(kst)) or "0"
-        return template("reduce.c.j2").render(
-            comment=comment, fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
-            parallel=self.num_threads > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
+        return self.t("reduce.c.j2",
+            fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
+            parallel=self.nt > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
             red=[s for s, _ in red], acc_t=acc_t, init=init, load=f"({acc_t})" + ct.ld(f"in[{load_idx}]"),
             update=update, out_idx=out_idx, store=ct.st(f"({ct.compute})acc"))
 
     k_reduce_sum = k_reduce_prod = k_reduce_max = k_reduce_min = _reduce
 
-    def _arg(self, ins, fn, comment, err):
+    def _arg(self, ins, fn):
         x, out = ins.ins[0], ins.outs[0]
         axis = ins.attrs["axis"]
         last = ins.attrs.get("select_last_index", 0)
@@ -392,33 +660,37 @@ class Codegen:
         cmp = ">" if ins.op == "argmax" else "<"
         if n == 0:
             raise BackendError(f"cpu backend: {ins.op} over an empty axis")
-        return template("arg.c.j2").render(
-            comment=comment, fn=fn, out_ptr=self.ptr(out), in_ptr=self.ptr(x), in_t=ct.storage, cmp_t=ct.compute,
+        return self.t("arg.c.j2",
+            fn=fn, out_ptr=self.ptr(out), in_ptr=self.ptr(x), in_t=ct.storage, cmp_t=ct.compute,
             outer=prod(xs[:axis]), inner=inner, n=n, first=(n - 1) if last else 0,
-            jexpr=f"{n - 1} - s" if last else "s", load_best=ct.ld(f"p[({(n - 1) if last else 0}) * {inner}]"),
-            load_v=ct.ld(f"p[j * {inner}]"), better=f"v {cmp} best || v != v")
+            jexpr=f"{n - 1} - s" if last else "s", load_best=ct.ld(f"pv[({(n - 1) if last else 0}) * {inner}]"),
+            load_v=ct.ld(f"pv[j * {inner}]"), better=f"v {cmp} best || v != v")
 
     k_argmax = k_argmin = _arg
 
     # -- matmul / conv / pool ----------------------------------------------------------------------------
-    def k_matmul(self, ins, fn, comment, err):
+    def k_matmul(self, ins, fn):
         a, b = ins.ins
         out = ins.outs[0]
         dt = a.type.dtype.name
         ct = ctype(dt)
         m, k = a.type.shape[-2:]
         n = b.type.shape[-1]
-        batch = prod(a.type.shape[:-2])
-        big = m * n * k >= 32768
-        acc_t = {"float64": "double"}.get(dt, "float" if ct.is_float else ("uint64_t" if not ct.signed else "int64_t"))
-        if dt in ("float32", "float64") and big:
-            mode, sfx = "gemm", "f32" if dt == "float32" else "f64"
-        elif dt in ("float16", "bfloat16") and big:
-            mode, sfx = "convert", "f32"
-        else:
-            mode, sfx = "naive", ""
-        if sfx:
-            self.gemms.add(sfx)
+        plan = matmul_plan(ins)
+        mode, acc_t = plan.mode, plan.acc_t
+        scratch = self.scratch_ptr()
+        self.choice = {"gemm": f"gemm {plan.sfx}", "naive": f"loops in {acc_t}",
+                       "convert": "gemm f32 on converted operands" + (
+                           " (b prepared at compile time)" if plan.b_derived else "")}[mode]
+        epi = self.epilogue(dt)
+        gemm, cb_ptr = "", ""
+        if mode == "gemm":
+            gemm = gemm_name(plan.sfx, ins.attrs.get(FUSED_ACTIVATION))
+        elif mode == "convert":
+            gemm = gemm_name(plan.sfx, None)
+            cb_ptr = self.derive(b, "float32") if plan.b_derived else ""
+        if gemm:
+            self.gemms.add(gemm)
         if mode == "convert":
             load_a, load_b = ct.ld(f"a[bt * {m * k} + i]"), ct.ld(f"b[bt * {k * n} + i]")
             store_c = ct.st("cc[i]")
@@ -426,10 +698,12 @@ class Codegen:
             load_a = f"({acc_t})" + ct.ld(f"a[bt * {m * k} + i * {k} + kk]")
             load_b = f"({acc_t})" + ct.ld("brow[j]")
             store_c = ct.st(f"({ct.compute})row[j]")
-        return template("matmul.c.j2").render(
-            comment=comment, fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), a_ptr=self.ptr(a),
-            b_ptr=self.ptr(b), mode=mode, batch=batch, m=m, n=n, k=k, sfx=sfx, acc_t=acc_t, load_a=load_a,
-            load_b=load_b, store_c=store_c, err_nomem=err + ERR_NOMEM)
+        e0, e1 = self.epilogue_args(dt) if mode == "gemm" else ("0", "0")
+        return self.t("matmul.c.j2",
+                      fn=fn, choice=self.choice, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out),
+                      a_ptr=self.ptr(a), b_ptr=self.ptr(b), mode=mode, batch=prod(a.type.shape[:-2]), m=m, n=n, k=k,
+                      gemm=gemm, acc_t=acc_t, load_a=load_a, load_b=load_b, store_c=store_c, epi=epi or "v", e0=e0,
+                      e1=e1, scratch=scratch, off=plan.scratch.offsets, cb_ptr=cb_ptr)
 
     def _window_dims(self, ins, x, out, kernel):
         n = x.type.rank - 2
@@ -437,29 +711,27 @@ class Codegen:
         return [dict(o=out.type.shape[2 + i], k=kernel[i], s=st[i], dil=dil[i], p=pads[i], size=x.type.shape[2 + i])
                 for i in range(n)]
 
-    def k_conv(self, ins, fn, comment, err):
+    def k_conv(self, ins, fn):
         x, w, bias = ins.ins
         out = ins.outs[0]
         dt = x.type.dtype.name
         ct = ctype(dt)
+        plan = conv_plan(ins)
+        self.choice = plan.algo
         group = ins.attrs.get("group", 1)
         kernel = w.type.shape[2:]
         dims = self._window_dims(ins, x, out, kernel)
+        if plan.algo == "depthwise direct":
+            return self._depthwise(fn, x, w, bias, out, dims)
         N, C = x.type.shape[:2]
         F = w.type.shape[0]
         cg, fg = C // group, F // group
         kk = prod(kernel)
-        p = prod(out.type.shape[2:])
-        in_size = prod(x.type.shape[2:])
-        fast = ct.is_float
-        acc_t = "double" if dt == "float64" else ("float" if fast else "int64_t")
-        sfx = "f64" if dt == "float64" else "f32"
-        if fast:
-            self.gemms.add(sfx)
-        native = dt in ("float32", "float64")
-        if native and cg == 1 and fg == 1:
-            return self._depthwise(fn, comment, x, w, bias, out, dims)
-        direct = native and all(d["k"] == 1 and d["s"] == 1 and d["p"] == 0 for d in dims)
+        acc_t = plan.acc_t
+        gemm = ""
+        if plan.fast:
+            gemm = gemm_name("f64" if dt == "float64" else "f32", None)
+            self.gemms.add(gemm)
         istr = row_strides(x.type.shape[2:])
         ost = row_strides(out.type.shape[2:])
         kst = row_strides(kernel)
@@ -469,15 +741,19 @@ class Codegen:
                           for i, d in enumerate(dims)) or "0"
         _valid_ranges(dims)
         store = ct.st(f"({ct.compute})(drow[q] + bv)")
-        return template("conv.c.j2").render(
-            comment=comment, fn=fn, t=ct.storage, acc_t=acc_t, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
-            w_ptr=self.ptr(w), b_ptr=self.ptr(bias), direct=direct, convert_w=not native, native=native, ck=cg * kk, p=p, f=F,
-            fg=fg, cg=cg, c=C, batch=N, group=group, in_size=in_size, dims=dims, kk=kk, kidx=kidx, pidx=pidx,
-            load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
-            load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=fast, sfx=sfx, store=store,
-            err_nomem=err + ERR_NOMEM)
+        epi = self.epilogue(dt)
+        scratch = self.scratch_ptr() if plan.scratch.total else ""
+        wc_ptr = self.derive(w, plan.acc_np) if plan.w_derived else ""
+        return self.t("conv.c.j2",
+                      fn=fn, choice=self.choice, t=ct.storage, acc_t=acc_t, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
+                      w_ptr=self.ptr(w), b_ptr=self.ptr(bias), direct=plan.direct, convert_w=plan.convert_w,
+                      native=plan.native, ck=cg * kk, p=prod(out.type.shape[2:]), f=F, fg=fg, cg=cg, c=C, batch=N,
+                      group=group, in_size=prod(x.type.shape[2:]), dims=dims, kk=kk, kidx=kidx, pidx=pidx,
+                      load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
+                      load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=plan.fast, gemm=gemm,
+                      store=store, epi=epi or "v", scratch=scratch, off=plan.scratch.offsets, wc_ptr=wc_ptr)
 
-    def _depthwise(self, fn, comment, x, w, bias, out, dims):
+    def _depthwise(self, fn, x, w, bias, out, dims):
         """One filter per channel (group == C == F): a direct convolution per (n, c) plane, the inner loops over
         the output range of each kernel offset that reads the unpadded input (``_valid_ranges``)."""
         ct = ctype(x.type.dtype.name)
@@ -488,15 +764,16 @@ class Codegen:
         kst = row_strides(w.type.shape[2:])
         xidx = " + ".join(f"(o{i} * {d['s']} + k{i} * {d['dil']} - {d['p']}) * {istr[i]}"
                           for i, d in enumerate(dims)) or "0"
-        return template("depthwise.c.j2").render(
-            comment=comment, fn=fn, t=ct.storage, out_ptr=self.ptr(out), x_ptr=self.ptr(x), w_ptr=self.ptr(w),
-            b_ptr=self.ptr(bias), dims=dims, nc=prod(x.type.shape[:2]), c=x.type.shape[1],
-            kk=prod(w.type.shape[2:]), in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]),
-            work=out.type.numel * prod(w.type.shape[2:]),
-            kidx=" + ".join(f"k{i} * {kst[i]}" for i in range(n)) or "0",
-            oidx=" + ".join(f"o{i} * {ost[i]}" for i in range(n)) or "0", xidx=xidx)
+        epi = self.epilogue(x.type.dtype.name)
+        return self.t("depthwise.c.j2",
+                      fn=fn, choice=self.choice, t=ct.storage, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
+                      w_ptr=self.ptr(w), b_ptr=self.ptr(bias), dims=dims, nc=prod(x.type.shape[:2]),
+                      c=x.type.shape[1], kk=prod(w.type.shape[2:]), in_size=prod(x.type.shape[2:]),
+                      out_size=prod(out.type.shape[2:]), work=out.type.numel * prod(w.type.shape[2:]),
+                      kidx=" + ".join(f"k{i} * {kst[i]}" for i in range(n)) or "0",
+                      oidx=" + ".join(f"o{i} * {ost[i]}" for i in range(n)) or "0", xidx=xidx, epi=epi)
 
-    def _pool(self, ins, fn, comment, err):
+    def _pool(self, ins, fn):
         x, out = ins.ins[0], ins.outs[0]
         dt = x.type.dtype.name
         ct = ctype(dt)
@@ -512,13 +789,18 @@ class Codegen:
             acc_t, init, update = "double", "0.0", "acc += v"
             div = float(prod(ins.attrs["kernel"])) if ins.attrs.get("count_include_pad", 0) else "(double)cnt"
             store = ct.st(f"({ct.compute})(acc / {div})")
-        return template("pool.c.j2").render(
-            comment=comment, fn=fn, t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
+        return self.t("pool.c.j2",
+            fn=fn, t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
             work=out.type.numel * prod(ins.attrs["kernel"]), nc=prod(x.type.shape[:2]),
             in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), dims=dims, acc_t=acc_t, init=init,
             load=f"({acc_t})" + ct.ld(f"xp[{xidx}]"), update=update, out_idx=oidx, store=store)
 
     k_max_pool = k_avg_pool = _pool
+
+
+
+__all__ = ["KernelCode", "KernelInstr", "kernel_code", "scratch_layout", "gemm_source", "c_comment", "c_ident",
+           "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]
 
 
 def _valid_ranges(dims):
@@ -534,11 +816,3 @@ def _valid_ranges(dims):
             los.append(min(d["o"], max(0, -(shift // d["s"]))))  # ceil(-shift / s)
             his.append(max(0, min(d["o"], (d["size"] - 1 - shift) // d["s"] + 1)))
         d.update(lo=los, hi=his)
-
-
-# Cache blocking (kc x mc panel of A in L2, kc x nc of B in L3) and the micro-tile height with 512-bit vectors
-# (mr_wide x 2 vectors; 6 x 2 with narrower vectors); mc is a multiple of both heights.
-_GEMM_TILES = {"f32": dict(kc=384, mc=144, nc=4096, mr_wide=8),
-               "f64": dict(kc=256, mc=144, nc=2048, mr_wide=8)}
-
-__all__ = ["Codegen", "c_comment", "c_ident", "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from .ctypes_map import INT_LIMITS, ctype
 
-_F = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
-      "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
-      "acosh": "acosh", "atanh": "atanh", "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "nearbyint"}
+#: Float primitives computed by one C math function (its double name; float compute adds the f suffix).
+C_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin",
+          "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
+          "acosh": "acosh", "atanh": "atanh", "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "nearbyint"}
 
-UNARY = set(_F) | {"neg", "abs", "sign", "reciprocal", "sigmoid", "isnan", "isinf", "not", "bitwise_not"}
+UNARY = set(C_MATH) | {"neg", "abs", "sign", "reciprocal", "sigmoid", "isnan", "isinf", "not", "bitwise_not"}
 BINARY = {"add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor", "bitwise_and", "bitwise_or",
           "bitwise_xor", "shl", "shr", "eq", "lt", "le", "gt", "ge", "mod"}
 
@@ -29,8 +30,8 @@ def unary(op, dt, a) -> str:
     """Expression in the compute type of ``dt`` (or a 0/1 int for predicates)."""
     ct = ctype(dt)
     c = ct.compute
-    if op in _F:
-        return f"{_F[op]}{_fsfx(ct)}({a})"
+    if op in C_MATH:
+        return f"{C_MATH[op]}{_fsfx(ct)}({a})"
     if op == "neg":
         return f"({c})(-{a})" if ct.is_float or ct.signed else f"({c})(0u - {a})"
     if op == "abs":
@@ -173,3 +174,29 @@ def reduce_parts(op, dt) -> tuple[str, str, str]:
     lo_v, hi_v = INT_LIMITS[dt]
     cmp = "<" if hi else ">"
     return acc, (hi_v if hi else lo_v), f"if (v {cmp} acc) acc = v"
+
+
+#: Fused activations (glow_core.fusion) the kernels apply in their epilogue, with their parameters in order.
+ACTIVATION_PARAMS = {"relu": (), "clip": ("min", "max"), "sigmoid": (), "tanh": (), "leaky_relu": ("alpha",)}
+
+
+def activation(act, dt, v, params) -> str:
+    """The fused activation ``act`` of the stored value ``v`` (a raw value of ``dt``'s storage type), built from
+    the elementwise primitives' own expressions in the order the core lowers it (relu = max(v, 0), clip =
+    min(max(v, min), max), leaky_relu = select(v < 0, v * alpha, v)), so a fused result equals the unfused one
+    bit for bit. ``params`` maps the activation's parameters to C expressions of the storage type."""
+    def ew(op, names, out_dt=dt):
+        return expression(op, [dt] * len(names), out_dt, names, {})[0]
+    if act == "relu":
+        return ew("max", [v, _zero(dt)])
+    if act == "clip":
+        return ew("min", [ew("max", [v, params["min"]]), params["max"]])
+    if act in ("sigmoid", "tanh"):
+        return ew(act, [v])
+    if act == "leaky_relu":
+        return f"({ew('lt', [v, _zero(dt)], 'bool')} ? {ew('mul', [v, params['alpha']])} : {v})"
+    raise KeyError(act)
+
+
+def _zero(dt) -> str:
+    return f"(({ctype(dt).storage})0)"

@@ -1,7 +1,12 @@
-"""Loading and running a compiled function: ctypes, three 64-byte aligned regions allocated once."""
+"""Loading and running a compiled function: the kernel libraries through ctypes, the mutable and activations
+regions allocated once (64-byte aligned), and a table of (kernel, operand addresses) that the libraries'
+``glow_run_table`` walks. Weights are not copied into a constant region: their operand addresses point into
+the IR's own arrays (the constant region is virtual, laid out as a bundle's weights file lays it out)."""
 from __future__ import annotations
 
+import bisect
 import ctypes
+import os
 
 import numpy as np
 
@@ -9,6 +14,17 @@ from glow_core.backend import CompiledFunction
 from glow_core.errors import GlowError
 
 from .codegen import ERR_KINDS
+
+_LIBS: dict[str, ctypes.CDLL] = {}
+
+
+def load_library(path: str) -> ctypes.CDLL:
+    """The library at ``path`` (links resolved), loaded once per process."""
+    real = os.path.realpath(path)
+    lib = _LIBS.get(real)
+    if lib is None:
+        lib = _LIBS[real] = ctypes.CDLL(real)
+    return lib
 
 
 def aligned_bytes(n: int, align: int = 64) -> np.ndarray:
@@ -19,28 +35,46 @@ def aligned_bytes(n: int, align: int = 64) -> np.ndarray:
 
 
 class CPUFunction(CompiledFunction):
-    """A compiled shared library bound to its memory regions."""
+    """A compiled function bound to its memory regions: every operand address is computed once, here."""
 
-    def __init__(self, irf, lib_path: str, instrs, source: str = ""):
+    def __init__(self, program, build):
+        irf = program.irf
         self.irf = irf
-        self.lib_path = lib_path
-        self.source = source
-        self._instrs = instrs
+        self.program = program
+        self.build = build  # toolchain.Build: which kernels were compiled, in how many shards
         # OMP_WAIT_POLICY is left to libgomp's default (spin briefly, then sleep): PASSIVE made every parallel
         # region pay a futex wake-up, and 2 threads ran ResNet-18 no faster than 1 (bench/bench_cpu.py).
-        self.lib = ctypes.CDLL(lib_path)
-        self.fn = self.lib.glow_run
-        self.fn.restype = ctypes.c_int
-        self.fn.argtypes = [ctypes.c_void_p] * 3
+        self.libs = {name: load_library(path) for name, path in build.paths.items()}
         plan = irf.plan
-        self.constant = aligned_bytes(plan.constant_size)
-        blob = irf.constant_blob()
-        self.constant[:len(blob)] = np.frombuffer(blob, dtype=np.uint8)
         self.mutable = aligned_bytes(plan.mutable_size)
         self.activations = aligned_bytes(plan.activations_size)
-        self._args = (self.constant.ctypes.data, self.mutable.ctypes.data, self.activations.ctypes.data)
+        self._weights = program.constant_parts()  # kept alive: kernels read them in place
+        starts = [off for off, _ in self._weights]
+        base = {"mutable": self.mutable.ctypes.data, "activation": self.activations.ctypes.data}
+
+        def address(region, off):
+            if region != "constant":
+                return base[region] + off
+            part_off, raw = self._weights[bisect.bisect_right(starts, off) - 1]
+            return raw.ctypes.data + off - part_off
+        calls = program.calls
+        kernel = {name: ctypes.cast(lib[name], ctypes.c_void_p).value for name, lib in self.libs.items()}
+        self._fns = np.array([kernel[c.code.name] for c in calls], dtype=np.uint64)
+        self._ops = np.array([address(r, off) for c in calls for r, off in c.ptrs] or [0], dtype=np.uint64)
+        self._starts = np.cumsum([0] + [len(c.ptrs) for c in calls[:-1]], dtype=np.int64)
+        self._run = None
+        if calls:
+            self._run = self.libs[calls[0].code.name].glow_run_table
+            self._run.restype = ctypes.c_int
+            self._run.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * 3
+            self._args = (len(calls), self._fns.ctypes.data, self._ops.ctypes.data, self._starts.ctypes.data)
         self._in = [(nm, self._view(b)) for nm, b in irf.inputs.items()]
         self._out = [(nm, self._view(b)) for nm, b in irf.outputs.items()]
+
+    @property
+    def source(self) -> str:
+        """The whole function as one C translation unit (as a bundle writes it)."""
+        return self.program.source()
 
     def _view(self, b):
         t = b.type
@@ -50,14 +84,16 @@ class CPUFunction(CompiledFunction):
     def execute(self, inputs):
         for nm, v in self._in:
             v[...] = inputs[nm]
-        rc = self.fn(*self._args)
-        if rc:
-            self.raise_error(rc)
+        if self._run is not None:
+            rc = self._run(*self._args)
+            if rc:
+                self.raise_error(rc)
         return {nm: v.copy() for nm, v in self._out}
 
     def raise_error(self, rc: int):
         idx, kind = divmod(rc, 8)
-        ins = self._instrs[idx - 1] if 0 < idx <= len(self._instrs) else None
+        calls = self.program.calls
+        ins = calls[idx - 1].instr if 0 < idx <= len(calls) else None
         what = ERR_KINDS.get(kind, f"error code {rc}")
         if ins is None:
             raise GlowError(f"cpu backend: generated code failed: {what}")

@@ -1,6 +1,6 @@
 """Casts from and to the storage-only 1-byte types (float8, float6, float4, int4/uint4, int2/uint2, float8e8m0).
 
-Every such cast is derived from the reference kernel itself (``glow_interpreter.kernels.cast``), so it matches
+Every such cast is derived from the reference kernel itself (the ``cast`` record's kernel), so it matches
 it by construction:
 - from any 1-byte type: a 256-entry lookup table of the results for every byte;
 - float/int -> a storage float type: rounding is monotone, so each output code is produced by one contiguous
@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from glow_core.ops.registry import get_primitive
 from glow_core.types import STORAGE_ONLY
 from glow_core.types import dtype as to_dtype
 
@@ -22,9 +23,8 @@ INT_STORAGE = {"int4": 0xF, "uint4": 0xF, "int2": 0x3, "uint2": 0x3}
 
 
 def _cast(x, dst, saturate, round_mode):
-    from glow_interpreter.kernels import cast
     with np.errstate(all="ignore"):
-        return cast(x, dst, saturate=saturate, round_mode=round_mode)
+        return get_primitive("cast").kernel(x, dst, saturate=saturate, round_mode=round_mode)
 
 
 @lru_cache(maxsize=None)

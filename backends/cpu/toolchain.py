@@ -1,23 +1,37 @@
-"""The C toolchain: find a compiler, build a shared library, cache it on disk by content hash.
+"""The C toolchain: find a compiler, build kernels into shared libraries in parallel shards, cache each kernel.
 
-The cache key is a hash of the source, the prelude, the flags and the compiler's identity (its resolved path,
-size and modification time: no process is started to identify it). Libraries are compiled into a temporary
-file in the cache directory and published with ``os.replace``, so concurrent processes never load a
-half-written file; an unchanged model runs no compiler.
+Each kernel is cached on its own, keyed by a hash of its source (with the GEMM variants it calls), the prelude,
+the shard template, the flags and the compiler's and host's identity: ``$GLOW_CACHE_DIR/glow_k_<key>.so`` is a
+symbolic link to the shard library that defines it. Kernels not in the cache are split into shards of similar
+size (as many as there are cores, fewer for little work), each one translation unit compiled by one compiler
+process straight into a shared library; the shards compile in parallel. Libraries are written to a temporary
+file in the cache directory and published with ``os.replace`` (links too), so concurrent processes never see a
+half-written file, and a model whose kernels are all cached runs no compiler.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import platform
+import resource
 import shlex
 import shutil
 import subprocess
 import tempfile
+import time
+from dataclasses import dataclass, field
 
 from glow_core.errors import BackendError
 
+from .codegen import TEMPLATES, KernelCode, gemm_source, prelude_text, template
+
 #: Number of compiler invocations in this process (tests use it to check cache hits).
 COMPILER_RUNS = 0
+
+#: Least source (characters) worth a compiler process of its own: a process costs about as much as compiling
+#: this much kernel code, so smaller work is not split across cores.
+MIN_SHARD_CHARS = 6000
 
 
 class ToolchainError(BackendError):
@@ -37,7 +51,8 @@ def find_compiler() -> list[str]:
         p = shutil.which(name)
         if p:
             return [p]
-    raise ToolchainError("no C compiler found: the cpu backend needs cc, gcc or clang on PATH (or $CC)")
+    raise ToolchainError("no C compiler found: the cpu backend needs cc, gcc or clang on PATH (or $CC); install "
+                         "one (Debian/Ubuntu: apt-get install gcc) or use --backend interpreter")
 
 
 def default_flags(num_threads: int) -> list[str]:
@@ -53,6 +68,14 @@ def cache_dir() -> str:
     return d
 
 
+def compile_jobs() -> int:
+    """Compiler processes to run at once: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 def _compiler_identity(cc: list[str]) -> str:
     path = os.path.realpath(shutil.which(cc[0]) or cc[0])
     try:
@@ -62,11 +85,8 @@ def _compiler_identity(cc: list[str]) -> str:
         return " ".join(cc)
 
 
-def _host_identity(flags) -> str:
-    """With -march=native the library depends on the host CPU: its model and feature flags join the key."""
-    if not any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags):
-        return ""
-    import platform
+@functools.lru_cache(maxsize=None)
+def _cpu_identity() -> str:
     ident = platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -80,47 +100,123 @@ def _host_identity(flags) -> str:
     return ident
 
 
-def build_shared(source: str, headers: dict[str, str], flags: list[str]) -> str:
-    """Path of a shared library built from ``source`` (with ``headers`` beside it), cached by content hash."""
-    cc = find_compiler()
+def _host_identity(flags) -> str:
+    """With -march=native the code depends on the host CPU: its model and feature flags join the key."""
+    if not any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags):
+        return ""
+    return _cpu_identity()
+
+
+@functools.lru_cache(maxsize=1)
+def _fixed_text() -> str:
+    with open(os.path.join(TEMPLATES, "shard.c.j2")) as f:
+        return prelude_text() + "\0" + f.read()
+
+
+def _hash(*parts: str) -> str:
     h = hashlib.sha256()
-    for part in (source, *[f"{k}\0{v}" for k, v in sorted(headers.items())], "\0".join(flags),
-                 _compiler_identity(cc), _host_identity(flags)):
+    for part in parts:
         h.update(part.encode())
         h.update(b"\0\1")
-    key = h.hexdigest()[:32]
+    return h.hexdigest()[:32]
+
+
+def kernel_keys(kernels: list[KernelCode], flags: list[str], cc: list[str]) -> dict[str, str]:
+    """Cache key of each kernel (by name): its source and GEMMs, prelude, flags, compiler and host."""
+    common = _hash(_fixed_text(), "\0".join(flags), _compiler_identity(cc), _host_identity(flags))
+    return {k.name: _hash(common, k.source, *[gemm_source(g) for g in k.gemms]) for k in kernels}
+
+
+def _shards(kernels: list[KernelCode], jobs: int) -> list[list[KernelCode]]:
+    """Kernels split into at most ``jobs`` shards of similar size (largest first, each to the lightest shard)."""
+    cost = {k.name: len(k.source) + sum(len(gemm_source(g)) for g in k.gemms) for k in kernels}
+    n = max(1, min(jobs, len(kernels), sum(cost.values()) // MIN_SHARD_CHARS))
+    shards: list[list[KernelCode]] = [[] for _ in range(n)]
+    load = [0] * n
+    for k in sorted(kernels, key=lambda k: -cost[k.name]):
+        i = load.index(min(load))
+        shards[i].append(k)
+        load[i] += cost[k.name]
+    return shards
+
+
+def _publish(src_path: str, dst: str):
+    fd, tmp = tempfile.mkstemp(prefix=".tmp_glow_", suffix=os.path.splitext(dst)[1], dir=os.path.dirname(dst))
+    os.close(fd)
+    shutil.copyfile(src_path, tmp)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, dst)
+
+
+def _link(target: str, link: str):
+    tmp = os.path.join(os.path.dirname(link), f".tmp_glow_{os.getpid()}_{os.path.basename(link)}")
+    try:
+        os.remove(tmp)
+    except FileNotFoundError:
+        pass
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+@dataclass
+class Build:
+    """What ``build_kernels`` did: the library of each kernel (by name), the kernels it compiled, in how many
+    shards (compiler processes), the seconds spent waiting for the compiler and the CPU seconds it used."""
+
+    paths: dict[str, str]
+    compiled: list[str] = field(default_factory=list)
+    shards: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+
+
+def build_kernels(kernels: list[KernelCode], flags: list[str], jobs: int | None = None) -> Build:
+    """The shared library defining each kernel, compiling the ones the cache lacks."""
+    cc = find_compiler()
     d = cache_dir()
-    lib = os.path.join(d, f"glow_{key}.so")
-    if os.path.exists(lib):
-        return lib
+    keys = kernel_keys(kernels, flags, cc)
+    paths = {k.name: os.path.join(d, f"glow_k_{keys[k.name]}.so") for k in kernels}
+    missing = [k for k in kernels if not os.path.exists(paths[k.name])]
+    build = Build(paths, [k.name for k in missing])
+    if not missing:
+        return build
     global COMPILER_RUNS
+    t0 = time.perf_counter()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory(prefix="glow_build_", dir=d) as work:
-        src = os.path.join(work, "module.c")
-        with open(src, "w") as f:
-            f.write(source)
-        for name, text in headers.items():
-            with open(os.path.join(work, name), "w") as f:
-                f.write(text)
-        tmp_out = os.path.join(work, "out.so")
-        cmd = cc + flags + ["-I", work, "-o", tmp_out, src, "-lm"]
-        COMPILER_RUNS += 1
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True)
-        except OSError as e:
-            raise ToolchainError(f"could not run the C compiler {cc[0]!r}: {e}") from None
-        if r.returncode != 0:
-            raise ToolchainError(f"C compilation failed ({' '.join(cmd[:1] + flags)}):\n{r.stderr[-4000:]}")
-        # Publish atomically: a temporary name in the cache directory itself, then os.replace.
-        fd, tmp_lib = tempfile.mkstemp(prefix=".tmp_glow_", suffix=".so", dir=d)
-        os.close(fd)
-        shutil.copyfile(tmp_out, tmp_lib)
-        os.chmod(tmp_lib, 0o755)
-        os.replace(tmp_lib, lib)
-        try:
-            fd, tmp_src = tempfile.mkstemp(prefix=".tmp_glow_", suffix=".c", dir=d)
-            with os.fdopen(fd, "w") as f:
+        with open(os.path.join(work, "glow_prelude.h"), "w") as f:
+            f.write(prelude_text())
+        procs = []
+        for i, shard in enumerate(_shards(missing, jobs or compile_jobs())):
+            gemms = sorted({g for k in shard for g in k.gemms})
+            source = template("shard.c.j2").render(kernels=[gemm_source(g) for g in gemms] +
+                                                   [k.source for k in shard])
+            src, out = os.path.join(work, f"shard{i}.c"), os.path.join(work, f"shard{i}.so")
+            with open(src, "w") as f:
                 f.write(source)
-            os.replace(tmp_src, os.path.join(d, f"glow_{key}.c"))
-        except OSError:
-            pass
-    return lib
+            cmd = cc + flags + ["-I", work, "-o", out, src, "-lm"]
+            COMPILER_RUNS += 1
+            try:
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            except OSError as e:
+                raise ToolchainError(f"could not run the C compiler {cc[0]!r}: {e}") from None
+            procs.append((shard, src, out, proc))
+        build.shards = len(procs)
+        failed = None
+        for shard, src, out, proc in procs:
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                failed = failed or (proc.args, err)
+                continue
+            lib_name = f"glow_lib_{_hash(*sorted(keys[k.name] for k in shard))}"
+            _publish(out, os.path.join(d, lib_name + ".so"))
+            _publish(src, os.path.join(d, lib_name + ".c"))
+            for k in shard:
+                _link(lib_name + ".so", paths[k.name])
+        if failed:
+            cmd, err = failed
+            raise ToolchainError(f"C compilation failed ({' '.join(cmd[:1] + flags)}):\n{err[-4000:]}")
+    build.seconds = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    build.cpu_seconds = ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime
+    return build

@@ -1,17 +1,18 @@
 """``glowc fuzz``: the command line of the differential fuzzer (exit status 1 when it found something)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
+from ..discovery import get_backend
 from ..errors import GlowError
+from .driver import fuzz, replay
+from .generator import drawable_ops
 
 
-def add_parser(sub):
-    f = sub.add_parser("fuzz", help="differential fuzzing of a backend against a reference, with shrinking",
-                       description="Generate random valid ONNX graphs, run them on BACKEND and on the reference, "
-                                   "shrink every failure to a minimal model written to --out. Exit status 1 when "
-                                   "something was found.")
-    f.add_argument("--backend", required=True, help="backend under test (name or module:attr)")
+def add_arguments(f, backend_help: str):
+    """The options of ``glowc fuzz`` on its subparser ``f``."""
+    f.add_argument("--backend", required=True, help="backend under test: " + backend_help)
     f.add_argument("--against", default="interpreter", choices=("interpreter", "onnxruntime"),
                    help="the reference (default: the reference interpreter)")
     f.add_argument("--seconds", type=float, default=60.0, help="time budget of the generation loop")
@@ -27,19 +28,14 @@ def add_parser(sub):
     f.add_argument("--shrink-seconds", type=float, default=120.0, help="time budget of shrinking one failure")
     f.add_argument("--replay", metavar="MODEL.onnx", help="run a written failure again (inputs from "
                                                          "MODEL.inputs.npz) instead of fuzzing")
-    return f
 
 
 def run(args) -> int:
-    from .driver import fuzz, replay
+    """Fuzz (or replay) as ``args`` say; print the summary; 1 when anything was found, else 0."""
     if args.backend == args.against:
         raise GlowError(f"--backend {args.backend} and --against {args.against} are the same: nothing to compare")
-    if args.against == "onnxruntime":
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            raise GlowError("--against onnxruntime needs the onnxruntime package (pip install onnxruntime)") from None
-    from ..registry import get_backend
+    if args.against == "onnxruntime" and importlib.util.find_spec("onnxruntime") is None:
+        raise GlowError("--against onnxruntime needs the onnxruntime package (pip install onnxruntime)")
     get_backend(args.backend)  # an unknown backend fails here, with the list of installed ones
     if args.replay:
         if not os.path.exists(args.replay):
@@ -48,7 +44,6 @@ def run(args) -> int:
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] if args.ops else None
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else None
     try:
-        from .generator import drawable_ops
         drawable_ops(ops)
     except KeyError as e:
         raise GlowError(f"--ops: {e} is not an op the importer accepts (see glow_core.ops.registry.OPS)") from None
@@ -64,4 +59,4 @@ def run(args) -> int:
     return 1 if s.findings else 0
 
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx.defs
+from onnx import numpy_helper
 
 from ..types import dtype as gdtype
 from .recipes import F, I
@@ -400,7 +401,6 @@ def compress(d, op, r):
 def constant_of_shape(d, op, r):
     s = d.shape()
     dt = gdtype(str(d.rng.choice(r.dtypes)))
-    from onnx import numpy_helper
     return [d.const(np.asarray(s, np.int64))], {"value": numpy_helper.from_array(
         np.asarray([d.rng.uniform(-3, 3)]).astype(dt.np), "value")}, 1
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ops.registry import OPS, _load
+from ..ops.registry import OPS
 from ..types import dtype as gdtype
 from .families import FAMILIES
 from .recipes import OMIT, RECIPES, SKIP, Recipe
@@ -251,12 +251,12 @@ def _rank_p(lo, hi):
 
 
 def drawable_ops(ops=None) -> dict[str, Recipe]:
-    """op -> recipe for every op the importer accepts (minus ``SKIP``), or for ``ops`` only."""
-    _load()
-    names = [o for o in OPS if o not in SKIP] if not ops else list(ops)
+    """op -> recipe for every ONNX (ai.onnx) op the importer accepts (minus ``SKIP``), or for ``ops`` only."""
+    onnx_ops = [o for o, d in OPS.items() if not d.domain]
+    names = [o for o in onnx_ops if o not in SKIP] if not ops else list(ops)
     out = {}
     for o in names:
-        if o not in OPS:
+        if o not in onnx_ops:
             raise KeyError(o)
         out[o] = RECIPES.get(o) or Recipe("generic", ("float32", "float16", "float64", "int32", "int64", "int8",
                                                       "uint8", "bool"))

@@ -1,6 +1,6 @@
 """Importer fuzzing: structure-aware mutants of real models must compile and run or raise a GlowError.
 
-Seeds are the repository's models (``glow_core.models``, small configurations) and the models of ONNX's node
+Seeds are the repository's models (``glow_core.example_models``, small configurations) and the models of ONNX's node
 suite (``onnx.backend.test.case.node``, collected once and cached under the compile cache folder). A mutant
 changes one to three protobuf fields: dims, element types, attribute values and types, raw_data lengths,
 graph wiring (a node reads another value, a missing one, or its own output), opset versions and domains,
@@ -15,35 +15,39 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import time
+import warnings
 from collections import Counter
 
 import numpy as np
 import onnx
+from onnx.backend.test.case import node
 
+from .. import example_models as models
+from ..api import compile as glow_compile
+from ..errors import GlowError
 from . import runner
 
 BUG_PREFIXES = ("exception", "crash", "hang", "glow-error-empty")
 
 
 def repository_models() -> list[bytes]:
-    from .. import models
+    """The repository's example models in small configurations, serialized."""
     ms = [models.cnn(seed=1), models.linear_sigmoid(seed=1),
           models.resnet(seed=1, size=8, widths=(4, 8), blocks=1), models.mlp(seed=1, batch=2, sizes=(6, 5, 3)),
-          models.bert_encoder(seed=1, batch=1, seq=4, hidden=8, heads=2, layers=1)
-          if "layers" in models.bert_encoder.__code__.co_varnames else models.bert_encoder(seed=1, batch=1, seq=4,
-                                                                                             hidden=8, heads=2)]
+          models.bert_encoder(seed=1, batch=1, seq=4, hidden=8, heads=2, layers=1, ffn=16)]
     return [m.SerializeToString() for m in ms]
 
 
 def node_suite_models(cache_dir: str | None = None) -> list[bytes]:
     """Models of ONNX's node suite (one per case), cached as files per onnx version (collecting takes ~40 s)."""
-    from glow_cpu.toolchain import cache_dir as default_cache
-    d = os.path.join(cache_dir or default_cache(), f"onnx_node_models_{onnx.__version__}")
+    # by default beside the CPU backend's compile cache ($GLOW_CACHE_DIR or ~/.cache/glow_kit)
+    base = cache_dir or os.environ.get("GLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                           "glow_kit")
+    d = os.path.join(base, f"onnx_node_models_{onnx.__version__}")
     done = os.path.join(d, "complete")
     if not os.path.exists(done):
-        import warnings
-        from onnx.backend.test.case import node
         os.makedirs(d, exist_ok=True)
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
@@ -235,10 +239,8 @@ def mutate(seed_bytes: bytes, rng) -> tuple[bytes, list[str]]:
 def compile_and_run(path: str, backend: str = "interpreter") -> tuple[str, str]:
     """In the child: compile the file and run it on seeded inputs; (outcome class, message). Exceptions other
     than GlowError propagate (the runner classifies them as bugs)."""
-    import glow_core
-    from ..errors import GlowError
     try:
-        cm = glow_core.compile(path, backend)
+        cm = glow_compile(path, backend)
         rng = np.random.default_rng(0)
         inputs = {}
         for nm, _, dims in cm.specs:
@@ -259,7 +261,6 @@ def compile_and_run(path: str, backend: str = "interpreter") -> tuple[str, str]:
 def fuzz_importer(seconds=60.0, seed=0, backend="interpreter", out_dir=None, seeds=None, timeout=20.0,
                   memory_limit=2 << 30, max_mutants=None, log=None):
     """Mutate seeds for ``seconds``; returns (outcome counts, mutation counts, bugs: list of (class, file, msg))."""
-    import tempfile
     seeds = seeds if seeds is not None else repository_models()
     outcomes, kinds, bugs = Counter(), Counter(), []
     work = tempfile.mkdtemp(prefix="glow-importer-fuzz-")

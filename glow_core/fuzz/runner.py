@@ -11,15 +11,21 @@ terabytes of shadow memory).
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import traceback
+from importlib import import_module
 from multiprocessing.connection import Connection
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
+
+from ..api import compile as glow_compile
+from ..errors import GlowError, UnsupportedOpError
 
 #: Outcome kinds of one job.
 OK, GLOW_ERROR, UNSUPPORTED, EXCEPTION, CRASH, HANG = "ok", "glow-error", "unsupported", "exception", "crash", "hang"
@@ -62,7 +68,6 @@ def _run_onnxruntime(model_bytes, inputs):
 def _call(target, args):
     """``call`` jobs: run ``module:function(*args)`` in the child (onnx's C++ checker and shape inference abort
     the process on some invalid models: they never run in the fuzzer's own process)."""
-    from importlib import import_module
     mod, _, fn = target.partition(":")
     try:
         return Outcome(OK, getattr(import_module(mod), fn)(*args))
@@ -73,11 +78,9 @@ def _call(target, args):
 
 def _job(kind, backend, model_bytes, inputs, options):
     """One job inside the child; returns an Outcome (never raises)."""
-    from ..errors import GlowError, UnsupportedOpError
     if kind == "call":
         return _call(backend, model_bytes)
     if options.pop("check", False):
-        import onnx
         try:
             onnx.checker.check_model(onnx.load_from_string(model_bytes), full_check=True)
         except Exception as e:  # noqa: BLE001  (an invalid model: the reference rejects it)
@@ -85,8 +88,7 @@ def _job(kind, backend, model_bytes, inputs, options):
     try:
         if backend == "onnxruntime":
             return Outcome(OK, _run_onnxruntime(model_bytes, inputs))
-        import glow_core
-        cm = glow_core.compile(model_bytes, backend, **options)
+        cm = glow_compile(model_bytes, backend, **options)
         if kind == "compile":
             return Outcome(OK)
         outs = cm.run(inputs)
@@ -104,7 +106,6 @@ def _job(kind, backend, model_bytes, inputs, options):
 
 def _serve(conn, memory_limit):
     if memory_limit:
-        import resource
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     while True:

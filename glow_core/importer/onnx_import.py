@@ -1,10 +1,13 @@
 """ONNX importer: ModelProto -> Function of high-level nodes with static types.
 
-Handles the ai.onnx domain from opset 7 to the newest the installed onnx knows,
+Handles the ai.onnx domain from opset 7 to the newest the installed onnx knows
+(and the custom domains registered with ``glow_core.ops.custom_op``),
 initializers and Constant nodes, attribute defaults from ONNX's schema for the
 model's opset, symbolic dimensions (given concrete values) and inputs that feed
-shape operands (given as constants: *specialization*). Nodes whose inputs are
-all constant are evaluated here (constant folding at import).
+shape operands (given as constants: *specialization*). Every node, in the main
+graph and in subgraph bodies (which become ``Function`` attributes), is built
+by ``glow_core.builder.build_node``: nodes whose inputs are all constant are
+evaluated here (constant folding at import).
 """
 from __future__ import annotations
 
@@ -15,14 +18,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..builder import infer_node_types, lower_node
-from ..errors import (GlowError, ImportError_, MemoryLimitError, ModelLoadError, NeedsSpecialization, ShapeError,
-                      UnsupportedOpError)
-from ..graph import Function, Node
-from ..ops.registry import get_op
+from ..builder import build_node
+from ..errors import GlowError, ImportError_, MemoryLimitError, ModelLoadError, ShapeError, UnsupportedOpError
+from ..graph import OUTER, Function, Node, Value
+from ..ops.registry import OPS, REQUIRED, get_op
 from ..types import TensorType, dtype
-from .subgraph import OUTER, all_nodes, node_reads, outer_scope_names
+from .subgraph import all_nodes, node_reads, outer_scope_names
 
+#: What to do with a file that is not an ONNX model.
+GIVE_ONNX = "give an ONNX model file (.onnx, as torch.onnx.export or onnx.save write it)"
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
 #: Largest element count of one tensor (2^48: beyond any host's memory, far below int64 overflow).
@@ -45,19 +49,23 @@ def load_model(model) -> tuple[onnx.ModelProto, str | None]:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError as e:
-            raise ModelLoadError(f"cannot read model file '{path}': {e.strerror}") from None
+            raise ModelLoadError(f"cannot read model file '{path}': {e.strerror}; check the path") from None
         base_dir = os.path.dirname(os.path.abspath(path))
     else:
         raise ModelLoadError(f"model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     if not data:
-        raise ModelLoadError(f"{where}: empty file, expected an ONNX ModelProto")
+        raise ModelLoadError(f"{where}: empty file, expected an ONNX ModelProto; {GIVE_ONNX}")
+    if data[:4] == b"PK\x03\x04":
+        raise ModelLoadError(f"{where}: a zip archive (a PyTorch checkpoint as torch.save writes it?), not an ONNX "
+                             f"model; export it with torch.onnx.export(model, args, 'model.onnx'), or compile the "
+                             f"module itself: glow_core.compile(module, backend, example_inputs=(x, ...))")
     m = onnx.ModelProto()
     try:
         m.ParseFromString(data)
     except Exception as e:  # noqa: BLE001  (protobuf's DecodeError and friends)
-        raise ModelLoadError(f"{where}: not a valid ONNX protobuf ({type(e).__name__}: {e})") from None
+        raise ModelLoadError(f"{where}: not a valid ONNX protobuf ({type(e).__name__}: {e}); {GIVE_ONNX}") from None
     if not m.HasField("graph") or (not m.graph.node and not m.graph.output):
-        raise ModelLoadError(f"{where}: parsed, but holds no graph (truncated or not an ONNX model?)")
+        raise ModelLoadError(f"{where}: parsed, but holds no graph (truncated or not an ONNX model?); {GIVE_ONNX}")
     bad = _non_utf8_string(m)
     if bad is not None:
         raise ModelLoadError(f"{where}: string field {bad[0]} is not valid UTF-8 ({bad[1][:40]!r}); "
@@ -148,18 +156,6 @@ def _attr_value(a: onnx.AttributeProto):
     return v
 
 
-def attrs_to_proto(attrs: dict) -> dict:
-    """Attributes as keyword arguments for ``helper.make_node`` (inverse of import)."""
-    out = {}
-    for k, v in attrs.items():
-        if v is None:
-            continue
-        if isinstance(v, np.ndarray):
-            v = numpy_helper.from_array(v)
-        out[k] = v
-    return out
-
-
 def node_attrs(node: onnx.NodeProto, opset: int, where: str) -> dict:
     """The node's attributes with ONNX's defaults for this opset filled in."""
     try:
@@ -172,6 +168,11 @@ def node_attrs(node: onnx.NodeProto, opset: int, where: str) -> dict:
             raise ImportError_(f"{where}: {node.op_type} has {n_in} inputs and {n_out} outputs; the schema (opset "
                                f"{opset}) accepts {schema.min_input} to {schema.max_input} inputs and "
                                f"{schema.min_output} to {schema.max_output} outputs")
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        for i, (name, formal) in enumerate(zip(node.input, schema.inputs)):
+            if not name and formal.option == single:
+                raise ImportError_(f"{where}: input {i} ('{formal.name}') of {node.op_type} is required but given "
+                                   f"as '' (absent); only optional inputs may be left empty")
         for a in node.attribute:
             if a.name not in schema.attributes:
                 raise ImportError_(f"{where}: unknown attribute '{a.name}' for {node.op_type} at opset {opset}; "
@@ -305,7 +306,7 @@ def _toposort_nodes(g) -> list:
         while stack:
             i, k = stack.pop()
             n = g.node[i]
-            ins = [x for x in n.input if x in produced]
+            ins = [x for x in node_reads(n) if x in produced]  # subgraphs' outer-scope reads too
             if k < len(ins):
                 stack.append((i, k + 1))
                 j = produced[ins[k]]
@@ -336,7 +337,7 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
     constants = constants or {}
     opset = model_opset(m)
     fn = Function(m.graph.name or name)
-    env: dict[str, object] = {}
+    env: dict[str, Value] = {}
     for nm, elem, dims in graph_input_specs(m):
         try:
             dt = dtype(elem)
@@ -362,34 +363,7 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
             env[t.name] = fn.constant(tensor_to_array(t), t.name or "init")
     if len(m.graph.sparse_initializer):
         raise UnsupportedOpError(f"sparse initializer '{m.graph.sparse_initializer[0].values.name}' is not supported")
-
-    for idx, n in enumerate(_toposort_nodes(m.graph)):
-        where = f"node '{n.name or n.op_type + '_' + str(idx)}' ({n.op_type})"
-        if n.domain not in ("", "ai.onnx", "ai.onnx.preview"):
-            raise UnsupportedOpError(f"{where}: domain '{n.domain}' is not supported; accepted: ai.onnx, "
-                                     f"ai.onnx.preview")
-        d = get_op(n.op_type)
-        if d is None:
-            raise UnsupportedOpError(f"{where}: op {n.op_type} is not supported by the importer")
-        ins = []
-        for i, x in enumerate(n.input):
-            if not x:
-                ins.append(None)
-            elif x not in env:
-                raise ImportError_(f"{where}: input {i} '{x}' is not defined by any node, initializer or graph input")
-            else:
-                ins.append(env[x])
-        while ins and ins[-1] is None:
-            ins.pop()
-        attrs = node_attrs(n, opset, where)
-        outer = outer_scope_names(n, env)  # values its subgraphs read become explicit inputs
-        if outer:
-            ins, attrs[OUTER] = ins + [env[x] for x in outer], outer
-        node = Node(n.op_type, ins, attrs, [], _node_name(n, idx), opset)
-        outs = _build(fn, node, len(n.output), where)
-        for o, v in zip(n.output, outs):
-            if o:
-                env[o] = v
+    _import_nodes(fn, m.graph, env, opset)
     outputs, names = [], []
     for vi in m.graph.output:
         if vi.name not in env:
@@ -404,39 +378,117 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
     return fn
 
 
+ONNX_DOMAINS = ("", "ai.onnx", "ai.onnx.preview")
+
+
+def _op_of(n: onnx.NodeProto, where: str):
+    """The OpDef of an ONNX node: an ai.onnx op, or a custom op registered for the node's domain."""
+    d = get_op(n.op_type)
+    if n.domain not in ONNX_DOMAINS:
+        custom = sorted({o.domain for o in OPS.values() if o.domain})
+        if n.domain not in custom:
+            raise UnsupportedOpError(f"{where}: domain '{n.domain}' is not supported; accepted: ai.onnx, "
+                                     f"ai.onnx.preview" + (f", and the registered custom domains "
+                                                           f"{', '.join(custom)}" if custom else "")
+                                     + " (register a custom op with glow_core.ops.custom_op)")
+        if d is None or d.domain != n.domain:
+            raise UnsupportedOpError(f"{where}: op {n.op_type} is not registered in domain '{n.domain}'; it has "
+                                     f"{', '.join(sorted(o.name for o in OPS.values() if o.domain == n.domain))}")
+        return d
+    if d is None or d.domain:
+        raise UnsupportedOpError(f"{where}: op {n.op_type} is not supported by the importer")
+    return d
+
+
+def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, template: bool = False):
+    """Build every node of ``g`` into ``fn`` through ``build_node``, reading and extending ``env`` (ONNX name
+    -> Value). Subgraph attributes become body Functions (``_import_body``)."""
+    for idx, n in enumerate(_toposort_nodes(g)):
+        name = _node_name(n, idx)
+        where = f"node '{name}' ({n.op_type})"
+        d = _op_of(n, where)
+        ins = []
+        for i, x in enumerate(n.input):
+            if not x:
+                ins.append(None)
+            elif x not in env:
+                raise ImportError_(f"{where}: input {i} '{x}' is not defined by any node, initializer or "
+                                   f"{'subgraph input or outer-scope value' if template else 'graph input'}")
+            else:
+                ins.append(env[x])
+        while ins and ins[-1] is None:
+            ins.pop()
+        attrs = custom_attrs(n, d, where) if d.domain else node_attrs(n, opset, where)
+        outer = outer_scope_names(n, env)  # values its subgraphs read become explicit inputs
+        for k, a in list(attrs.items()):
+            if isinstance(a, onnx.GraphProto):
+                attrs[k] = _import_body(a, outer, env, opset, f"subgraph '{a.name}' ({k}) of {where}")
+        if outer:
+            ins, attrs[OUTER] = ins + [env[x] for x in outer], outer
+        node = Node(n.op_type, ins, attrs, [], name, opset)
+        outs = build_node(fn, node, len(n.output), template=template)
+        for o, v in zip(n.output, outs):
+            if o:
+                env[o] = v
+
+
+def _import_body(g: onnx.GraphProto, outer: list[str], env: dict, opset: int, where: str) -> Function:
+    """A subgraph as a closed body Function: its formal inputs (typed as declared, when the declaration is
+    complete), then one input per captured outer-scope name, its nodes built like the main graph's (a node whose
+    types depend on values bound only at inlining stays untyped), and its outputs."""
+    body = Function(g.name or "body")
+    benv: dict[str, Value] = {}
+    for vi in g.input:
+        benv[vi.name] = body.add_input(vi.name, _declared_type(vi))
+    for x in outer:
+        if x not in benv:  # a formal input shadows an outer name of the same name
+            benv[x] = body.add_input(x, env[x].type)
+        else:
+            body.add_input(x, env[x].type)  # unused, but the inputs line up with the node's captures
+    for t in g.initializer:
+        benv[t.name] = body.constant(tensor_to_array(t), t.name or "init")
+    try:
+        _import_nodes(body, g, benv, opset, template=True)
+    except GlowError as e:  # the same error, placed: which subgraph of which node
+        e.args = (f"{where}: {e.args[0] if e.args else ''}",) + e.args[1:]
+        raise
+    missing = [o.name for o in g.output if o.name not in benv]
+    if missing:
+        raise ImportError_(f"{where}: output(s) {missing} are not produced")
+    body.set_outputs([benv[o.name] for o in g.output], [o.name for o in g.output])
+    return body
+
+
+def _declared_type(vi: onnx.ValueInfoProto) -> TensorType | None:
+    """A subgraph input's declared type when it is a tensor with every dim given, else None (decided when the
+    body is inlined)."""
+    kind = vi.type.WhichOneof("value")
+    if kind is None:
+        return None  # no type declared: the bound value's
+    if kind != "tensor_type":
+        raise UnsupportedOpError(f"subgraph input '{vi.name}' is a {kind.replace('_type', '')}, not a tensor "
+                                 f"(sequence, map and optional values are not supported)")
+    tt = vi.type.tensor_type
+    if not tt.elem_type or not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+        return None
+    try:
+        return TensorType(dtype(tt.elem_type), tuple(d.dim_value for d in tt.shape.dim))
+    except GlowError as e:
+        raise UnsupportedOpError(f"subgraph input '{vi.name}': {e}") from None
+
+
+def custom_attrs(node: onnx.NodeProto, d, where: str) -> dict:
+    """A custom-domain node's attributes with the defaults its record declares."""
+    attrs = {a.name: _attr_value(a) for a in node.attribute}
+    unknown = sorted(set(attrs) - set(d.attrs))
+    if unknown:
+        raise ImportError_(f"{where}: unknown attribute(s) {unknown} for {d.domain}.{d.name}; accepted: "
+                           f"{', '.join(sorted(d.attrs)) or 'none'}")
+    missing = [k for k, default in d.attrs.items() if default is REQUIRED and k not in attrs]
+    if missing:
+        raise ImportError_(f"{where}: required attribute(s) {missing} of {d.domain}.{d.name} are missing")
+    return {k: attrs.get(k, default) for k, default in d.attrs.items()}
+
+
 def _node_name(n, idx):
     return n.name or f"{n.op_type}_{idx}"
-
-
-def _build(fn: Function, node: Node, n_out: int, where: str):
-    d = get_op(node.op)
-    all_const = all(v is None or v.is_const for v in node.inputs)
-    try:
-        if (all_const or node.op in _SHAPE_ONLY) and not d.is_extended:
-            return lower_node(fn, node, fold=True, n_outputs=n_out)
-        if all_const and d.kernel is not None and node.op not in _NO_FOLD:
-            from ..ops.extended import run_extended
-            arrays = run_extended(node.op, [None if v is None else v.const for v in node.inputs], node.attrs)
-            return [fn.constant(np.ascontiguousarray(a).reshape(np.shape(a)), node.name) for a in arrays[:n_out]]
-        types = infer_node_types(node, n_out)
-    except (GlowError, NeedsSpecialization):
-        raise
-    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError, OverflowError, AttributeError) as e:
-        raise ShapeError(f"{where}: cannot import with inputs "
-                         f"{[str(v.type) if v is not None else None for v in node.inputs]}: "
-                         f"{type(e).__name__}: {e}") from None
-    except MemoryError:
-        raise MemoryLimitError(f"{where}: out of host memory computing its value at compile time (inputs "
-                               f"{[str(v.type) if v is not None else None for v in node.inputs]})") from None
-    fn.nodes.append(node)
-    for i, t in enumerate(types):
-        from ..graph import Value
-        node.outputs.append(Value(fn.unique_name(node.name + (f"_{i}" if len(types) > 1 else "")), t, "node", node))
-    return node.outputs
-
-
-# Ops whose value depends only on the static input shapes: always constants.
-_SHAPE_ONLY = {"Shape", "Size", "EyeLike"}
-
-# Ops whose value must not be computed at compile time (random generators).
-_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}

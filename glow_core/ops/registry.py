@@ -1,24 +1,37 @@
-"""The two declarative registries: primitives and high-level (ONNX) ops.
+"""The two declarative registries: primitives and high-level (ONNX and custom) ops.
 
-A *primitive* is one of the small closed set every backend implements. Its
-``PrimitiveDef`` gives its inputs, attributes with defaults, accepted dtypes,
-shape/dtype rule (``infer``) and documentation; its reference kernel lives in
-``glow_interpreter.kernels`` under the same name.
+A *primitive* is one of the small closed set every backend implements. Its ``PrimitiveDef`` is the one
+record of everything known about it: inputs, attributes with defaults, accepted dtypes, shape/dtype rule,
+flags, the conformance tolerance class, documentation and the reference kernel. The interpreter, the CPU
+backend, the conformance suite and ``vendor_guide/primitives.md`` derive from it.
 
-A *high-level op* is an ONNX op type. Its ``OpDef`` gives the lowering into
-primitives (a Python function over a ``Builder``) or, for an *extended op*, a
-numpy kernel plus the reason it stays whole. Attribute defaults come from
-ONNX's own schema for the model's opset version.
+A *high-level op* is an ONNX op type (or a vendor's custom op). Its ``OpDef`` gives the lowering into
+primitives (a Python function over the ``Builder`` it is handed) or, for an *extended op* kept whole, a
+numpy kernel with its shape rule and the reason it is not lowered. Attribute defaults of ONNX ops come from
+ONNX's own schema for the model's opset version; custom ops declare theirs.
+
+This module holds the records and how to register and evaluate them; the records themselves are registered
+by the modules of ``glow_core.ops.primitives`` and ``glow_core.ops.onnx_ops`` (importing ``glow_core.ops``
+loads them all).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import ShapeError, UnsupportedOpError
+import ml_dtypes
+import numpy as np
+
+from ..errors import GlowError, ShapeError
 from ..types import TensorType
 
 REQUIRED = object()
+
+#: Low-precision floats: a primitive that computes (not one that only moves data) runs on them in float32
+#: and rounds its results once to the result type.
+LOW_FLOATS = frozenset(np.dtype(t) for t in (ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3fn,
+                                              ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
+                                              ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn))
 
 
 @dataclass
@@ -26,16 +39,23 @@ class PrimitiveDef:
     """One primitive: the contract between the compiler and every backend."""
 
     name: str
-    family: str  # elementwise | cast | matmul | conv | pool | reduce | movement | index
+    family: str  # the section of primitives.md: elementwise | cast | matmul | conv | pool | reduce | movement | index
     inputs: tuple[str, ...]
     attrs: dict[str, Any]
     dtypes: tuple[str, ...]  # accepted dtypes of the first input
-    infer: Callable[..., list[TensorType]]
+    shape_rule: Callable[..., list[TensorType]]  # (input types, **attrs) -> output types; raises ShapeError
+    kernel: Callable  # the reference kernel: (*arrays, **attrs) -> array or tuple of arrays
     doc: str
+    tolerance: str  # the conformance suite's tolerance class (a key of glow_conformance.checker.TOLERANCES)
     variadic: bool = False
-    optional_inputs: int = 0
+    elementwise: bool = False  # data-parallel: output element i depends only on input elements i
+    inplace: bool = False  # may write its output over an input buffer of the same size (IR buffer sharing)
+    movement: bool = False  # only moves, selects, reinterprets or converts elements: computed in the operands'
+    #                         own dtypes (never in float32) and runs on storage-only 1-byte types
+    exact: bool = False  # the result must be bit-exact on every dtype
 
     def normalize_attrs(self, attrs: dict, where: str) -> dict:
+        """``attrs`` with defaults filled in; ShapeError naming ``where`` for unknown or missing ones."""
         out = {}
         for k in attrs:
             if k not in self.attrs:
@@ -50,90 +70,122 @@ class PrimitiveDef:
                 out[k] = default
         return out
 
+    def out_types(self, in_types: list[TensorType], attrs: dict) -> list[TensorType]:
+        """Output types for these input types and attributes (keys starting with ``_`` are backend
+        annotations, such as a fused activation, not semantics)."""
+        return self.shape_rule(list(in_types), **{k: v for k, v in attrs.items() if not k.startswith("_")})
+
+    def bind(self, attrs: dict, in_dtypes, out_dtypes) -> Callable[..., list[np.ndarray]]:
+        """The reference kernel with fixed attributes, for operands of ``in_dtypes``.
+
+        The one dtype rule shared by all kernels: low-precision float operands of a primitive that computes
+        are computed in float32 and the results rounded once to ``out_dtypes``."""
+        kernel = self.kernel
+        upcast = not self.movement and any(np.dtype(d) in LOW_FLOATS for d in in_dtypes)
+        out_dtypes = [np.dtype(d) for d in out_dtypes]
+
+        def run(*arrays):
+            if upcast:
+                arrays = [a.astype(np.float32) if a.dtype in LOW_FLOATS else a for a in arrays]
+            out = kernel(*arrays, **attrs)
+            outs = out if isinstance(out, tuple) else (out,)
+            return [o if o.dtype == d else o.astype(d) for o, d in zip(map(np.asarray, outs), out_dtypes)]
+        return run
+
+    def run(self, arrays, attrs: dict, out_dtypes=None) -> list[np.ndarray]:
+        """Evaluate once (see ``bind``) on numpy arrays; ``out_dtypes`` defaults to the shape rule's."""
+        arrays = [np.asarray(a) for a in arrays]
+        if out_dtypes is None:
+            types = self.out_types([TensorType(a.dtype, a.shape) for a in arrays], attrs)
+            out_dtypes = [t.dtype.np for t in types]
+        with np.errstate(all="ignore"):
+            return self.bind(attrs, [a.dtype for a in arrays], out_dtypes)(*arrays)
+
 
 @dataclass
 class OpDef:
-    """One high-level op: an ONNX op type with its lowering or extended-op kernel."""
+    """One high-level op: an ONNX (or custom-domain) op type with its lowering, or kept whole with its kernel."""
 
     name: str
-    lower: Callable | None = None
-    kernel: Callable | None = None  # extended ops: numpy implementation (arrays, **attrs) -> arrays
-    infer: Callable | None = None  # extended ops: (input types, attrs, const values) -> out types
+    lower: Callable | None = None  # (builder, *inputs, **attrs) -> output Value(s)
+    kernel: Callable | None = None  # kept-whole ops: numpy reference (*arrays, **attrs) -> array(s)
+    shape_rule: Callable | None = None  # kept-whole ops: (builder, *inputs, **attrs) -> output TensorTypes
     const_inputs: tuple[int, ...] = ()  # inputs whose *values* determine shapes
-    extended_reason: str = ""
+    extended_reason: str = ""  # why a kept-whole op is not lowered
     doc: str = ""
-    dtypes: tuple[str, ...] | None = None
-    domain: str = ""
+    domain: str = ""  # "" for ai.onnx; a vendor's own domain for custom ops
+    attrs: dict[str, Any] = field(default_factory=dict)  # custom ops: attribute defaults (ONNX ops: the schema's)
+    dtypes: tuple[str, ...] | None = None  # custom ops: accepted dtypes of the first input
+    cases: tuple = ()  # custom ops: conformance case specs (see glow_core.ops.custom)
+    shape_only: bool = False  # the value depends only on the static input shapes: always a constant
+    foldable: bool = True  # False for ops whose value must not be computed at compile time (random, stateful)
 
     @property
     def is_extended(self) -> bool:
+        """Kept whole (a numpy kernel, no lowering): extended and custom ops."""
         return self.lower is None
+
+    def run(self, arrays, attrs: dict) -> list[np.ndarray]:
+        """Evaluate a kept-whole op's kernel once (None in the places of missing optional inputs)."""
+        with np.errstate(all="ignore"):
+            out = self.kernel(*arrays, **attrs)
+        return [np.asarray(x) for x in (out if isinstance(out, (tuple, list)) else [out])]
 
 
 PRIMITIVES: dict[str, PrimitiveDef] = {}
 OPS: dict[str, OpDef] = {}
 
 
-def primitive(name, family, inputs, dtypes, infer, doc, attrs=None, variadic=False, optional_inputs=0):
-    """Register a primitive (called once per primitive from ``primitives.py``)."""
+def primitive(name, family, inputs, dtypes, shape_rule, kernel, doc, *, tolerance, attrs=None, variadic=False,
+              elementwise=False, inplace=None, movement=False, exact=False) -> PrimitiveDef:
+    """Register a primitive: its record, with its reference kernel (``inplace`` defaults to ``elementwise``)."""
     if name in PRIMITIVES:
-        raise ValueError(f"primitive {name} defined twice")
-    PRIMITIVES[name] = PrimitiveDef(name, family, tuple(inputs), dict(attrs or {}), tuple(dtypes), infer,
-                                    doc, variadic, optional_inputs)
+        raise GlowError(f"primitive {name} is defined twice")
+    if not callable(kernel):
+        raise GlowError(f"primitive {name}: the reference kernel must be a function, got {kernel!r}")
+    PRIMITIVES[name] = PrimitiveDef(name, family, tuple(inputs), dict(attrs or {}), tuple(dtypes), shape_rule,
+                                    kernel, doc, tolerance, variadic, elementwise,
+                                    elementwise if inplace is None else inplace, movement, exact)
     return PRIMITIVES[name]
 
 
-def onnx_op(*names, const_inputs=(), doc="", dtypes=None):
+def register_op(d: OpDef) -> OpDef:
+    """Add a high-level op record; a name is registered once, across all domains."""
+    if d.name in OPS or d.name in PRIMITIVES:
+        other = OPS.get(d.name)
+        where = f"in domain '{other.domain or 'ai.onnx'}'" if other else "as a primitive"
+        raise GlowError(f"op {d.name} is already defined {where}; give the new op a name of its own")
+    OPS[d.name] = d
+    return d
+
+
+def onnx_op(*names, const_inputs=(), doc="", shape_only=False):
     """Decorator registering the lowering of one or more ONNX op types."""
     def deco(fn):
         for n in names:
-            if n in OPS:
-                raise ValueError(f"op {n} defined twice")
-            OPS[n] = OpDef(n, lower=fn, const_inputs=tuple(const_inputs), doc=doc or (fn.__doc__ or "").strip(),
-                           dtypes=dtypes)
+            register_op(OpDef(n, lower=fn, const_inputs=tuple(const_inputs), doc=doc or (fn.__doc__ or "").strip(),
+                              shape_only=shape_only))
         return fn
     return deco
 
 
-def extended_op(name, reason, infer=None, const_inputs=(), doc=""):
-    """Decorator registering an extended op: a numpy kernel kept whole, with the reason why."""
+def extended_op(name, reason, shape_rule, const_inputs=(), doc=""):
+    """Decorator registering an extended op: a numpy kernel kept whole, its shape rule and the reason."""
     def deco(fn):
-        if name in OPS:
-            raise ValueError(f"op {name} defined twice")
-        OPS[name] = OpDef(name, kernel=fn, infer=infer, const_inputs=tuple(const_inputs),
-                          extended_reason=reason, doc=doc or (fn.__doc__ or "").strip())
+        register_op(OpDef(name, kernel=fn, shape_rule=shape_rule, const_inputs=tuple(const_inputs),
+                          extended_reason=reason, doc=doc or (fn.__doc__ or "").strip()))
         return fn
     return deco
-
-
-def _load():
-    from . import primitives  # noqa: F401  (registers primitives)
-    from . import onnx_ops  # noqa: F401  (registers ONNX ops)
 
 
 def get_primitive(name: str) -> PrimitiveDef | None:
-    _load()
     return PRIMITIVES.get(name)
 
 
 def get_op(name: str) -> OpDef | None:
-    _load()
     return OPS.get(name)
 
 
 def is_primitive(name: str) -> bool:
-    return get_primitive(name) is not None
+    return name in PRIMITIVES
 
-
-def infer_types(op: str, in_types: list[TensorType], attrs: dict, node=None) -> list[TensorType] | None:
-    """Output types of ``op`` for these input types and attributes (None when unknown)."""
-    p = get_primitive(op)
-    if p is not None:  # attributes named _x are backend annotations (e.g. a fused activation), not semantics
-        return p.infer(in_types, **{k: v for k, v in attrs.items() if not k.startswith("_")})
-    d = get_op(op)
-    if d is None:
-        raise UnsupportedOpError(f"unknown op '{op}'" + (f" (node '{node.name}')" if node is not None else ""))
-    if node is None:
-        return None
-    from ..builder import infer_node_types
-    return infer_node_types(node)

@@ -5,6 +5,7 @@ lists the names to run (``DEFAULT_PIPELINE`` by default).
 """
 from __future__ import annotations
 
+from ..errors import GlowError
 from .basic import constant_fold, cse, dce
 from .bn_fold import fold_batchnorm
 from .noop import remove_noops
@@ -22,7 +23,6 @@ DEFAULT_PIPELINE = ("dce", "fold-batchnorm", "remove-noops", "cse", "constant-fo
 
 def run_pipeline(fn, names, max_rounds: int = 4) -> dict[str, int]:
     """Run the named passes in order, repeating while anything changes (at most ``max_rounds``)."""
-    from ..errors import GlowError
     counts = {n: 0 for n in names}
     for _ in range(max_rounds):
         changed = 0

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..builder import Builder, compile_time, keep_lazy, lower_node
 from ..graph import Function
 from ..ops.registry import get_op, get_primitive
 
-_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+
+def _foldable(n) -> bool:
+    d = get_op(n.op)
+    return d is None or d.foldable
 
 
 def dce(fn: Function) -> int:
@@ -42,9 +46,9 @@ def _const_key(v):
 
 def cse(fn: Function) -> int:
     """Merge nodes with the same op, inputs and attributes (and equal small constants)."""
-    seen, merged = {}, 0
-    for n in list(fn.nodes):
-        if n.op in _RANDOM:
+    seen, dead, uses = {}, set(), None
+    for n in fn.nodes:
+        if not _foldable(n):  # two random draws are not the same value
             continue
         ins = tuple(None if v is None else (_const_key(v) if v.is_const else ("id", v.id)) for v in n.inputs)
         key = (n.op, ins, _key(n.attrs), len(n.outputs))
@@ -52,34 +56,31 @@ def cse(fn: Function) -> int:
         if other is None:
             seen[key] = n
             continue
+        uses = uses or fn.use_lists()  # built at the first change
+        uses.discard(n)
         for a, b in zip(n.outputs, other.outputs):
-            fn.replace_uses(a, b)
-        fn.nodes.remove(n)
-        merged += 1
-    return merged
+            uses.replace(a, b)
+        dead.add(n)
+    return fn.remove_nodes(dead)
 
 
 def constant_fold(fn: Function) -> int:
     """Evaluate nodes whose inputs are all constants (primitives with their kernel, ops by lowering)."""
-    from ..builder import Builder, lower_node
-    from .. import builder as _b
-    folded = 0
+    dead, uses = set(), None
     for n in list(fn.nodes):
-        if n.op in _RANDOM or not all(v is None or v.is_const for v in n.inputs):
+        if not _foldable(n) or not all(v is None or v.is_const for v in n.inputs):
             continue
-        if get_primitive(n.op) is not None:
-            if _b._keep_lazy(n.op, n.inputs, [v.type for v in n.outputs]):
-                continue
-            b = Builder(fn, where=f"node '{n.name}' ({n.op})", name=n.name)
-            outs = b.emit(n.op, *n.inputs, **n.attrs)
-            outs = outs if isinstance(outs, list) else [outs]
-        else:
-            d = get_op(n.op)
-            if d is None or (d.is_extended and d.kernel is None):
-                continue
-            if d.is_extended:
-                from ..ops.extended import run_extended
-                arrays = run_extended(n.op, [None if v is None else v.const for v in n.inputs], n.attrs)
+        if get_primitive(n.op) is not None and keep_lazy(n.op, n.inputs, [v.type for v in n.outputs]):
+            continue
+        d = get_op(n.op)
+        with compile_time(n):
+            if d is None:
+                b = Builder(fn, where=f"node '{n.name}' ({n.op})", name=n.name)
+                outs = b.emit(n.op, *n.inputs, **n.attrs)
+                outs = outs if isinstance(outs, list) else [outs]
+            elif d.is_extended:
+                arrays = d.run([None if v is None else v.const for v in n.inputs],
+                               {k: v for k, v in n.attrs.items() if not k.startswith("_")})
                 outs = [fn.constant(np.ascontiguousarray(a).reshape(np.shape(a)), n.name) for a in arrays]
             else:
                 before = len(fn.nodes)
@@ -87,9 +88,9 @@ def constant_fold(fn: Function) -> int:
                 del fn.nodes[before:]
         if any(not o.is_const for o in outs[:len(n.outputs)]):
             continue
-        fn.nodes.remove(n)
+        dead.add(n)
+        uses = uses or fn.use_lists()  # built at the first change
+        uses.discard(n)
         for a, c in zip(n.outputs, outs):
-            fn.replace_uses(a, c)
-        folded += 1
-    _ = _b
-    return folded
+            uses.replace(a, c)
+    return fn.remove_nodes(dead)

@@ -21,22 +21,29 @@ def _is_noop(n) -> bool:
 
 def remove_noops(fn: Function) -> int:
     """Drop no-op nodes; fold reshape(reshape(x)) and transpose(transpose(x)) into one node."""
-    changed = 0
-    for n in list(fn.nodes):
+    changed, uses = 0, None
+    present = set(fn.nodes)
+    for n in fn.nodes:
         if _is_noop(n) and n.inputs and n.inputs[0] is not None:
-            fn.replace_uses(n.outputs[0], n.inputs[0])
-            fn.nodes.remove(n)
+            uses = uses or fn.use_lists()  # built at the first change
+            uses.discard(n)
+            uses.replace(n.outputs[0], n.inputs[0])
+            present.discard(n)
             changed += 1
             continue
         src = n.inputs[0].producer if n.inputs and n.inputs[0] is not None else None
-        if src is None or src not in fn.nodes:
+        if src is None or src not in present:
             continue
         if n.op == "reshape" and src.op == "reshape":
-            n.inputs = [src.inputs[0]]
+            uses = uses or fn.use_lists()
+            uses.set_inputs(n, [src.inputs[0]])
             changed += 1
         elif n.op == "transpose" and src.op == "transpose":
             p1, p2 = src.attrs["perm"], n.attrs["perm"]
             n.attrs = dict(n.attrs, perm=[p1[p] for p in p2])
-            n.inputs = [src.inputs[0]]
+            uses = uses or fn.use_lists()
+            uses.set_inputs(n, [src.inputs[0]])
             changed += 1
+    if len(present) != len(fn.nodes):
+        fn.nodes = [n for n in fn.nodes if n in present]
     return changed

@@ -1,11 +1,9 @@
 """Lowerings of ONNX ops into primitives, one module per op family.
 
-Each module registers its ops with ``@onnx_op(...)`` (a lowering over a
-``Builder``) or ``@extended_op(...)`` (a numpy kernel kept whole, with the
-reason). Importing this package registers them all.
+Each module registers its ops with ``@onnx_op(...)`` (a lowering over the ``Builder`` it is handed) or
+``@extended_op(...)`` (a numpy kernel kept whole, with its shape rule and the reason). Importing this package
+registers them all.
 """
-import importlib
-import pkgutil
-
-for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    importlib.import_module(f"{__name__}.{_m}")
+from . import (activations, attention, attention_state, cast_quant, control_flow, data_dependent,  # noqa: F401
+               elementwise, flex_attention, indexing, linalg, loss, math, movement, nn, normalization, pooling,
+               reduce, resize, rnn, signal, tensor)

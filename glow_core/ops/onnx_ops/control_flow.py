@@ -1,4 +1,5 @@
-"""Control flow: If, Loop and Scan, lowered by inlining their subgraphs.
+"""Control flow: If, Loop and Scan, lowered by inlining their subgraph bodies (``Function`` attributes, built
+at import) with ``b.inline``: every body node is built again on the values it is bound to.
 
 If inlines the branch its (constant) condition selects; with a run-time
 condition it inlines both branches and selects elementwise when they produce
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
-from ...importer.subgraph import inline_graph, split_outer
+from ...graph import split_outer
 from ..registry import onnx_op
 
 
@@ -22,9 +23,9 @@ def if_(b, *inputs, then_branch, else_branch, **attrs):
     (cond, *_), outer = split_outer(inputs, attrs)
     if cond.is_const:
         take = bool(np.asarray(cond.const).ravel()[0])
-        return inline_graph(b, then_branch if take else else_branch, [], outer, "then_" if take else "else_")
-    t = inline_graph(b, then_branch, [], outer, "then_")
-    e = inline_graph(b, else_branch, [], outer, "else_")
+        return b.inline(then_branch if take else else_branch, outer, "then_" if take else "else_")
+    t = b.inline(then_branch, outer, "then_")
+    e = b.inline(else_branch, outer, "else_")
     if [v.type for v in t] != [v.type for v in e]:
         b.value_of(cond, "cond (the branches produce different types)")
     c = b.reshape_(cond, ())
@@ -57,12 +58,12 @@ def loop(b, *inputs, body, **attrs):
             raise ShapeError(f"{b.where}: the loop has no trip count and its condition stays true")
         it = b.const(np.array(i, dtype=np.int64))
         c_in = b.const(np.array(go))
-        outs = inline_graph(b, body, [it, c_in] + state, outer, f"it{i}_")
+        outs = b.inline(body, [it, c_in] + state + outer, f"it{i}_")
         go = bool(np.asarray(b.value_of(outs[0], "loop condition (computed by the body)")).ravel()[0])
         state = list(outs[1:1 + n_state])
         scans.append(outs[1 + n_state:])
         i += 1
-    n_scan = len(body.output) - 1 - n_state
+    n_scan = len(body.outputs) - 1 - n_state
     return state + [_stack(b, [s[k] for s in scans]) for k in range(n_scan)]
 
 
@@ -104,10 +105,10 @@ def _scan(b, vals, body, n_in, in_axes, in_dirs, out_axes, out_dirs, outer, tag)
     steps = []
     for t in range(T):
         sl = [_take(b, x, a, T - 1 - t if d else t) for x, a, d in zip(xs, in_axes, in_dirs)]
-        outs = inline_graph(b, body, state + sl, outer, f"{tag}t{t}_")
+        outs = b.inline(body, state + sl + outer, f"{tag}t{t}_")
         state = list(outs[:n_state])
         steps.append(outs[n_state:])
-    n_out = len(body.output) - n_state
+    n_out = len(body.outputs) - n_state
     out_dirs = out_dirs or [0] * n_out
     res = []
     for k in range(n_out):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import ShapeError
-from ...importer.subgraph import inline_graph, split_outer
+from ...graph import split_outer
 from ...types import dtype
 from ..registry import onnx_op
 
@@ -25,7 +25,7 @@ def _softmax(b, x):
 def _mod(b, g, x, outer, tag):
     if g is None:
         return x
-    outs = inline_graph(b, g, [x], outer, tag)
+    outs = b.inline(g, [x] + outer, tag)
     if len(outs) != 1 or outs[0].shape != x.shape:
         raise ShapeError(f"{b.where}: {tag[:-1]} must produce one tensor of shape {x.shape}")
     return b.cast_(outs[0], x.dtype)

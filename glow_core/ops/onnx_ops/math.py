@@ -81,8 +81,15 @@ def is_inf(b, x, *, detect_negative=1, detect_positive=1):
     return b.eq(x, b.scalar_like(-np.inf, x))
 
 
+def _det_types(b, x):
+    """x's dtype, x's shape without its last two (square) axes."""
+    if x.rank < 2 or x.shape[-1] != x.shape[-2]:
+        raise ShapeError(f"{b.where}: input {x.shape} must be [*, M, M] (square matrices)")
+    return [x.type.with_shape(x.shape[:-2])]
+
+
 @extended_op("Det", reason="determinant needs an LU factorisation with data-dependent pivoting, which has no "
-                           "loop-free decomposition into the primitive set")
+                           "loop-free decomposition into the primitive set", shape_rule=_det_types)
 def det(x):
     """numpy.linalg.det over the last two axes, computed in float64 and rounded to x's dtype."""
     return np.asarray(np.linalg.det(x.astype(np.float64))).astype(x.dtype)

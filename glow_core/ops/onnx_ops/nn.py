@@ -147,8 +147,27 @@ def col2im(b, x, image_shape, block_shape, *, dilations=None, pads=None, strides
     return conv_transpose_lowering(b, cols, w, None, strides, dilations, pads, out_pad, C)
 
 
+def _deform_conv_types(b, x, w, offset, bias=None, mask=None, *, dilations=None, group=1, kernel_shape=None,
+                       offset_group=1, pads=None, strides=None):
+    """x's dtype, [N, F, *out] with out the windowed size of Conv (kernel_shape, pads, strides, dilations);
+    offset must be [N, offset_group * 2 * prod(kernel), *out]."""
+    if x.rank != 4 or w.rank != 4 or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+        raise ShapeError(f"{b.where}: input {x.shape} and weights {w.shape} must be [N, C, H, W] and "
+                         f"[F, C/group, kh, kw] with group {group} (only 2-D is supported)")
+    k = list(kernel_shape or w.shape[2:])
+    strides, dilations, pads = list(strides or [1, 1]), list(dilations or [1, 1]), list(pads or [0, 0, 0, 0])
+    out = tuple((x.shape[2 + i] + pads[i] + pads[i + 2] - ((k[i] - 1) * dilations[i] + 1)) // strides[i] + 1
+                for i in range(2))
+    want = (x.shape[0], (offset_group or 1) * 2 * k[0] * k[1]) + out
+    if min(out) < 1 or offset.shape != want:
+        raise ShapeError(f"{b.where}: offset {offset.shape} must be {want} for input {x.shape}, kernel {k}, "
+                         f"pads {pads}, strides {strides} and dilations {dilations}")
+    return [x.type.with_shape((x.shape[0], w.shape[0]) + out)]
+
+
 @extended_op("DeformConv", reason="each output samples the input at data-dependent fractional positions "
-             "(bilinear interpolation at learned offsets), which the primitive set has no gather for")
+             "(bilinear interpolation at learned offsets), which the primitive set has no gather for",
+             shape_rule=_deform_conv_types)
 def deform_conv(x, w, offset, bias=None, mask=None, *, dilations=None, group=1, kernel_shape=None,
                 offset_group=1, pads=None, strides=None):
     """2-D deformable convolution: bilinear samples (zero outside the image) at the offset kernel positions,

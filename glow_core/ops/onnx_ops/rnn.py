@@ -61,6 +61,12 @@ def _cols(b, x, i, h):
     return b.slice(x, starts=[0, i * h], ends=[x.shape[0], (i + 1) * h], steps=[1, 1])
 
 
+def _check(b, what, v, want, meaning):
+    """Raise a ShapeError naming optional input ``what`` unless its shape is ``want`` (it may be absent)."""
+    if v is not None and tuple(v.shape) != tuple(want):
+        raise ShapeError(f"{b.where}: {what} has shape {tuple(v.shape)}, expected {tuple(want)} ({meaning})")
+
+
 def _dir(b, x, d):
     """Direction d of a [D, ...] tensor, without the direction axis."""
     s = b.slice(x, starts=[d] + [0] * (x.rank - 1), ends=[d + 1] + list(x.shape[1:]), steps=[1] * x.rank)
@@ -92,6 +98,8 @@ class _Rnn:
             raise ShapeError(f"{b.where}: W {w.shape} / R {r.shape} do not match {nd} direction(s), {gates} gates "
                              f"and hidden_size {h}")
         self.w, self.r = w, r
+        _check(b, "B (bias)", bias, (nd, 2 * gates * h), f"[num_directions={nd}, 2*{gates}*hidden_size]")
+        _check(b, "initial_h", init_h, (nd, self.n, h), f"[num_directions={nd}, batch={self.n}, hidden_size={h}]")
         dt = x.dtype.np
         self.bias = bias if bias is not None else b.const(np.zeros((nd, 2 * gates * h), dtype=dt))
         self.init_h = init_h if init_h is not None else b.const(np.zeros((nd, self.n, h), dtype=dt))
@@ -238,6 +246,8 @@ def lstm(b, x, w, r, bias=None, sequence_lens=None, initial_h=None, initial_c=No
     hh, nd = m.h, len(m.dirs)
     if initial_c is not None and m.layout:
         initial_c = b.transpose_(initial_c, (1, 0, 2))
+    _check(b, "initial_c", initial_c, (nd, m.n, hh), f"[num_directions={nd}, batch={m.n}, hidden_size={hh}]")
+    _check(b, "P (peepholes)", p, (nd, 3 * hh), f"[num_directions={nd}, 3*hidden_size]")
     if initial_c is None:
         initial_c = b.const(np.zeros((nd, m.n, hh), dtype=x.dtype.np))
     ys, hs, cs = [], [], []

@@ -27,7 +27,7 @@ def constant(b, *, value=None, value_float=None, value_floats=None, value_int=No
                      f"supported)")
 
 
-@onnx_op("Shape")
+@onnx_op("Shape", shape_only=True)
 def shape(b, x, *, start=0, end=None):
     """The static shape, as an int64 constant."""
     s = list(x.shape)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import glow_core
-from glow_core import models
-from glow_core.registry import available_backends, get_backend
+from glow_core import example_models
+from glow_core.discovery import available_backends, get_backend
 
 NAME = "{{ cookiecutter.backend_name }}"
 
@@ -29,9 +29,9 @@ def _inputs(model, seed=0):
     return feeds
 
 
-@pytest.mark.parametrize("model_name", sorted(models.MODELS))
+@pytest.mark.parametrize("model_name", sorted(example_models.MODELS))
 def test_example_model_matches_interpreter(model_name):
-    model = models.MODELS[model_name]()
+    model = example_models.MODELS[model_name]()
     feeds = _inputs(model)
     want = glow_core.compile(model, backend="interpreter").run(feeds)
     got = glow_core.compile(model, backend=NAME).run(feeds)
@@ -42,7 +42,7 @@ def test_example_model_matches_interpreter(model_name):
 
 def test_dma_is_visible():
     """The simulated device counts what crosses the bus: weights once, inputs in, outputs out."""
-    model = models.linear_sigmoid()
+    model = example_models.linear_sigmoid()
     cm = glow_core.compile(model, backend=NAME)
     cm.run(_inputs(model))
     dev = cm.last.compiled.device

@@ -2,7 +2,7 @@
 
 The Glow Kit backend '{{ cookiecutter.backend_name }}' by {{ cookiecutter.vendor }}: see backend.py (the
 Backend class), device.py (the simulated device: memory regions and DMA) and kernels.py (one kernel per
-primitive, each starting as glow_interpreter's reference kernel).
+primitive, each starting as the primitive's reference kernel).
 """
 from .backend import {{ cookiecutter.__class_name }}
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from glow_core.backend import Backend, CompiledFunction, NodeInfo
 from glow_core.errors import GlowError
+from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.graph import Function, Node
 from glow_core.ir import PSEUDO, Buffer, IRFunction
 from glow_core.ops.registry import get_op, get_primitive
@@ -43,8 +44,8 @@ class DeviceFunction(CompiledFunction):
             attrs = {k: v for k, v in ins.attrs.items() if not k.startswith("_")}
             if get_primitive(ins.op) is not None:
                 kern = kernels.KERNELS[ins.op]
-                if ins.attrs.get("_fused_activation"):
-                    kern = kernels.fused(kern, ins.attrs["_fused_activation"])
+                if ins.attrs.get(FUSED_ACTIVATION):  # glow_core.fusion folded an activation into this op
+                    kern = kernels.fused(kern, ins.attrs[FUSED_ACTIVATION], ins.attrs.get(FUSED_PARAMS) or {})
             elif ins.op in kernels.WHOLE_OPS:
                 kern = kernels.WHOLE_OPS[ins.op]
             else:
@@ -96,7 +97,8 @@ class {{ cookiecutter.__class_name }}(Backend):
     #: ONNX op types kept whole (not lowered); each needs a kernel registered with @whole_op in kernels.py.
     KEEP_WHOLE = frozenset()
 
-    #: (primitive, activation) pairs the device runs as one kernel; see transform_post_lowering.
+    #: (primitive, activation) pairs the device runs as one kernel, e.g. {("conv", "relu"), ("matmul", "clip")}.
+    #: Primitives: glow_core.fusion.PRODUCERS; activations: "relu", "clip", "sigmoid", "tanh", "leaky_relu".
     FUSED_ACTIVATIONS = frozenset()
 
     #: Bytes of on-chip activation memory; None = no limit (see memory_capacity).
@@ -130,13 +132,15 @@ class {{ cookiecutter.__class_name }}(Backend):
         return not keep
 
     def transform_post_lowering(self, function: Function) -> bool:
-        """Override for backend-specific graph rewrites after lowering; here: fuse an activation into the
-        primitive producing its input (conv + relu) when supports_fused_activation says so."""
-        return fuse_activations(function, self.supports_fused_activation)
+        """Override for backend-specific graph rewrites after lowering (the core has already fused the
+        activations supports_fused_activation accepts). Default: no change."""
+        return super().transform_post_lowering(function)
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
         """Override (or fill FUSED_ACTIVATIONS) when the device applies an activation in the same pass as
-        ``op``, e.g. a MAC array with a ReLU stage. Default: nothing is fused."""
+        ``op``, e.g. a MAC array with a ReLU stage: glow_core.fusion then folds the activation into ``op`` as the
+        annotations FUSED_ACTIVATION (its name) and FUSED_PARAMS (e.g. clip's min and max), and ``kernels.fused``
+        runs them as one launch. Default: nothing is fused."""
         return (op, activation) in self.FUSED_ACTIVATIONS
 
     def verify(self, function: IRFunction) -> list[str]:
@@ -173,42 +177,3 @@ class {{ cookiecutter.__class_name }}(Backend):
         """Override to write a standalone artifact (firmware image, C bundle: see vendor_guide/bundles.md).
         Default: refused."""
         return super().emit_bundle(function, out_dir, options)
-
-
-# -- graph rewrites ------------------------------------------------------------------------------------------
-def _activation_of(node: Node, producer_of) -> tuple[str, object] | None:
-    """('relu', x) when ``node`` computes relu(x) as lowered (max(x, 0)), ('sigmoid', x) / ('tanh', x)."""
-    if node.op in ("sigmoid", "tanh"):
-        return node.op, node.inputs[0]
-    if node.op == "max" and len(node.inputs) == 2:
-        for x, z in (node.inputs, node.inputs[::-1]):
-            zp = producer_of.get(z.id) if z is not None else None
-            if zp is not None and zp.op == "broadcast":  # relu's zero is a broadcast constant
-                z = zp.inputs[0]
-            if z is not None and z.is_const and np.all(np.asarray(z.const) == 0):
-                return "relu", x
-    return None
-
-
-def fuse_activations(fn: Function, allowed) -> bool:
-    """Fold ``act(op(...))`` into ``op`` (attribute ``_fused_activation``) when ``allowed(op, act)`` and
-    ``op``'s output has no other use. Returns True if anything changed."""
-    changed = False
-    producer_of = {v.id: n for n in fn.nodes for v in n.outputs}
-    users = fn.users()
-    outputs = {v.id for v in fn.outputs}
-    for n in list(fn.nodes):
-        found = _activation_of(n, producer_of)
-        if found is None:
-            continue
-        act, x = found
-        p = producer_of.get(x.id) if x is not None else None
-        if (p is None or len(p.outputs) != 1 or p.attrs.get("_fused_activation") or x.id in outputs
-                or len(users.get(x.id, [])) != 1 or not allowed(p.op, act)
-                or n.outputs[0].type != x.type):
-            continue
-        p.attrs["_fused_activation"] = act
-        fn.replace_uses(n.outputs[0], x)
-        fn.nodes.remove(n)
-        changed = True
-    return changed

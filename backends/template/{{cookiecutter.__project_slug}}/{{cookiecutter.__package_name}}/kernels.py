@@ -8,7 +8,8 @@ Calling convention (every kernel)::
 in vendor_guide/primitives.md) and the result is one array per output, which the backend stores into the
 output buffers on the device.
 
-On the day this project is generated EVERY primitive runs glow_interpreter's reference kernel, so the backend
+On the day this project is generated EVERY primitive runs its reference kernel (the numpy kernel in the primitive's
+record, ``glow_core.ops.registry.get_primitive(name).kernel``, which the interpreter runs too), so the backend
 is correct from the start and passes the conformance suite. Bring the device up by replacing them one at a
 time: write ``@kernel("name")`` on your implementation below (see the tutorial's "replace one primitive"),
 then run ``glowc conformance --backend {{ cookiecutter.backend_name }} -k name``.
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import numpy as np
 from glow_core.ops.registry import PRIMITIVES, get_op, get_primitive
-from glow_interpreter.kernels import run_primitive
 
 KERNELS: dict = {}
 """Primitive name -> kernel. Every name in glow_core's primitive registry must be present."""
@@ -49,49 +49,58 @@ def whole_op(op_type: str, since_opset: int = 1):
 
 
 def reference(name: str):
-    """glow_interpreter's reference kernel for primitive ``name``, in this backend's calling convention."""
+    """The reference kernel of primitive ``name`` (its record's), in this backend's calling convention."""
     def run(inputs, attrs, out_dtypes):
         # >>> PLUG IN THE REAL KERNEL HERE: this runs the reference (numpy) kernel on the host. <<<
-        return run_primitive(name, list(inputs), attrs, out_dtypes)
+        return get_primitive(name).run(list(inputs), attrs, out_dtypes)
     run.__name__ = f"reference_{name}"
     run.is_reference = True
     return run
 
 
 def extended(op_type: str):
-    """The reference kernel of an extended op (an op Glow Kit keeps whole, e.g. TopK or NonZero)."""
+    """The reference kernel of an extended or custom op (an op Glow Kit keeps whole, e.g. TopK or NonZero)."""
     d = get_op(op_type)
 
     def run(inputs, attrs, out_dtypes, optional=None):
         it = iter(inputs)
-        arrays = [None if missing else next(it) for missing in (optional or [False] * len(inputs))]
-        with np.errstate(all="ignore"):
-            r = d.kernel(*arrays, **attrs)
-        return list(r) if isinstance(r, (tuple, list)) else [r]
+        return d.run([None if missing else next(it) for missing in (optional or [False] * len(inputs))], attrs)
     return run
 
 
 # -- day one: every primitive on its reference kernel ----------------------------------------------------
-get_primitive("add")  # loads the registry
 for _name in PRIMITIVES:
     KERNELS[_name] = reference(_name)
 
-# -- fused activations (used when the backend fuses, see backend.transform_post_lowering) ----------------
+# -- fused activations (glow_core.fusion folds them into the producing op when the backend says it can) ------
+def _prim(name, *xs, dtype=None):
+    return get_primitive(name).run(list(xs), {}, [dtype or xs[0].dtype])[0]
+
+
+def _const(value, like):
+    return np.full(like.shape, value, like.dtype)
+
+
+# Each activation as the core lowers it, step by step on the reference kernels, so fused == unfused exactly.
 ACTIVATIONS = {
-    "relu": lambda y: np.maximum(y, np.zeros((), y.dtype)),
-    "sigmoid": lambda y: run_primitive("sigmoid", [y], {}, [y.dtype])[0],
-    "tanh": lambda y: run_primitive("tanh", [y], {}, [y.dtype])[0],
+    "relu": lambda y: _prim("max", y, _const(0, y)),
+    "clip": lambda y, min, max: _prim("min", _prim("max", y, _const(min, y)), _const(max, y)),
+    "sigmoid": lambda y: _prim("sigmoid", y),
+    "tanh": lambda y: _prim("tanh", y),
+    "leaky_relu": lambda y, alpha: _prim("select", _prim("lt", y, _const(0, y), dtype=np.dtype(bool)),
+                                         _prim("mul", y, _const(alpha, y)), y),
 }
 
 
-def fused(kern, activation: str):
-    """``kern`` followed by ``activation`` on its output, as one launch (no intermediate tensor)."""
+def fused(kern, activation: str, params: dict):
+    """``kern`` followed by ``activation`` (with its parameters, e.g. clip's min and max) on its output, as one
+    launch (no intermediate tensor)."""
     act = ACTIVATIONS[activation]
 
     def run(inputs, attrs, out_dtypes):
         # >>> PLUG IN THE REAL FUSED KERNEL HERE (e.g. the MAC array's built-in ReLU stage). <<<
         (y,) = kern(inputs, attrs, out_dtypes)
-        return [act(np.asarray(y))]
+        return [act(np.asarray(y), **params)]
     return run
 
 

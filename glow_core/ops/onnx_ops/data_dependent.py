@@ -6,13 +6,82 @@ depend on input values, so the input that determines the shape is listed in
 that input's value (compiled per value), and the op folds to a constant.
 RoiAlign samples at data-dependent coordinates on a per-roi grid of data-dependent
 size; TfIdfVectorizer matches n-grams against a pool.
+
+Each op's shape rule is written from its ONNX definition; the rules of the ops whose output shape depends
+on input values ask the builder for those values (``b.value_of``: a run-time value asks for specialization).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import InputError, ShapeError
+from ...types import TensorType
 from ..registry import extended_op
+
+
+def _int(b, v, what):
+    """A scalar operand's (constant) value as an int; an int attribute as itself."""
+    return int(np.asarray(b.value_of(v, what) if hasattr(v, "type") else v).ravel()[0])
+
+
+def _topk_types(b, x, k=None, *, axis=-1, largest=1, sorted=1):
+    """Values (x's dtype) and Indices (int64): x's shape with K along ``axis``."""
+    if k is None:
+        raise ShapeError(f"{b.where}: K is missing (the K input, or the k attribute before opset 10)")
+    kk = _int(b, k, "K")
+    ax = b.norm_axis(axis, x.rank)
+    if not 0 <= kk <= x.shape[ax]:
+        raise ShapeError(f"{b.where}: K={kk} is not in [0, {x.shape[ax]}] (the size of axis {axis} of {x.shape})")
+    shape = x.shape[:ax] + (kk,) + x.shape[ax + 1:]
+    return [TensorType(x.dtype, shape), TensorType("int64", shape)]
+
+
+def _nonzero_types(b, x):
+    """int64 [rank, number of non-zero elements]: the count comes from the value."""
+    vals = b.value_of(x, "input (NonZero's output shape is its number of non-zero elements)")
+    return [TensorType("int64", (x.rank, int(np.count_nonzero(vals))))]
+
+
+def _unique_types(b, x, *, axis=None, sorted=1):
+    """Y (x's dtype; the unique elements, or slices along ``axis``), indices, inverse_indices and counts
+    (int64): the number of unique elements or slices comes from the value."""
+    vals = _as_f32(np.asarray(b.value_of(x, "input (Unique's output shape is its number of unique values)")))
+    if axis is None:
+        n = np.unique(vals.reshape(-1)).size
+        return [TensorType(x.dtype, (n,)), TensorType("int64", (n,)), TensorType("int64", (x.numel,)),
+                TensorType("int64", (n,))]
+    ax = b.norm_axis(axis, x.rank)
+    n = np.unique(vals, axis=ax).shape[ax]
+    y = x.shape[:ax] + (n,) + x.shape[ax + 1:]
+    return [TensorType(x.dtype, y), TensorType("int64", (n,)), TensorType("int64", (x.shape[ax],)),
+            TensorType("int64", (n,))]
+
+
+def _nms_types(b, boxes, scores, *limits, center_point_box=0):
+    """int64 [number of selected boxes, 3]: the number comes from the values of every input."""
+    vals = [b.value_of(v, "input (NonMaxSuppression's output shape is its number of selected boxes)")
+            for v in (boxes, scores) + limits]
+    if boxes.rank != 3 or scores.rank != 3 or boxes.shape[2] != 4 or boxes.shape[:2] != (scores.shape[0],
+                                                                                          scores.shape[2]):
+        raise ShapeError(f"{b.where}: boxes {boxes.shape} must be [batch, boxes, 4] and scores {scores.shape} "
+                         f"[batch, classes, boxes]")
+    return [TensorType("int64", non_max_suppression(*vals, center_point_box=center_point_box).shape)]
+
+
+def _roi_align_types(b, x, rois, batch_indices, *, output_height=1, output_width=1, **_):
+    """x's dtype, [number of rois, C, output_height, output_width]."""
+    if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
+        raise ShapeError(f"{b.where}: X {x.shape} must be [N, C, H, W], rois {rois.shape} [num_rois, 4] and "
+                         f"batch_indices {batch_indices.shape} [num_rois]")
+    return [TensorType(x.dtype, (rois.shape[0], x.shape[1], output_height, output_width))]
+
+
+def _tfidf_types(b, x, *, ngram_indexes, **_):
+    """float32: [C] for a 1-D input, [N, C] for [N, ...], with C = max(ngram_indexes) + 1."""
+    c = max(ngram_indexes) + 1
+    if x.rank not in (1, 2):
+        raise ShapeError(f"{b.where}: input {x.shape} must be 1-D or 2-D")
+    return [TensorType("float32", (c,) if x.rank == 1 else (x.shape[0], c))]
 
 
 def _as_f32(x):
@@ -20,7 +89,8 @@ def _as_f32(x):
     return x.astype(np.float32) if x.dtype.kind == "V" else x
 
 
-@extended_op("TopK", reason="a partial sort: no decomposition into the primitive set", const_inputs=(1,))
+@extended_op("TopK", reason="a partial sort: no decomposition into the primitive set", shape_rule=_topk_types,
+             const_inputs=(1,))
 def topk(x, k=None, *, axis=-1, largest=1, sorted=1):
     """The k largest (or smallest) along axis; ties keep the lower index first."""
     kk = int(np.asarray(k).ravel()[0])  # the K input (opset >= 10) or the k attribute
@@ -37,13 +107,15 @@ def topk(x, k=None, *, axis=-1, largest=1, sorted=1):
     return np.take_along_axis(x, idx, axis=axis), idx
 
 
-@extended_op("NonZero", reason="output shape depends on input values", const_inputs=(0,))
+@extended_op("NonZero", reason="output shape depends on input values", shape_rule=_nonzero_types,
+             const_inputs=(0,))
 def nonzero(x):
     """Indices of the non-zero elements, one row per dimension (int64)."""
     return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
 
 
-@extended_op("Unique", reason="output shape depends on input values", const_inputs=(0,))
+@extended_op("Unique", reason="output shape depends on input values", shape_rule=_unique_types,
+             const_inputs=(0,))
 def unique(x, *, axis=None, sorted=1):
     """Unique elements (or slices along axis), first-occurrence indices, inverse indices and counts."""
     key = _as_f32(x)
@@ -76,7 +148,7 @@ def _iou(a, b, center):
 
 
 @extended_op("NonMaxSuppression", reason="output shape depends on input values (a greedy data-dependent "
-                                         "selection)", const_inputs=(0, 1, 2, 3, 4))
+                                         "selection)", shape_rule=_nms_types, const_inputs=(0, 1, 2, 3, 4))
 def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                         score_threshold=None, *, center_point_box=0):
     """Greedy per (batch, class) selection by score, dropping boxes whose IoU with a kept box is too high."""
@@ -120,7 +192,8 @@ def _bilinear(img, y, x):
     return [(y0, x0, hy * hx), (y0, x1, hy * lx), (y1, x0, ly * hx), (y1, x1, ly * lx)]
 
 
-@extended_op("RoiAlign", reason="samples at coordinates computed from the rois input (data-dependent gather)")
+@extended_op("RoiAlign", reason="samples at coordinates computed from the rois input (data-dependent gather)",
+             shape_rule=_roi_align_types)
 def roi_align(x, rois, batch_indices, *, mode="avg", output_height=1, output_width=1, sampling_ratio=0,
               spatial_scale=1.0, coordinate_transformation_mode="half_pixel"):
     """Average (or max) of bilinear samples on a regular grid in each output bin of each roi."""
@@ -162,7 +235,7 @@ def roi_align(x, rois, batch_indices, *, mode="avg", output_height=1, output_wid
 
 
 @extended_op("TfIdfVectorizer", reason="n-gram matching against a pool: a data-dependent lookup with no "
-                                       "decomposition into the primitive set")
+                                       "decomposition into the primitive set", shape_rule=_tfidf_types)
 def tfidf_vectorizer(x, *, max_gram_length, min_gram_length, max_skip_count, mode, ngram_counts, ngram_indexes,
                      pool_int64s=None, pool_strings=None, weights=None):
     """Counts of the pool's n-grams (with up to max_skip_count skipped items between elements) per row."""

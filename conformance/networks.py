@@ -1,7 +1,7 @@
 """Whole networks for the "models" tier, built with onnx.helper (small, seeded): MLP, MobileNet-style
 depthwise-separable CNN, BERT-style encoder layer, LSTM-style recurrence unrolled over time steps, and a
 U-Net-style encoder/decoder with Resize and Concat skip connections. ResNet, the CNN of Glow's docs and
-Linear+Sigmoid come from ``glow_core.models``.
+Linear+Sigmoid come from ``glow_core.example_models``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Built-in example models, built with ``onnx.helper``: the CNN from Glow's docs and Linear+Sigmoid.
+"""Example and benchmark models, built with ``onnx.helper``: the CNN from Glow's docs, Linear+Sigmoid and a small
+ResNet (``MODELS``), and MLP, ResNet-18, MobileNetV2, BERT-style, ViT-Tiny-style and elementwise-chain models for
+benchmarks (``BENCH_MODELS``).
 
 Each builder takes a seed so that weights are reproducible; each returns a ModelProto.
 """
@@ -240,60 +242,147 @@ def mobilenetv2(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-kit")
 
 
+class _Layers:
+    """Nodes and initializers of a model being built, with the layers the transformer builders share: linear
+    (MatMul + Add), LayerNormalization, Gelu written with Erf and multi-head self-attention."""
+
+    def __init__(self, seed: int, batch: int, seq: int, hidden: int, heads: int):
+        self.rng = np.random.default_rng(seed)
+        self.hidden, self.heads = hidden, heads
+        dh = hidden // heads
+        self.nodes = []
+        self.inits = [
+            numpy_helper.from_array(np.array([batch, seq, heads, dh], np.int64), "shape_heads"),
+            numpy_helper.from_array(np.array([batch, seq, hidden], np.int64), "shape_hidden"),
+            _init("scale", np.float32(1.0 / np.sqrt(dh))), _init("half", np.float32(0.5)),
+            _init("one", np.float32(1.0)), _init("inv_sqrt2", np.float32(1.0 / np.sqrt(2.0)))]
+
+    def node(self, op, ins, out, **kw):
+        self.nodes.append(helper.make_node(op, ins, [out], name=out, **kw))
+        return out
+
+    def linear(self, x, a, b, name):
+        self.inits.extend([_init(name + "_w", self.rng.standard_normal((a, b)) * np.sqrt(1.0 / a)),
+                           _init(name + "_b", 0.02 * self.rng.standard_normal(b))])
+        return self.node("Add", [self.node("MatMul", [x, name + "_w"], name + "_mm"), name + "_b"], name)
+
+    def layernorm(self, x, name):
+        self.inits.extend([_init(name + "_g", 1 + 0.1 * self.rng.standard_normal(self.hidden)),
+                           _init(name + "_beta", 0.1 * self.rng.standard_normal(self.hidden))])
+        return self.node("LayerNormalization", [x, name + "_g", name + "_beta"], name, axis=-1, epsilon=1e-5)
+
+    def gelu(self, h, p):
+        e = self.node("Erf", [self.node("Mul", [h, "inv_sqrt2"], p + "gelu_s")], p + "gelu_erf")
+        return self.node("Mul", [self.node("Mul", [h, "half"], p + "gelu_h"),
+                                 self.node("Add", [e, "one"], p + "gelu_1")], p + "gelu")
+
+    def attention(self, x, p):
+        """Q, K, V projections, reshaped and transposed to heads, softmax(Q K^T scale) V, output projection."""
+        heads_of = {}
+        for nm in ("q", "k", "v"):
+            y = self.node("Reshape", [self.linear(x, self.hidden, self.hidden, p + nm), "shape_heads"], p + nm + "_r")
+            heads_of[nm] = self.node("Transpose", [y], p + nm + "_t", perm=[0, 2, 3, 1] if nm == "k" else [0, 2, 1, 3])
+        sc = self.node("Mul", [self.node("MatMul", [heads_of["q"], heads_of["k"]], p + "qk"), "scale"], p + "qk_s")
+        pr = self.node("Softmax", [sc], p + "probs", axis=-1)
+        ctx = self.node("Transpose", [self.node("MatMul", [pr, heads_of["v"]], p + "ctx")], p + "ctx_t",
+                        perm=[0, 2, 1, 3])
+        ctx = self.node("Reshape", [ctx, "shape_hidden"], p + "ctx_r")
+        return self.linear(ctx, self.hidden, self.hidden, p + "o")
+
+    def model(self, name, inputs, outputs):
+        g = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-kit")
+
+
 def bert_encoder(seed: int = 0, batch: int = 1, seq: int = 128, hidden: int = 256, heads: int = 4,
                  layers: int = 2, ffn: int = 1024):
     """A BERT-style encoder of ``layers`` post-LN layers on an embedded input [batch, seq, hidden]: multi-head
     self-attention (MatMul+Add projections, Reshape/Transpose to heads, scaled Q K^T, Softmax, MatMul with V,
     output projection), residual Add + LayerNormalization, then a feed-forward MatMul-Add-Gelu (written with
-    Erf: 0.5 x (1 + erf(x / sqrt 2)))-MatMul-Add, residual Add + LayerNormalization. Opset 17."""
-    rng = np.random.default_rng(seed)
-    dh = hidden // heads
-    nodes, inits = [], [
-        numpy_helper.from_array(np.array([batch, seq, heads, dh], np.int64), "shape_heads"),
-        numpy_helper.from_array(np.array([batch, seq, hidden], np.int64), "shape_hidden"),
-        _init("scale", np.float32(1.0 / np.sqrt(dh))), _init("half", np.float32(0.5)),
-        _init("one", np.float32(1.0)), _init("inv_sqrt2", np.float32(1.0 / np.sqrt(2.0)))]
-
-    def node(op, ins, out, **kw):
-        nodes.append(helper.make_node(op, ins, [out], name=out, **kw))
-        return out
-
-    def linear(x, a, b, name):
-        inits.extend([_init(name + "_w", rng.standard_normal((a, b)) * np.sqrt(1.0 / a)),
-                      _init(name + "_b", 0.02 * rng.standard_normal(b))])
-        return node("Add", [node("MatMul", [x, name + "_w"], name + "_mm"), name + "_b"], name)
-
-    def layernorm(x, name):
-        inits.extend([_init(name + "_g", 1 + 0.1 * rng.standard_normal(hidden)),
-                      _init(name + "_beta", 0.1 * rng.standard_normal(hidden))])
-        return node("LayerNormalization", [x, name + "_g", name + "_beta"], name, axis=-1, epsilon=1e-5)
-
+    Erf: 0.5 x (1 + erf(x / sqrt 2)))-MatMul-Add, residual Add + LayerNormalization. Opset 17. The 12-layer
+    encoder of bench/bench_compile.py is ``bert_encoder(layers=12, hidden=384, heads=6, ffn=1536)``."""
+    t = _Layers(seed, batch, seq, hidden, heads)
     x = "input"
     for li in range(layers):
         p = f"l{li}_"
-        heads_of = {}
-        for nm in ("q", "k", "v"):
-            y = node("Reshape", [linear(x, hidden, hidden, p + nm), "shape_heads"], p + nm + "_r")
-            heads_of[nm] = node("Transpose", [y], p + nm + "_t",
-                                perm=[0, 2, 3, 1] if nm == "k" else [0, 2, 1, 3])
-        sc = node("Mul", [node("MatMul", [heads_of["q"], heads_of["k"]], p + "qk"), "scale"], p + "qk_s")
-        pr = node("Softmax", [sc], p + "probs", axis=-1)
-        ctx = node("Transpose", [node("MatMul", [pr, heads_of["v"]], p + "ctx")], p + "ctx_t", perm=[0, 2, 1, 3])
-        ctx = node("Reshape", [ctx, "shape_hidden"], p + "ctx_r")
-        att = linear(ctx, hidden, hidden, p + "o")
-        x = layernorm(node("Add", [att, x], p + "res1"), p + "ln1")
-        h = linear(x, hidden, ffn, p + "ff1")
-        e = node("Erf", [node("Mul", [h, "inv_sqrt2"], p + "gelu_s")], p + "gelu_erf")
-        h = node("Mul", [node("Mul", [h, "half"], p + "gelu_h"), node("Add", [e, "one"], p + "gelu_1")],
-                 p + "gelu")
-        h = linear(h, ffn, hidden, p + "ff2")
-        x = layernorm(node("Add", [h, x], p + "res2"), p + "ln2")
-    nodes.append(helper.make_node("Identity", [x], ["output"], name="output"))
-    g = helper.make_graph(nodes, "bert_encoder",
-                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, seq, hidden])],
-                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, seq, hidden])], inits)
+        x = t.layernorm(t.node("Add", [t.attention(x, p), x], p + "res1"), p + "ln1")
+        h = t.linear(t.gelu(t.linear(x, hidden, ffn, p + "ff1"), p), ffn, hidden, p + "ff2")
+        x = t.layernorm(t.node("Add", [h, x], p + "res2"), p + "ln2")
+    t.nodes.append(helper.make_node("Identity", [x], ["output"], name="output"))
+    return t.model("bert_encoder", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, seq, hidden])],
+                   [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, seq, hidden])])
+
+
+def vit_tiny(seed: int = 0, batch: int = 1, size: int = 224, patch: int = 16, hidden: int = 192, heads: int = 3,
+             layers: int = 12, mlp: int = 768, classes: int = 1000):
+    """A ViT-Tiny-style image classifier: a patch-``patch`` Conv stem to ``hidden`` channels, the patches as
+    tokens (Reshape, Transpose) after a class token (Concat), plus a position embedding, then ``layers`` pre-LN
+    layers (LayerNormalization, multi-head self-attention as in ``bert_encoder``, residual Add,
+    LayerNormalization, MatMul-Add-Gelu-MatMul-Add, residual Add), a final LayerNormalization, the class token
+    (Gather) and a linear head to ``classes``. Input [batch, 3, size, size]. Opset 17."""
+    n = (size // patch) ** 2
+    t = _Layers(seed, batch, n + 1, hidden, heads)
+    t.inits += [_init("patch_w", t.rng.standard_normal((hidden, 3, patch, patch)) * np.sqrt(1.0 / (3 * patch * patch))),
+                _init("patch_b", 0.02 * t.rng.standard_normal(hidden)),
+                _init("cls", 0.02 * t.rng.standard_normal((batch, 1, hidden))),
+                _init("pos", 0.02 * t.rng.standard_normal((1, n + 1, hidden))),
+                numpy_helper.from_array(np.array([batch, hidden, n], np.int64), "shape_tokens"),
+                numpy_helper.from_array(np.array(0, np.int64), "cls_index")]
+    x = t.node("Conv", ["input", "patch_w", "patch_b"], "patches", kernel_shape=[patch, patch], strides=[patch, patch])
+    x = t.node("Transpose", [t.node("Reshape", [x, "shape_tokens"], "patches_r")], "tokens", perm=[0, 2, 1])
+    x = t.node("Add", [t.node("Concat", ["cls", x], "tokens_cls", axis=1), "pos"], "embedded")
+    for li in range(layers):
+        p = f"l{li}_"
+        x = t.node("Add", [x, t.attention(t.layernorm(x, p + "ln1"), p)], p + "res1")
+        h = t.linear(t.gelu(t.linear(t.layernorm(x, p + "ln2"), hidden, mlp, p + "ff1"), p), mlp, hidden, p + "ff2")
+        x = t.node("Add", [x, h], p + "res2")
+    x = t.node("Gather", [t.layernorm(x, "ln_final"), "cls_index"], "cls_out", axis=1)
+    t.linear(x, hidden, classes, "head")
+    t.nodes[-1].output[0] = "output"
+    return t.model("vit_tiny", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, size, size])],
+                   [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, classes])])
+
+
+def elementwise_chain(nodes: int, seed: int = 0, batch: int = 8, width: int = 32):
+    """A chain of ``nodes`` elementwise ONNX nodes on [batch, width] inputs ``input`` and ``second``, cycling
+    through Add and Mul with constants, Relu, Sigmoid, Neg, Sub of the second input, two equal Sigmoids
+    (common subexpressions) joined by an Add, and a Mul by the sum of two constants (folded). Its compile time
+    shows whether any pass is worse than linear in the graph's size (bench/bench_compile.py)."""
+    rng = np.random.default_rng(seed)
+    consts = [_init(f"c{k}", rng.standard_normal(width) * 0.1 + (1.0 if k % 2 else 0.0)) for k in range(8)]
+    out, x, i = [], "input", 0
+
+    def emit(op, ins, name):
+        out.append(helper.make_node(op, ins, [name], name=name))
+        return name
+
+    while len(out) < nodes:
+        step = len(out) % 11
+        v = f"v{i}"
+        i += 1
+        if len(out) == nodes - 1:  # the last node ends the main path, so every node reaches the output
+            x = emit("Neg", [x], v)
+        elif step in (0, 1):
+            x = emit("Add" if step == 0 else "Mul", [x, f"c{i % 8}"], v)
+        elif step in (2, 3, 4):
+            x = emit(("Relu", "Sigmoid", "Neg")[step - 2], [x], v)
+        elif step == 5:
+            x = emit("Sub", [x, "second"], v)
+        elif step in (6, 7):
+            emit("Sigmoid", [x], v)
+        elif step == 8:
+            x = emit("Add", [f"v{i - 3}", f"v{i - 2}"], v)
+        elif step == 9:
+            emit("Add", [f"c{i % 8}", f"c{(i + 3) % 8}"], v)
+        else:
+            x = emit("Mul", [x, f"v{i - 2}"], v)
+    out[-1].output[0] = "output"
+    spec = [helper.make_tensor_value_info(nm, TensorProto.FLOAT, [batch, width]) for nm in ("input", "second")]
+    g = helper.make_graph(out, "elementwise_chain", spec, [helper.make_tensor_value_info(
+        "output", TensorProto.FLOAT, [batch, width])], consts)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-kit")
 
 
 #: The larger benchmark models (bench/bench_cpu.py), kept out of ``MODELS``, which tests run in full on every backend.
-BENCH_MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenetv2": mobilenetv2, "bert_encoder": bert_encoder}
+BENCH_MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenetv2": mobilenetv2, "bert_encoder": bert_encoder,
+                "vit_tiny": vit_tiny, "elementwise_chain": elementwise_chain}

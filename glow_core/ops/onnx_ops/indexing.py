@@ -166,7 +166,7 @@ def trilu(b, x, k=None, *, upper=1):
     return b.where_(b.const(mask), x, b.scalar_like(0, x, shape=()))
 
 
-@onnx_op("EyeLike")
+@onnx_op("EyeLike", shape_only=True)
 def eye_like(b, x, *, dtype=None, k=0):
     """A constant identity-like matrix of x's shape (dtype: an ONNX element type, default x's)."""
     dt = x.dtype if dtype is None else to_dtype(int(dtype))
@@ -200,7 +200,7 @@ def range_(b, start, limit, delta, *, stash_type=None):
     return b.const(out.astype(dt))
 
 
-@onnx_op("Size")
+@onnx_op("Size", shape_only=True)
 def size(b, x):
     """The static element count, as an int64 constant."""
     return b.const(np.asarray(x.type.numel, np.int64))

@@ -1,0 +1,89 @@
+"""One IRFunction as the CPU backend runs it: a kernel per instruction (identical ones shared), the addresses of
+each instruction's operands, and the constants prepared at compile time, appended to the constant region."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from glow_core.memory import align_up
+
+from .codegen import KernelCode, KernelInstr, c_comment, gemm_source, kernel_code, template
+
+#: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
+REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
+
+
+@dataclass
+class Call:
+    """One instruction: its kernel and its operands' (region, byte offset), then its derived constants'."""
+
+    instr: object
+    code: KernelCode
+    ptrs: list[tuple[str, int]]
+
+
+def _const_array(b) -> np.ndarray:
+    """The value of constant buffer ``b`` (a weight, or a view of one)."""
+    if b.data is not None:
+        return np.asarray(b.data)
+    root = b.root
+    raw = np.ascontiguousarray(root.data).reshape(-1).view(np.uint8)
+    off = b.address - root.offset
+    return raw[off:off + b.size].view(b.type.dtype.np).reshape(b.type.shape)
+
+
+class Program:
+    """The calls of one IRFunction in order, its distinct kernels, and its constant region (the memory plan's
+    weights, then the constants kernels asked for: converted weights, 64-byte aligned)."""
+
+    def __init__(self, irf, num_threads: int):
+        self.irf = irf
+        self.calls: list[Call] = []
+        self.kernels: dict[str, KernelCode] = {}
+        self.derived: list[tuple[int, np.ndarray]] = []  # (offset in the constant region, array)
+        end = align_up(irf.plan.constant_size)
+        placed: dict = {}
+        for ins in irf.code:
+            code = kernel_code(KernelInstr.of(ins), num_threads)
+            self.kernels.setdefault(code.name, code)
+            ptrs = [(b.region, b.address) for b, _ in ins.operands]
+            for slot, np_dtype in code.derived:
+                b = ins.operands[slot][0]
+                key = (b.root.name, b.address, b.type, np_dtype)
+                if key not in placed:
+                    arr = np.ascontiguousarray(_const_array(b).astype(np_dtype))
+                    placed[key] = end
+                    self.derived.append((end, arr))
+                    end = align_up(end + arr.nbytes)
+                ptrs.append(("constant", placed[key]))
+            self.calls.append(Call(ins, code, ptrs))
+        self.constant_size = end if self.derived else irf.plan.constant_size
+
+    def gemms(self) -> list[str]:
+        return sorted({g for k in self.kernels.values() for g in k.gemms})
+
+    def constant_parts(self) -> list[tuple[int, np.ndarray]]:
+        """The constant region as (offset, bytes) parts in order: the plan's weights, then derived constants."""
+        parts = [(b.offset, np.ascontiguousarray(b.data).reshape(-1).view(np.uint8))
+                 for b in self.irf.buffers if b.kind == "constant"]
+        parts += [(off, arr.reshape(-1).view(np.uint8)) for off, arr in self.derived]
+        return sorted(parts, key=lambda p: p[0])
+
+    def constant_blob(self) -> bytes:
+        """The constant region as one blob (a bundle's weights file)."""
+        blob = np.zeros(self.constant_size, np.uint8)
+        for off, raw in self.constant_parts():
+            blob[off:off + raw.size] = raw
+        return blob.tobytes()
+
+    def source(self, entry: str = "glow_run", export: str = "") -> str:
+        """Everything in one translation unit (a bundle's NAME.c): GEMMs, kernels, and the entry point calling
+        them in order with their operands' addresses (each call commented with its instruction and algorithm)."""
+        calls = [dict(index=i + 1, fn=c.code.name, ptrs=[f"{REGION_ARG[r]} + {off}" for r, off in c.ptrs] or ["0"],
+                      comment=c_comment(f"{c.instr.op} {c.instr.name}: {c.code.choice}"))
+                 for i, c in enumerate(self.calls)]
+        return template("module.c.j2").render(
+            comment_name=c_comment(self.irf.name), entry=entry, export=export,
+            kernels=[gemm_source(g) for g in self.gemms()] + [k.source for k in self.kernels.values()],
+            calls=calls)

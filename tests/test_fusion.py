@@ -1,0 +1,215 @@
+"""Fusion as declared patterns in the core (glow_core.fusion): activations folded into conv/matmul when the
+backend supports the pair, shown by ``glowc dump --ir``, checked against onnxruntime, and exact (a fused CPU
+kernel gives the bits of the unfused primitives)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import glow_core
+from glow_core.backend import Backend
+from glow_core.fusion import ACTIVATIONS, FUSED_ACTIVATION, FUSED_PARAMS, fuse_activations
+from glow_core.importer.onnx_import import import_model
+from glow_core.lower import lower
+from glow_core.verify import verify_function
+from glow_cpu.backend import CPUBackend
+from glow_interpreter.backend import InterpreterBackend
+
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None
+                              and not os.environ.get("CC"), reason="no C compiler")
+
+F32 = TensorProto.FLOAT
+
+
+def conv_relu_matmul_clip(dtype=F32, np_dtype=np.float32, seed=0):
+    """x -> Conv(3->8, 3x3, pad 1) -> Relu -> Flatten -> MatMul(8*6*6 -> 16) -> Clip(0, 6) -> y."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((0.3 * rng.standard_normal((8, 3, 3, 3))).astype(np_dtype), "w"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(8)).astype(np_dtype), "b"),
+             numpy_helper.from_array((0.1 * rng.standard_normal((288, 16))).astype(np_dtype), "fc"),
+             numpy_helper.from_array(np.array(0, np_dtype), "lo"), numpy_helper.from_array(np.array(6, np_dtype), "hi"),
+             numpy_helper.from_array(np.array([1, 288], np.int64), "flat")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "flat"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "fc"], ["m"], name="fc"),
+             helper.make_node("Clip", ["m", "lo", "hi"], ["y"], name="clip")]
+    g = helper.make_graph(nodes, "fuse", [helper.make_tensor_value_info("x", dtype, [1, 3, 6, 6])],
+                          [helper.make_tensor_value_info("y", dtype, [1, 16])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def activation_model(act, producer="conv", second_user=False, seed=1, dtype=F32, npd=np.float32):
+    """A conv (4->8, 3x3, im2col + GEMM), a depthwise conv (4 channels) or a matmul (32x48 @ 48x40, the GEMM)
+    followed by activation ``act`` (an ONNX op with attrs); ``second_user`` also returns the producer's result,
+    so the activation must stay separate."""
+    rng = np.random.default_rng(seed)
+    op, attrs = act
+    if producer in ("conv", "depthwise"):
+        f, cin, group = (8, 4, 1) if producer == "conv" else (4, 1, 4)
+        inits = [numpy_helper.from_array((0.4 * rng.standard_normal((f, cin, 3, 3))).astype(npd), "w"),
+                 numpy_helper.from_array((0.1 * rng.standard_normal(f)).astype(npd), "b")]
+        prod = helper.make_node("Conv", ["x", "w", "b"], ["p"], pads=[1, 1, 1, 1], group=group, name="producer")
+        xs, ys = [1, 4, 10, 10], [1, f, 10, 10]
+    else:
+        inits = [numpy_helper.from_array((0.3 * rng.standard_normal((48, 40))).astype(npd), "w")]
+        prod = helper.make_node("MatMul", ["x", "w"], ["p"], name="producer")
+        xs, ys = [32, 48], [32, 40]
+    outs = [helper.make_tensor_value_info("y", dtype, ys)]
+    if second_user:
+        outs.append(helper.make_tensor_value_info("p", dtype, ys))
+    g = helper.make_graph([prod, helper.make_node(op, ["p"], ["y"], name="act", **attrs)], "act",
+                          [helper.make_tensor_value_info("x", dtype, xs)], outs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m, xs
+
+
+def ort_run(model, feed):
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feed)))
+
+
+class NoFusionCPU(CPUBackend):
+    """The CPU backend with every fusion refused (the reference for exactness)."""
+
+    name = "cpu_nofusion"
+
+    def supports_fused_activation(self, op, activation):
+        return False
+
+
+def fused(ir):
+    return [(i.op, i.attrs.get(FUSED_ACTIVATION), i.attrs.get(FUSED_PARAMS)) for i in ir.code
+            if i.op in ("conv", "matmul")]
+
+
+@needs_cc
+def test_conv_relu_and_matmul_clip_fused_on_cpu_match_onnxruntime(tmp_path):
+    model = conv_relu_matmul_clip()
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    r = subprocess.run([sys.executable, "-m", "glow_core.cli", "dump", str(path), "--backend", "cpu", "--ir"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    conv_line = next(ln for ln in r.stdout.splitlines() if "= conv @out" in ln)
+    mm_line = next(ln for ln in r.stdout.splitlines() if "= matmul @out" in ln)
+    assert "_fused_activation: relu" in conv_line
+    assert "_fused_activation: clip" in mm_line and "_fused_params: {min: 0.0, max: 6.0}" in mm_line
+    assert not any(f"= {op} @out" in r.stdout for op in ("max", "min", "broadcast"))
+    x = np.random.default_rng(2).standard_normal((1, 3, 6, 6)).astype(np.float32) * 3
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    got = cm.run({"x": x})["y"]
+    want = ort_run(model, {"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert 0 < (got == 6).sum() and 0 < (got == 0).sum()  # both bounds of the clip are reached
+
+
+def test_backend_without_fusion_keeps_the_activation_instructions():
+    model = conv_relu_matmul_clip()
+    assert Backend.supports_fused_activation(InterpreterBackend(), "conv", "relu") is False
+    ir = glow_core.compile(model, "interpreter").ir
+    assert fused(ir) == [("conv", None, None), ("matmul", None, None)]
+    ops = [i.op for i in ir.code]
+    assert "max" in ops and "min" in ops
+
+
+@needs_cc
+def test_activation_with_a_second_user_of_its_input_is_not_fused():
+    model, xs = activation_model(("Relu", {}), second_user=True)
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    assert fused(cm.ir) == [("conv", None, None)]
+    assert "max" in [i.op for i in cm.ir.code]
+    x = np.random.default_rng(3).standard_normal(xs).astype(np.float32)
+    got, want = cm.run({"x": x}), ort_run(model, {"x": x})
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+
+
+CASES = [(("Relu", {}), "relu", {}), (("Clip", {}), None, None), (("Sigmoid", {}), "sigmoid", {}),
+         (("Tanh", {}), "tanh", {}), (("LeakyRelu", {"alpha": 0.2}), "leaky_relu", {"alpha": 0.2})]
+
+
+@needs_cc
+@pytest.mark.parametrize("producer", ["conv", "depthwise", "matmul"])
+@pytest.mark.parametrize("act,name,params", CASES, ids=[c[0][0] for c in CASES])
+def test_each_activation_fused_exactly(producer, act, name, params):
+    """Every declared activation after conv, depthwise conv and matmul: fused on the CPU backend, equal to
+    onnxruntime, and bit-equal to the unfused CPU kernels. (A Clip without bounds lowers to nothing.)"""
+    model, xs = activation_model(act, producer)
+    x = np.random.default_rng(4).standard_normal(xs).astype(np.float32) * 2
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    want_params = None if params is None else {k: pytest.approx(v) for k, v in params.items()}
+    op = "matmul" if producer == "matmul" else "conv"
+    assert fused(cm.ir) == [(op, name, want_params)]
+    got = cm.run({"x": x})["y"]
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    plain = glow_core.compile(model, NoFusionCPU(), num_threads=1)
+    assert fused(plain.ir) == [(op, None, None)]
+    np.testing.assert_array_equal(got, plain.run({"x": x})["y"])
+
+
+@needs_cc
+@pytest.mark.parametrize("producer", ["conv", "matmul"])
+@pytest.mark.parametrize("act", [("Relu", {}), ("Sigmoid", {})], ids=["Relu", "Sigmoid"])
+def test_float16_fused_after_rounding(producer, act):
+    """float16 conv and a float16 matmul large enough for the converted GEMM: the activation applies to the
+    rounded float16 result, as the separate primitive would."""
+    model, xs = activation_model(act, producer, dtype=TensorProto.FLOAT16, npd=np.float16)
+    x = (np.random.default_rng(6).standard_normal(xs) * 2).astype(np.float16)
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    assert [f[1] for f in fused(cm.ir)] == [act[0].lower()]
+    plain = glow_core.compile(model, NoFusionCPU(), num_threads=1)
+    np.testing.assert_array_equal(cm.run({"x": x})["y"], plain.run({"x": x})["y"])
+
+
+@needs_cc
+@pytest.mark.parametrize("dt,npd", [(TensorProto.FLOAT16, np.float16), (TensorProto.DOUBLE, np.float64)])
+def test_fused_kernels_in_other_float_types_are_exact(dt, npd):
+    """float16 (converted GEMM, fused after rounding) and float64 (the f64 GEMM's epilogue)."""
+    model = conv_relu_matmul_clip(dt, npd)
+    x = (np.random.default_rng(5).standard_normal((1, 3, 6, 6)) * 3).astype(npd)
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    assert [f[1] for f in fused(cm.ir)] == ["relu", "clip"]
+    plain = glow_core.compile(model, NoFusionCPU(), num_threads=1)
+    np.testing.assert_array_equal(cm.run({"x": x})["y"], plain.run({"x": x})["y"])
+    want = glow_core.compile(model, "interpreter").run({"x": x})["y"]
+    np.testing.assert_allclose(cm.run({"x": x})["y"].astype(np.float64), want.astype(np.float64),
+                               rtol=1e-2 if npd == np.float16 else 1e-12, atol=1e-2 if npd == np.float16 else 1e-12)
+
+
+def test_patterns_are_declared_as_data():
+    names = [p.name for p in ACTIVATIONS]
+    assert {"relu", "clip", "sigmoid", "tanh", "leaky_relu"} <= set(names)
+    # clip is tried before relu: relu6 (clip 0..6) is one fused clip, not a relu and a separate min
+    assert names.index("clip") < names.index("relu")
+
+
+def test_only_the_pairs_a_backend_lists_are_fused():
+    """The core asks supports_fused_activation for each (producer, activation) it finds, and folds only those."""
+    fn = import_model(conv_relu_matmul_clip())
+    lower(fn)
+    asked = []
+
+    def supports(op, act):
+        asked.append((op, act))
+        return (op, act) == ("matmul", "clip")
+    n_before = len(fn.nodes)
+    assert fuse_activations(fn, supports) == 1
+    assert ("conv", "relu") in asked and ("matmul", "clip") in asked
+    by_op = {n.op: n for n in fn.nodes}
+    assert FUSED_ACTIVATION not in by_op["conv"].attrs and "max" in by_op
+    assert by_op["matmul"].attrs[FUSED_ACTIVATION] == "clip"
+    assert by_op["matmul"].attrs[FUSED_PARAMS] == {"min": 0.0, "max": 6.0}
+    assert by_op["matmul"].outputs[0] is fn.outputs[0]  # the matmul now computes the clip's output
+    assert len(fn.nodes) == n_before - 2  # max and min of the clip
+    verify_function(fn)
