@@ -11,7 +11,9 @@ evaluated here (constant folding at import).
 """
 from __future__ import annotations
 
+import inspect
 import os
+from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -162,6 +164,11 @@ def node_attrs(node: onnx.NodeProto, opset: int, where: str) -> dict:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except onnx.defs.SchemaError:
         schema = None
+        if node.domain in ("", "ai.onnx") and onnx.defs.has(node.op_type):
+            since = onnx.defs.get_schema(node.op_type).since_version
+            first = min(v for v in range(1, since + 1) if onnx.defs.has(node.op_type, v))
+            raise ImportError_(f"{where}: {node.op_type} is not defined at opset {opset} (the model's ai.onnx "
+                               f"opset); it exists from opset {first}") from None
     if schema is not None:
         n_in, n_out = len(node.input), len(node.output)
         if not schema.min_input <= n_in <= schema.max_input or not schema.min_output <= n_out <= schema.max_output:
@@ -400,6 +407,71 @@ def _op_of(n: onnx.NodeProto, where: str):
     return d
 
 
+def _check_input_types(n: onnx.NodeProto, ins: list, opset: int, where: str):
+    """Inputs whose schema type is one fixed tensor type (a shape, sizes, an axes list: ``tensor(int64)``) must
+    have it, and inputs typed by the same type variable (``T``) must have the same element type; which types a
+    variable admits is left to the op's own checks."""
+    try:
+        formals = list(onnx.defs.get_schema(n.op_type, opset, n.domain or "").inputs)
+    except onnx.defs.SchemaError:
+        return
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if formals and formals[-1].option == variadic and formals[-1].is_homogeneous:
+        formals += [formals[-1]] * (len(ins) - len(formals))
+    seen = {}
+    for i, (v, formal) in enumerate(zip(ins, formals)):
+        want = formal.type_str
+        if v is None or v.type is None:
+            continue
+        if want.startswith("tensor("):
+            got = f"tensor({onnx.TensorProto.DataType.Name(v.dtype.onnx).lower()})"
+            if got != want:
+                raise ShapeError(f"{where}: input {i} ('{formal.name}') is {v.dtype.name}; the schema (opset "
+                                   f"{opset}) accepts {want[7:-1]} only")
+        elif want in seen and seen[want][1].dtype != v.dtype:
+            j, u = seen[want]
+            raise ShapeError(f"{where}: inputs {j} and {i} are {u.dtype.name} and {v.dtype.name}; the schema "
+                               f"(opset {opset}) types both {want}, so they must have the same element type")
+        else:
+            seen.setdefault(want, (i, v))
+
+
+@lru_cache(maxsize=None)
+def _parameters(f) -> tuple[int, int | None, frozenset | None, frozenset]:
+    """(required inputs, most inputs or None, accepted attribute names or None for any, required attributes) of
+    a lowering ``(b, *inputs, **attrs)`` or a kept-whole kernel ``(*arrays, **attrs)``."""
+    params = list(inspect.signature(f).parameters.values())
+    pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    kw = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    varkw = any(p.kind == p.VAR_KEYWORD for p in params)
+    return (sum(p.default is p.empty for p in pos), None if varargs else len(pos),
+            None if varkw else frozenset(p.name for p in kw),
+            frozenset(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty))
+
+
+def _fit_signature(d, n: onnx.NodeProto, n_inputs: int, attrs: dict, opset: int, where: str) -> dict:
+    """The node's inputs and attributes against what this importer's op takes (its lowering's or kernel's
+    signature): too few or too many inputs, or an attribute the node sets that the op does not take (one of an
+    older opset's schema), is an ImportError_; unset schema defaults it does not take are dropped."""
+    lo, hi, accepted, required = _parameters(d.lower) if d.lower else _parameters(d.kernel)
+    if d.lower:
+        lo, hi = lo - 1, None if hi is None else hi - 1  # the builder
+    if n_inputs < lo or (hi is not None and n_inputs > hi):
+        takes = str(lo) if hi == lo else f"at least {lo}" if hi is None else f"{lo} to {hi}"
+        raise ImportError_(f"{where}: {n_inputs} inputs given; this importer's {n.op_type} takes {takes} inputs")
+    missing = sorted(r for r in required if attrs.get(r) is None)
+    if missing:
+        raise ImportError_(f"{where}: required attribute(s) {missing} of {n.op_type} are missing")
+    if accepted is None:
+        return attrs
+    unknown = sorted(a.name for a in n.attribute if a.name not in accepted)
+    if unknown:
+        raise ImportError_(f"{where}: attribute(s) {unknown} (of the opset {opset} schema) are not supported by "
+                           f"this importer's {n.op_type}; it takes {', '.join(sorted(accepted)) or 'none'}")
+    return {k: v for k, v in attrs.items() if k in accepted}
+
+
 def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, template: bool = False):
     """Build every node of ``g`` into ``fn`` through ``build_node``, reading and extending ``env`` (ONNX name
     -> Value). Subgraph attributes become body Functions (``_import_body``)."""
@@ -419,6 +491,9 @@ def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, templ
         while ins and ins[-1] is None:
             ins.pop()
         attrs = custom_attrs(n, d, where) if d.domain else node_attrs(n, opset, where)
+        if not d.domain:
+            attrs = _fit_signature(d, n, len(ins), attrs, opset, where)
+            _check_input_types(n, ins, opset, where)
         outer = outer_scope_names(n, env)  # values its subgraphs read become explicit inputs
         for k, a in list(attrs.items()):
             if isinstance(a, onnx.GraphProto):

@@ -68,8 +68,11 @@ def _nms_types(b, boxes, scores, *limits, center_point_box=0):
     return [TensorType("int64", non_max_suppression(*vals, center_point_box=center_point_box).shape)]
 
 
-def _roi_align_types(b, x, rois, batch_indices, *, output_height=1, output_width=1, **_):
+def _roi_align_types(b, x, rois, batch_indices, *, output_height=1, output_width=1, sampling_ratio=0, **_):
     """x's dtype, [number of rois, C, output_height, output_width]."""
+    if output_height < 1 or output_width < 1 or sampling_ratio < 0:
+        raise ShapeError(f"{b.where}: output_height {output_height}, output_width {output_width}, sampling_ratio "
+                         f"{sampling_ratio}: positive output sizes and a non-negative sampling ratio are accepted")
     if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
         raise ShapeError(f"{b.where}: X {x.shape} must be [N, C, H, W], rois {rois.shape} [num_rois, 4] and "
                          f"batch_indices {batch_indices.shape} [num_rois]")
@@ -152,6 +155,10 @@ def _iou(a, b, center):
 def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                         score_threshold=None, *, center_point_box=0):
     """Greedy per (batch, class) selection by score, dropping boxes whose IoU with a kept box is too high."""
+    for nm, v in (("max_output_boxes_per_class", max_output_boxes_per_class), ("iou_threshold", iou_threshold),
+                  ("score_threshold", score_threshold)):
+        if v is not None and np.asarray(v).size != 1:
+            raise ShapeError(f"NonMaxSuppression: {nm} has {np.asarray(v).size} elements; one is accepted")
     max_out = 0 if max_output_boxes_per_class is None else int(np.asarray(max_output_boxes_per_class).ravel()[0])
     iou_t = 0.0 if iou_threshold is None else float(np.asarray(iou_threshold).ravel()[0])
     sc_t = None if score_threshold is None else float(np.asarray(score_threshold).ravel()[0])

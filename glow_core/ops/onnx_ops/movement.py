@@ -245,6 +245,9 @@ def depth_to_space(b, x, *, blocksize, mode="DCR"):
 @onnx_op("SpaceToDepth")
 def space_to_depth(b, x, *, blocksize, mode="DCR"):
     """reshape -> transpose -> reshape (DCR or CRD channel order)."""
+    if x.rank != 4 or int(blocksize) < 1:
+        raise ShapeError(f"{b.where}: input {x.shape} and blocksize {blocksize}: a 4-D input and a blocksize >= 1 "
+                         f"are accepted")
     n, c, h, w = x.shape
     bs = int(blocksize)
     if h % bs or w % bs:

@@ -8,8 +8,13 @@ from ..registry import extended_op, onnx_op
 
 
 def conv_pads(b, x_sp, k, strides, dilations, pads, auto_pad):
-    """Explicit begin+end pads for ONNX auto_pad / pads attributes."""
+    """Explicit begin+end pads for ONNX auto_pad / pads attributes (the window attributes checked)."""
     n = len(x_sp)
+    if (len(k) != n or len(strides) != n or len(dilations) != n or (pads and len(pads) != 2 * n)
+            or min(list(k) + list(strides) + list(dilations), default=1) < 1 or min(pads or [0]) < 0):
+        raise ShapeError(f"{b.where}: kernel {list(k)}, strides {list(strides)}, dilations {list(dilations)}, pads "
+                         f"{list(pads or [])} for {n} spatial dims: one kernel size, stride and dilation >= 1 per "
+                         f"dim and 2 * {n} pads >= 0 are accepted")
     auto_pad = auto_pad or "NOTSET"
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = []
@@ -33,6 +38,9 @@ def conv_pads(b, x_sp, k, strides, dilations, pads, auto_pad):
 def conv(b, x, w, bias=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
          strides=None):
     """Primitive `conv` with explicit pads and a zero bias when none is given."""
+    if x.rank < 3 or w.rank != x.rank:
+        raise ShapeError(f"{b.where}: input {x.shape} and weight {w.shape}: an [N, C, ...] input and a weight of "
+                         f"the same rank are accepted")
     n = x.rank - 2
     k = list(kernel_shape or w.shape[2:])
     strides = list(strides or [1] * n)
@@ -129,6 +137,10 @@ def col2im(b, x, image_shape, block_shape, *, dilations=None, pads=None, strides
     strides = list(strides or [1] * n)
     dilations = list(dilations or [1] * n)
     pads = list(pads or [0] * (2 * n))
+    if (len(strides) != n or len(dilations) != n or len(pads) != 2 * n or min(strides + dilations, default=1) < 1
+            or min(blk + img, default=1) < 1):
+        raise ShapeError(f"{b.where}: image_shape {img}, block_shape {blk}, strides {strides}, dilations "
+                         f"{dilations}, pads {pads}: one positive entry per image dim is accepted (two pads)")
     K = int(np.prod(blk))
     if x.rank != 3 or len(blk) != n or x.shape[1] % K:
         raise ShapeError(f"{b.where}: input {x.shape} must be [N, C*prod(block_shape {blk}), L] for image "
