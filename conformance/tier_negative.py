@@ -118,6 +118,10 @@ def _model(nodes, inputs, outputs, inits=(), opset=21):
     return m
 
 
+def _feeds(**shapes):
+    return {k: np.zeros(s, np.float32) for k, s in shapes.items()}
+
+
 def _external_model(tmp, length):
     """A Relu + Add model whose constant is external data in weights.bin with the given length."""
     with open(os.path.join(tmp, "weights.bin"), "wb") as f:
@@ -157,7 +161,50 @@ FUZZ_REFUSALS = (
         [("x", 1, [1, 2, 4, 4]), ("rois", 1, [1, 4]), ("bi", 7, [1])], [("y", 1, None)], opset=16),
      {"x": np.zeros((1, 2, 4, 4), np.float32), "rois": np.array([[0, 0, 2, 2]], np.float32),
       "bi": np.array([2], np.int64)}),
+    # found by the importer fuzzer on the layered core, where a lowering's stray exception became InternalError
+    ("attribute_of_an_older_opset", "broadcast", lambda tmp: _model(
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], broadcast=1)],
+        [("a", 1, [2, 3]), ("b", 1, [3, 4]), ("c", 1, [4])], [("y", 1, None)], opset=6),
+     _feeds(a=(2, 3), b=(3, 4), c=(4,))),
+    ("required_input_left_empty", "required", lambda tmp: _model(
+        [helper.make_node("Relu", [""], ["y"])], [("x", 1, [3])], [("y", 1, None)]), _feeds(x=(3,))),
+    ("op_newer_than_the_opset", "opset 21", lambda tmp: _model(
+        [helper.make_node("RMSNormalization", ["x", "s"], ["y"])], [("x", 1, [2, 4]), ("s", 1, [4])],
+        [("y", 1, None)]), _feeds(x=(2, 4), s=(4,))),
+    ("reshape_shape_not_int64", "shape", lambda tmp: _model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])], [("x", 1, [2, 3])], [("y", 1, None)],
+        [numpy_helper.from_array(np.array([3, 2], np.float32), "s")]), _feeds(x=(2, 3))),
+    ("max_pool_negative_kernel", "kernel", lambda tmp: _model(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, -3])], [("x", 1, [1, 1, 4, 4])],
+        [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),
+    ("conv_negative_pad", "pads", lambda tmp: _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[0, 0, 0, -1])], [("x", 1, [1, 1, 5, 5]),
+                                                                         ("w", 1, [1, 1, 3, 3])],
+        [("y", 1, None)]), _feeds(x=(1, 1, 5, 5), w=(1, 1, 3, 3))),
+    ("conv_weight_rank", "weight", lambda tmp: _model(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], [("x", 1, [2, 3, 3]), ("w", 1, [])], [("y", 1, None)]),
+     _feeds(x=(2, 3, 3), w=())),
+    ("resize_zero_scale", "scales", lambda tmp: _model(
+        [helper.make_node("Resize", ["x", "", "sc"], ["y"])], [("x", 1, [1, 1, 4, 4])], [("y", 1, None)],
+        [numpy_helper.from_array(np.array([1, 1, 0, 2], np.float32), "sc")]), _feeds(x=(1, 1, 4, 4))),
+    ("range_too_many_elements", "elements", lambda tmp: _model(
+        [helper.make_node("Range", ["s", "l", "d"], ["y"])], [], [("y", 7, None)],
+        [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("s", 0), ("l", 1 << 40), ("d", 1))]), {}),
+    ("scatter_nd_index_too_deep", "indices", lambda tmp: _model(
+        [helper.make_node("ScatterND", ["x", "i", "u"], ["y"])], [("x", 1, [4, 4]), ("u", 1, [2])],
+        [("y", 1, None)], [numpy_helper.from_array(np.zeros((2, 3), np.int64), "i")]), _feeds(x=(4, 4), u=(2,))),
+    ("lstm_sequence_too_long", "steps", lambda tmp: _model(
+        [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=1)],
+        [("x", 1, [1 << 20, 1, 1]), ("w", 1, [1, 4, 1]), ("r", 1, [1, 4, 1])], [("y", 1, None)]),
+     _feeds(x=(1 << 20, 1, 1), w=(1, 4, 1), r=(1, 4, 1))),
+    ("trilu_k_not_scalar", "k", lambda tmp: _model(
+        [helper.make_node("Trilu", ["x", "k"], ["y"])], [("x", 1, [3, 3])], [("y", 1, None)],
+        [numpy_helper.from_array(np.zeros(3, np.int64), "k")]), _feeds(x=(3, 3))),
+    ("space_to_depth_blocksize_zero", "blocksize", lambda tmp: _model(
+        [helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=0)], [("x", 1, [1, 1, 4, 4])],
+        [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),
 )
+
 
 
 def fuzz_refusal_cases():
