@@ -200,6 +200,9 @@ FUZZ_REFUSALS = (
     ("trilu_k_not_scalar", "k", lambda tmp: _model(
         [helper.make_node("Trilu", ["x", "k"], ["y"])], [("x", 1, [3, 3])], [("y", 1, None)],
         [numpy_helper.from_array(np.zeros(3, np.int64), "k")]), _feeds(x=(3, 3))),
+    # found by glowc fuzz --backend cpu: the reference interpreter's argmax failed on an empty axis at run time
+    ("argmax_over_an_empty_axis", "empty", lambda tmp: _model(
+        [helper.make_node("ArgMax", ["x"], ["y"])], [("x", 1, [0, 2])], [("y", 7, None)]), _feeds(x=(0, 2))),
     ("space_to_depth_blocksize_zero", "blocksize", lambda tmp: _model(
         [helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=0)], [("x", 1, [1, 1, 4, 4])],
         [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),

@@ -352,6 +352,10 @@ def structured_cases():
     out = [model_case(f"ops/LRN/{dt}/size3", "ops", "LRN", dt,
                       lambda r, dt=dt: one_node("LRN", [rnd(dt, (1, 5, 4, 4), r)], {"size": 3}), "op",
                       oracle=_lrn_oracle) for dt in ("float32", "float64")]
+    # glowc fuzz --backend cpu (minimal model): an empty batch (the lowering divided by N * C)
+    out.append(model_case("ops/LRN/float16/fuzz_empty_batch", "ops", "LRN", "float16",
+                          lambda r: one_node("LRN", [rnd("float16", (0, 1, 1, 1), r)], {"size": 1}), "op",
+                          oracle=_lrn_oracle))
     out += [model_case(f"ops/GlobalLpPool/{dt}/p{p}", "ops", "GlobalLpPool", dt,
                        lambda r, dt=dt, p=p: one_node("GlobalLpPool", [rnd(dt, (2, 3, 4, 5), r)], {"p": p}), "op",
                        oracle=lambda f, p=p: [(np.sum(np.abs(f["x0"].astype(np.float64)) ** p, axis=(2, 3),
