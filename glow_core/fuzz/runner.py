@@ -27,6 +27,8 @@ import onnx
 from ..api import compile as glow_compile
 from ..errors import GlowError, UnsupportedOpError
 
+#: What a child sends once it is ready for jobs, and how long its start may take.
+READY, STARTUP_SECONDS = "ready", 300.0
 #: Outcome kinds of one job.
 OK, GLOW_ERROR, UNSUPPORTED, EXCEPTION, CRASH, HANG = "ok", "glow-error", "unsupported", "exception", "crash", "hang"
 
@@ -108,6 +110,7 @@ def _serve(conn, memory_limit):
     if memory_limit:
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    conn.send(READY)
     while True:
         try:
             job = conn.recv()
@@ -140,6 +143,15 @@ class Worker:
         child.close()
         self.conn = Connection(parent.detach())
         self.restarts += 1
+        # a job's time limit starts when the child is ready: its interpreter start and imports do not count (they
+        # take seconds on a loaded machine, and a restart after a hang must not make the next job a hang too)
+        try:
+            ready = self.conn.poll(STARTUP_SECONDS) and self.conn.recv() == READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self.stop()
+            raise GlowError(f"the fuzzing child process did not start within {STARTUP_SECONDS} s")
 
     def stop(self):
         """Kill the child (if any); the next job starts a fresh one."""
