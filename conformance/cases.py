@@ -66,4 +66,4 @@ def profiles_for(dtype: str, family: str = "", quantized: bool = False) -> tuple
 
 
 PROFILES = ("fp32-core", "fp16", "bf16", "fp64", "int-core", "int-extended", "quantized-int8", "storage-formats",
-            "models", "memory", "passes", "negative")
+            "models", "memory", "passes", "negative", "partition")

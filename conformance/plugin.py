@@ -20,7 +20,7 @@ import pytest
 from .cases import CaseFailure, Context, Unsupported
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIERS = ("primitives", "ops", "models", "passes", "memory", "negative")
+TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition")
 PROP = "glow_case"
 
 

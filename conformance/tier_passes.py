@@ -13,45 +13,21 @@ import zlib
 import numpy as np
 
 from glow_core import example_models
-from glow_core.backend import Backend
 from glow_core.passes import PASSES
 
 from . import networks as M
 from .cases import Case, CaseFailure
 from .checker import compare
+from .proxy import ProxyBackend
 from .harness import compile_model
 
 
-class PassProxy(Backend):
+class PassProxy(ProxyBackend):
     """The backend under test with a different pass pipeline / buffer sharing."""
 
     def __init__(self, inner, pipeline=(), share=True):
-        self.inner, self.pipeline, self.share = inner, list(pipeline), share
-        self.name = inner.name
-
-    def is_op_supported(self, node_info):
-        return self.inner.is_op_supported(node_info)
-
-    def compile(self, function, options):
-        return self.inner.compile(function, options)
-
-    def should_lower(self, node):
-        return self.inner.should_lower(node)
-
-    def transform_post_lowering(self, function):
-        return self.inner.transform_post_lowering(function)
-
-    def supports_fused_activation(self, op, activation):
-        return self.inner.supports_fused_activation(op, activation)
-
-    def scratch_bytes(self, instr):
-        return self.inner.scratch_bytes(instr)
-
-    def verify(self, function):
-        return self.inner.verify(function)
-
-    def memory_capacity(self):
-        return self.inner.memory_capacity()
+        super().__init__(inner)
+        self.pipeline, self.share = list(pipeline), share
 
     def optimization_pipeline(self):
         return list(self.pipeline)

@@ -5,11 +5,17 @@ function compiled for those shapes. Models with symbolic dimensions, or whose
 inputs feed shape operands (Reshape's shape, Expand's shape, ...), are
 compiled for the concrete shapes and values of the first inputs they see and
 recompiled when those change (each specialization is cached).
+
+``backend`` may be a list of backends in priority order: the model is then partitioned across them
+(``glow_core.partition``) and ``CompiledModel.placement()`` says where each node runs and why. A backend alone
+whose ``fallback_backends()`` is not empty (the CPU backend: the interpreter) is partitioned the same way when
+it refuses a node, with a ``FallbackWarning`` naming the nodes moved; ``fallback=False`` refuses instead.
 """
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +28,9 @@ from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .lower import lower
+from .partition import PartitionedFunction, Partitioning, SplitNeeded, feeds_of, output_sources, single_report
 from .passes import run_pipeline
+from .placement import PlacementReport
 from .discovery import get_backend
 from .schedule import peak_bytes, schedule
 from .timing import stage
@@ -59,11 +67,32 @@ def _collector_paused():
             gc.enable()
 
 
-@_collector_paused()
-def compile_function(model, backend: Backend, input_shapes=None, constants=None, options=None) -> CompileResult:
-    """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
-    options = dict(options or {})
-    stats: dict = {}
+@dataclass
+class PartitionedResult:
+    """A compilation over several backends: the partitioning, one CompileResult per partition (in the order they
+    run) and the function that runs them, passing values between partitions."""
+
+    plan: Partitioning
+    parts: list[CompileResult]
+    compiled: PartitionedFunction
+    stats: dict = field(default_factory=dict)
+    ir = None  # one IR per partition: parts[i].ir
+
+    @property
+    def graph(self) -> Function:
+        """The placement graph (lowered where no backend keeps a node whole)."""
+        return self.plan.fn
+
+    def placement(self, model_name: str = "") -> PlacementReport:
+        return self.plan.report(model_name)
+
+
+class FallbackWarning(UserWarning):
+    """A backend refused nodes of a model and they run on its fallback backends (``Backend.fallback_backends``)."""
+
+
+def _import_graph(model, backend: Backend, input_shapes, constants, options, stats) -> Function:
+    """Import ``model`` for fixed input shapes (and specialized input values) and run ``backend``'s graph passes."""
     with stage(stats, "import"):
         m, _ = load_model(model)
         try:
@@ -75,7 +104,85 @@ def compile_function(model, backend: Backend, input_shapes=None, constants=None,
     if options.get("optimize", True):
         with stage(stats, "graph-passes"):
             stats["passes"] = run_pipeline(fn, backend.optimization_pipeline())
+    return fn
+
+
+@_collector_paused()
+def compile_function(model, backend: Backend, input_shapes=None, constants=None, options=None) -> CompileResult:
+    """Run the whole pipeline once for fixed input shapes (and specialized input values)."""
+    options = dict(options or {})
+    stats: dict = {}
+    fn = _import_graph(model, backend, input_shapes, constants, options, stats)
     return compile_graph(fn, backend, options, stats)
+
+
+def plan_partitions(model, backends, input_shapes=None, constants=None, options=None, exclude=None) -> Partitioning:
+    """Import ``model`` and place it across ``backends`` (priority order; names, specs or instances) without
+    compiling: the partitions, their functions and the placement report. The graph passes are the first
+    backend's; ``options["force"]`` ({node name, op type or primitive: backend name}) places those nodes."""
+    options = dict(options or {})
+    backends = [get_backend(b) for b in backends]
+    stats: dict = {}
+    fn = _import_graph(model, backends[0], input_shapes, constants, options, stats)
+    plan = Partitioning(fn, backends, options.get("force"), exclude,
+                        capacity=lambda b: options.get("memory_capacity", b.memory_capacity()))
+    plan.stats = stats
+    return plan
+
+
+def compile_partitioned(model, backends, input_shapes=None, constants=None, options=None) -> PartitionedResult:
+    """``plan_partitions``, then ``compile_graph`` for each partition on its backend (every option but ``force``
+    reaches each partition's compilation). A partition whose memory plan does not fit is halved; a node that
+    alone does not fit goes to the next backend."""
+    options = dict(options or {})
+    exclude: dict = {}
+    done: dict = {}  # partition key (backend, node names) -> CompileResult, kept across placements
+    while True:
+        plan = plan_partitions(model, backends, input_shapes, constants, options, exclude)
+        try:
+            parts = _compile_partitions(plan, {k: v for k, v in options.items() if k != "force"}, done)
+            break
+        except SplitNeeded as e:  # one node does not fit a device: place everything again without that choice
+            exclude[(e.unit.node.name, e.backend)] = str(e)
+    steps = [(r.compiled, feeds_of(p)) for p, r in zip(plan.partitions, parts)]
+    return PartitionedResult(plan, parts, PartitionedFunction(steps, output_sources(plan)),
+                             dict(plan.stats, partitions=len(plan.partitions)))
+
+
+def _compile_partitions(plan: Partitioning, options, done: dict) -> list[CompileResult]:
+    """compile_graph for every partition not in ``done``; a partition whose memory plan does not fit is halved
+    and retried."""
+    while True:
+        for i, p in enumerate(plan.partitions):
+            if p.key in done:
+                continue
+            try:
+                done[p.key] = compile_graph(p.function(f"{plan.fn.name}_p{i}"), plan.backends[p.backend], options)
+            except MemoryLimitError as e:
+                plan.over_memory(p, str(e))
+                break
+        else:
+            return [done[p.key] for p in plan.partitions]
+
+
+def compile_for(model, backends: list[Backend], input_shapes=None, constants=None, options=None, fallbacks=()):
+    """One compilation for ``backends`` (several: partitioned). A single backend that refuses a node is
+    partitioned with ``fallbacks`` after it, with a FallbackWarning naming the nodes moved."""
+    if len(backends) > 1:
+        return compile_partitioned(model, backends, input_shapes, constants, options)
+    try:
+        return compile_function(model, backends[0], input_shapes, constants, options)
+    except UnsupportedOpError:
+        if not fallbacks:
+            raise
+    res = compile_partitioned(model, list(backends) + list(fallbacks), input_shapes, constants, options)
+    moved = res.placement().offloaded()
+    names = ", ".join(f"'{n.origin}' ({n.origin_op}) -> {n.backend}" for n in moved[:10])
+    warnings.warn(FallbackWarning(
+        f"backend '{backends[0].name}' does not run {len(moved)} node(s) of model '{res.graph.name}': {names}"
+        + (f" and {len(moved) - 10} more" if len(moved) > 10 else "")
+        + " (CompiledModel.placement() says why; fallback=False refuses instead)"), stacklevel=5)
+    return res
 
 
 @_collector_paused()
@@ -163,6 +270,43 @@ def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction
     return irf, counts
 
 
+def input_dtypes(specs) -> dict:
+    """Graph input name -> DType, from ``graph_input_specs``; an input of an unsupported type is refused."""
+    out = {}
+    for nm, elem, _ in specs:
+        try:
+            out[nm] = dtype(elem)
+        except GlowError as e:
+            raise UnsupportedOpError(f"graph input '{nm}': {e}") from None
+    return out
+
+
+def check_inputs(inputs, specs, dtypes, input_shapes) -> dict[str, np.ndarray]:
+    """Inputs as arrays, checked by name, dtype and shape against the model's ``specs`` (``input_shapes`` fixes
+    symbolic dimensions)."""
+    names = [s[0] for s in specs]
+    if not isinstance(inputs, dict):
+        raise InputError(f"inputs must be a dict of name -> array; the model takes {names}")
+    unknown = [k for k in inputs if k not in dtypes]
+    if unknown:
+        raise InputError(f"unknown input(s) {unknown}; the model takes {names}")
+    missing = [k for k in names if k not in inputs]
+    if missing:
+        raise InputError(f"missing input(s) {missing}; the model takes {names}")
+    out = {}
+    for nm, _, dims in specs:
+        a = np.asarray(inputs[nm])
+        want = dtypes[nm]
+        if a.dtype != want.np:
+            raise InputError(f"input '{nm}': dtype {a.dtype} given, the model expects {want.name}")
+        fixed = input_shapes.get(nm, dims)
+        if a.ndim != len(fixed) or any(isinstance(d, int) and d != s for d, s in zip(fixed, a.shape)):
+            raise InputError(f"input '{nm}': shape {a.shape} given, the model expects "
+                             f"{tuple(fixed)}")
+        out[nm] = np.ascontiguousarray(a).reshape(a.shape)  # keep 0-d inputs 0-d
+    return out
+
+
 class CompiledModel:
     """A model compiled for one backend; call ``run(inputs)`` (or the object) with numpy arrays by name."""
 
@@ -171,18 +315,22 @@ class CompiledModel:
         if example_inputs is not None or is_torch_model(model):
             model = to_onnx(model, example_inputs)
         self.model, _ = load_model(model)
-        self.backend = get_backend(backend)
+        self.backends = [get_backend(b) for b in (backend if isinstance(backend, (list, tuple)) else [backend])]
+        if not self.backends:
+            raise GlowError("backend=[]: give at least one backend (a name, a 'module:attr' spec or a Backend)")
+        self.backend = self.backends[0]
+        fallback = options.pop("fallback", None)
+        if len(self.backends) > 1 or fallback is False:
+            fallback = []
+        elif fallback is None or fallback is True:
+            fallback = self.backend.fallback_backends()
+        self.fallbacks = [get_backend(b) for b in fallback]
         self.input_shapes = dict(options.pop("input_shapes", None) or {})
         self.options = options
         self.specs = graph_input_specs(self.model)
         self.input_names = [s[0] for s in self.specs]
         self.output_names = [o.name for o in self.model.graph.output]
-        self._dtypes = {}
-        for nm, elem, _ in self.specs:
-            try:
-                self._dtypes[nm] = dtype(elem)
-            except GlowError as e:
-                raise UnsupportedOpError(f"graph input '{nm}': {e}") from None
+        self._dtypes = input_dtypes(self.specs)
         self.specialized = shape_operand_inputs(self.model)
         self._cache: dict = {}
         self.last: CompileResult | None = None
@@ -201,37 +349,28 @@ class CompiledModel:
         if key not in self._cache:
             shapes, spec = key
             constants = {nm: values[nm] for nm, _ in spec} if spec else None
-            self._cache[key] = compile_function(self.model, self.backend, dict(shapes), constants, self.options)
+            self._cache[key] = compile_for(self.model, self.backends, dict(shapes), constants, self.options,
+                                           self.fallbacks)
         self.last = self._cache[key]
         return self.last
 
     @property
     def ir(self) -> IRFunction:
-        """The low-level IR of the most recent compilation."""
+        """The low-level IR of the most recent compilation (None when it is partitioned: see ``last.parts``)."""
         return self.last.ir if self.last else None
+
+    def placement(self) -> PlacementReport:
+        """Where each node of the most recent compilation runs and why (printable; ``to_dict()`` for data)."""
+        if self.last is None:
+            raise GlowError("the model is not compiled yet (symbolic or value-dependent input shapes): run it once "
+                            "or give input_shapes=")
+        if isinstance(self.last, PartitionedResult):
+            return self.last.placement(self.model.graph.name)
+        return single_report(self.last.graph, self.backend.name, self.model.graph.name)
 
     def check_inputs(self, inputs: dict) -> dict[str, np.ndarray]:
         """Inputs as arrays, checked by name, dtype and shape against the model."""
-        if not isinstance(inputs, dict):
-            raise InputError(f"inputs must be a dict of name -> array; the model takes {self.input_names}")
-        unknown = [k for k in inputs if k not in self._dtypes]
-        if unknown:
-            raise InputError(f"unknown input(s) {unknown}; the model takes {self.input_names}")
-        missing = [k for k in self.input_names if k not in inputs]
-        if missing:
-            raise InputError(f"missing input(s) {missing}; the model takes {self.input_names}")
-        out = {}
-        for nm, _, dims in self.specs:
-            a = np.asarray(inputs[nm])
-            want = self._dtypes[nm]
-            if a.dtype != want.np:
-                raise InputError(f"input '{nm}': dtype {a.dtype} given, the model expects {want.name}")
-            fixed = self.input_shapes.get(nm, dims)
-            if a.ndim != len(fixed) or any(isinstance(d, int) and d != s for d, s in zip(fixed, a.shape)):
-                raise InputError(f"input '{nm}': shape {a.shape} given, the model expects "
-                                 f"{tuple(fixed)}")
-            out[nm] = np.ascontiguousarray(a).reshape(a.shape)  # keep 0-d inputs 0-d
-        return out
+        return check_inputs(inputs, self.specs, self._dtypes, self.input_shapes)
 
     def run(self, inputs: dict) -> dict[str, np.ndarray]:
         """Run the model: inputs and outputs are numpy arrays by name."""
@@ -250,7 +389,7 @@ class CompiledModel:
                 self.specialized |= new
         else:
             raise GlowError("could not specialize the model's shape inputs")
-        feed = {nm: a for nm, a in arrays.items() if nm in res.ir.inputs}
+        feed = arrays if res.ir is None else {nm: a for nm, a in arrays.items() if nm in res.ir.inputs}
         try:
             return res.compiled.execute(feed)
         except MemoryError:
@@ -261,7 +400,8 @@ class CompiledModel:
 
 
 def compile(model, backend: str | Backend = "interpreter", **options) -> CompiledModel:  # noqa: A001
-    """Compile ``model`` for ``backend``; returns a CompiledModel.
+    """Compile ``model`` for ``backend`` (or a list of backends in priority order, partitioning the model across
+    them); returns a CompiledModel.
 
     ``model`` is an ONNX model (a path, bytes or onnx.ModelProto), or a torch.nn.Module with
     ``example_inputs=(x, ...)`` (or a torch.export.ExportedProgram), exported with torch.onnx.export first."""

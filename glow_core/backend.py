@@ -64,6 +64,36 @@ def refusal_reason(answer, default: str = "") -> str:
     return answer.reason if isinstance(answer, Unsupported) and answer.reason else default
 
 
+
+@dataclass(frozen=True)
+class DeviceCosts:
+    """A device as the partitioner's cost model sees it (``Backend.cost_model()``).
+
+    ``flops_per_second``: sustained compute rate. ``link_bytes_per_second`` and ``transfer_latency``: the
+    host <-> device link, per value moved (a device that computes in host memory, like the CPU backend, has an
+    infinite link and no latency: moving a value to it is free)."""
+
+    flops_per_second: float
+    link_bytes_per_second: float = float("inf")
+    transfer_latency: float = 0.0
+
+    def compute_seconds(self, flops: int) -> float:
+        """Estimated time to compute ``flops`` on this device."""
+        return flops / self.flops_per_second
+
+    def transfer_seconds(self, nbytes: int, values: int) -> float:
+        """Estimated time to move ``values`` tensors of ``nbytes`` bytes in total across the link."""
+        return values * self.transfer_latency + nbytes / self.link_bytes_per_second
+
+
+#: The default cost model: a device that computes in host memory (10 GFLOP/s, moving a value to it is free), so
+#: the partitioner never returns an island from it: without figures, everything the device claims is offloaded.
+HOST = DeviceCosts(flops_per_second=1e10)
+
+#: Figures for an accelerator card on a PCIe-class link (100 GFLOP/s, 10 GB/s, 10 microseconds per transfer): a
+#: starting point for a vendor's ``cost_model()``.
+ACCELERATOR = DeviceCosts(flops_per_second=1e11, link_bytes_per_second=1e10, transfer_latency=1e-5)
+
 class CompiledFunction(abc.ABC):
     """A function compiled for one backend; ``execute`` maps input arrays by name to output arrays by name."""
 
@@ -147,6 +177,21 @@ class Backend(abc.ABC):
     def memory_capacity(self) -> int | None:
         """Bytes of activation memory the device has, or None for no limit."""
         return None
+
+    def fallback_backends(self) -> list:
+        """Backends (names, ``module:attr`` specs or instances, in priority order) that run what this one
+        refuses when a model is compiled for it alone: ``compile(model, backend=self)`` then partitions the model
+        over ``[self, *fallback_backends()]`` with a notice naming the nodes moved, instead of failing. The
+        ``fallback=`` compile option overrides it (``fallback=False``: refuse). Default: none."""
+        return []
+
+    def cost_model(self) -> DeviceCosts:
+        """How fast the device computes and what moving a value between host memory and the device costs
+        (``DeviceCosts``). The partitioner returns a small island of nodes to the neighbouring
+        backend when moving its inputs and outputs here and computing here would take longer than computing
+        there. Default: a device computing in host memory (``HOST``: moving values is free, so nothing
+        returns); an accelerator states its figures (``ACCELERATOR`` is a PCIe card's)."""
+        return HOST
 
     def known_failures(self) -> list[tuple[str, str]]:
         """Conformance case patterns (fnmatch) expected to fail, each with its reason: they become strict xfails."""

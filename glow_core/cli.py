@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -31,10 +32,19 @@ def _parse_inputs(items, model):
     return out
 
 
+def _backends(spec: str):
+    """``--backend a,b``: one backend, or a list in priority order (the model is partitioned across them)."""
+    names = [b.strip() for b in spec.split(",")]
+    if not all(names):
+        raise GlowError(f"--backend {spec!r}: give backend names separated by commas, e.g. 'acme_npu,cpu'")
+    return names if len(names) > 1 else names[0]
+
+
 def _compile(args, **options):
-    """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while)."""
+    """glow_core.compile(args.model, args.backend) with a progress line on a terminal (big models take a while);
+    ``--backend a,b`` partitions the model across the backends."""
     with Progress(f"compiling {os.path.basename(args.model)} for {args.backend}", tick=True):
-        return api.compile(args.model, args.backend, **options)
+        return api.compile(args.model, _backends(args.backend), **options)
 
 
 def cmd_backends(args):
@@ -58,18 +68,22 @@ def cmd_dump(args):
     cm = _compile(args)
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
-    if args.graph or not (args.ir or args.dot or args.onnx or args.source):
-        print(cm.last.graph.dump())
-    if args.ir:
-        print(cm.last.ir.dump())
-    if args.source:
-        source = getattr(cm.last.compiled, "source", None)
-        if source is None:
-            raise GlowError(f"backend '{cm.backend.name}' does not show generated source")
-        print(source)
+    parts = getattr(cm.last, "parts", None)  # a partitioned model: each partition's graph, IR and source
+    for i, res in enumerate(parts or [cm.last]):
+        if parts:
+            print(f"# partition {i}: {cm.last.plan.names[cm.last.plan.partitions[i].backend]}")
+        if args.graph or not (args.ir or args.dot or args.onnx or args.source):
+            print(res.graph.dump())
+        if args.ir:
+            print(res.ir.dump())
+        if args.source:
+            source = getattr(res.compiled, "source", None)
+            if source is None:
+                raise GlowError(f"backend '{cm.backend.name}' does not show generated source")
+            print(source)
     if args.dot:
         with open(args.dot, "w") as f:
-            f.write(cm.last.graph.to_dot())
+            f.write(cm.placement().to_dot() if parts else cm.last.graph.to_dot())
         print(f"wrote {args.dot}")
     if args.onnx:
         model = to_onnx(cm.last.graph, cm.backend.name)
@@ -83,6 +97,18 @@ def cmd_bench(args):
     report = bench(args.model, args.backend, threads=args.threads, budget=args.seconds, inputs=inputs,
                    compare=args.compare, label=args.model)
     print(format_report(report))
+
+
+def cmd_partition(args):
+    cm = _compile(args)
+    if cm.last is None:
+        raise GlowError("the model has symbolic or value-dependent input shapes; partitioning needs static shapes")
+    report = cm.placement()
+    print(report)
+    if args.dot:
+        with open(args.dot, "w") as f:
+            f.write(report.to_dot())
+        print(f"\nwrote {args.dot}")
 
 
 def cmd_demo(args):
@@ -102,6 +128,9 @@ def cmd_compile(args):
     cm = _compile(args, **({"target_cpu": args.target} if args.target else {}))
     if cm.last is None:
         raise GlowError("the model has symbolic input shapes; bundles need static shapes")
+    if cm.ir is None:
+        raise GlowError(f"backend '{args.backend}' does not run every node of the model (glowc partition shows "
+                        f"which and why); a bundle needs the whole model on one backend")
     if args.emit_bundle:
         files = cm.backend.emit_bundle(cm.last.ir, args.emit_bundle,
                                        {"bundle_name": args.bundle_name, **cm.options,
@@ -142,6 +171,10 @@ EXAMPLES = {
     "fuzz": "examples:\n  glowc fuzz --backend cpu --seconds 600 --out fz/          against the interpreter\n"
             "  glowc fuzz --backend interpreter --against onnxruntime --seed 3 --out fz/\n"
             "  glowc fuzz --backend cpu --replay fz/s0-g12.onnx        replay one shrunk failure",
+    "partition": "examples:\n  glowc partition resnet.onnx --backend acme_npu,cpu --dot placement.dot\n"
+                 "  glowc partition model.onnx --backend cpu        what the cpu backend leaves to the interpreter\n"
+                 "prints the partitions (backend, nodes, FLOPs, bytes in and out) and, for every node not on the\n"
+                 "first backend, why, grouped by reason",
     "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
                    "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
 }
@@ -177,15 +210,16 @@ def build_parser():
     p.add_argument("--traceback", action="store_true", help="show the Python traceback on errors")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     backend_help = "backend name (see 'glowc backends') or module:attr naming a Backend"
+    backends_help = backend_help + "; B1,B2,... partitions the model across backends in priority order"
     _sub(sub, "backends", "list the discovered backends")
     r = _sub(sub, "run", "run a model and write each output as DIR/<name>.npy")
     r.add_argument("model")
-    r.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
+    r.add_argument("--backend", default="interpreter", help=backends_help + " (default: interpreter)")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", default=".")
     d = _sub(sub, "dump", "print the optimized graph and/or low-level IR, or write them as Graphviz or ONNX")
     d.add_argument("model")
-    d.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
+    d.add_argument("--backend", default="interpreter", help=backends_help + " (default: interpreter)")
     d.add_argument("--ir", action="store_true", help="print the low-level IR")
     d.add_argument("--graph", action="store_true", help="print the optimized graph (the default)")
     d.add_argument("--dot", metavar="FILE", help="write the optimized graph as Graphviz")
@@ -208,6 +242,10 @@ def build_parser():
     c.add_argument("--emit-bundle", metavar="DIR")
     c.add_argument("--bundle-name", default="model")
     c.add_argument("--target", metavar="CPU", help="target CPU for the bundle (-march=CPU)")
+    pt = _sub(sub, "partition", "show where each node of a model runs across backends, and why")
+    pt.add_argument("model")
+    pt.add_argument("--backend", required=True, metavar="B1,B2,...", help=backends_help)
+    pt.add_argument("--dot", metavar="FILE", help="write the graph, coloured by partition, as Graphviz")
     f = _sub(sub, "fuzz", "differential fuzzing of a backend against a reference: random valid ONNX graphs, "
                           "every failure shrunk to a minimal model in --out (exit status 1 when something was found)")
     fuzz_cli.add_arguments(f, backend_help)
@@ -229,8 +267,12 @@ def main(argv=None):
         if args.cmd == "conformance":
             cmd_conformance(args, rest)
         else:
-            rc = {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
-                  "compile": cmd_compile, "bench": cmd_bench, "fuzz": fuzz_cli.run}[args.cmd](args)
+            with warnings.catch_warnings():  # notices (FallbackWarning) on one line each, like errors
+                warnings.showwarning = lambda message, category, *_, **__: print(
+                    f"glowc: {category.__name__}: {message}", file=sys.stderr)
+                rc = {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
+                      "compile": cmd_compile, "bench": cmd_bench, "partition": cmd_partition,
+                      "fuzz": fuzz_cli.run}[args.cmd](args)
             if rc:
                 return rc
     except GlowError as e:

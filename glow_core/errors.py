@@ -55,3 +55,7 @@ class InternalError(Exception):
     """A bug in Glow Kit, not bad input: a lowering, shape rule or kernel failed at compile time in a way no
     model should cause. Deliberately not a GlowError, so that tests and fuzzers see bugs as bugs. The message
     names the node and op; the original exception is chained (``__cause__``)."""
+
+
+class RequestRefused(GlowError):
+    """The runtime refused a request at once: its queue is full (``max_queue``) or the host is closed."""

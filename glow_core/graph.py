@@ -36,6 +36,22 @@ def split_outer(inputs, attrs: dict) -> tuple[list, list]:
     return (list(inputs[:len(inputs) - k]), list(inputs[len(inputs) - k:])) if k else (list(inputs), [])
 
 
+def frozen(v):
+    """A hashable stand-in for an attribute value, equal for equal values (arrays by dtype, shape and bytes;
+    lists, tuples and dicts element by element; anything unhashable by its repr)."""
+    if isinstance(v, np.ndarray):
+        return ("nd", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, (list, tuple)):
+        return tuple(frozen(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, frozen(x)) for k, x in v.items()))
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return repr(v)
+
+
 class Value:
     """An SSA value: a placeholder (function input), a constant, or a node output."""
 

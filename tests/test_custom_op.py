@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
 from glow_core import errors
+from glow_core.api import FallbackWarning
 from glow_core.ops.registry import OPS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -147,7 +148,10 @@ def test_reaches_the_backend_that_claims_it(vendor):
     np.testing.assert_allclose(cm.run({"x": X})["y"], expected(X, 0.5), rtol=1e-6)
     assert backend_module.CALLS == [(3, 4)]  # the vendor's own kernel ran, on the whole op
     with pytest.raises(errors.UnsupportedOpError, match="ScaledSoftsign"):
-        glow_core.compile(acme_model(), "cpu")  # a backend that does not claim it refuses it by name
+        glow_core.compile(acme_model(), "cpu", fallback=False)  # a backend that does not claim it refuses it by name
+    with pytest.warns(FallbackWarning, match="ScaledSoftsign"):  # by default it runs on the cpu's fallback
+        cm = glow_core.compile(acme_model(alpha=0.5), "cpu")
+    np.testing.assert_allclose(cm.run({"x": X})["y"], expected(X, 0.5), rtol=1e-6)
 
 
 def test_importer_refuses_unknown_domains_and_ops(vendor):

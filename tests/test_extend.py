@@ -22,7 +22,7 @@ from glow_conformance import tier_primitives
 from glow_core.errors import ShapeError
 from glow_core.ops.registry import PRIMITIVES, primitive
 from glow_core.types import FLOATS, TensorType
-from glow_cpu import kernels_ew
+from glow_cpu import codegen, kernels_ew
 
 TOY = "expm1"
 
@@ -49,6 +49,7 @@ def toy():
     try:
         yield
     finally:
+        codegen._MEMO.clear()
         PRIMITIVES.pop(TOY, None)
         kernels_ew.C_MATH.pop(TOY, None)
         kernels_ew.UNARY.discard(TOY)
@@ -73,6 +74,7 @@ def test_toy_primitive_passes_its_conformance_cases(toy, backend, tmp_path):
 
 def test_a_wrong_cpu_entry_is_caught(toy, tmp_path):
     kernels_ew.C_MATH[TOY] = "exp"  # forgot the "- 1"
+    codegen._MEMO.clear()  # rendered kernels are memoized per process; an edited file starts a new process
     rc, data = run_suite("cpu", tmp_path)
     failed = [c for c in data["cases"] if c["outcome"] == "fail"]
     assert rc == 1 and len(failed) == len(FLOATS), data["counts"]

@@ -29,7 +29,8 @@ LAYERS = (
                 "glow_core.schedule", "glow_core.fusion", "glow_core.flops")),
     ("ir", ("glow_core.ir", "glow_core.memory")),
     ("backend", ("glow_core.backend", "glow_core.discovery")),
-    ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.runtime")),
+    ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.placement",
+             "glow_core.runtime")),
     ("tools", ("glow_core.cli", "glow_core.docs", "glow_core.example_models", "glow_core.bench",
                "glow_core.export_onnx", "glow_core", "glow_core.fuzz", "glow_core.fuzz.*")),
 )

@@ -54,6 +54,10 @@ class CPUBackend(Backend):
         packed panels (codegen.scratch_layout)."""
         return scratch_layout(KernelInstr.of(instr)).total
 
+    def fallback_backends(self) -> list:
+        """Extended ops (TopK, RoiAlign, GridSample, ...) have no C kernels: they run on the interpreter."""
+        return ["interpreter"]
+
     @staticmethod
     def _threads(options) -> int:
         n = options.get("num_threads")

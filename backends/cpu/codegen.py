@@ -24,6 +24,7 @@ import numpy as np
 
 from glow_core.errors import BackendError
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
+from glow_core.graph import frozen
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
@@ -158,16 +159,6 @@ class Operand:
         return self.type.nbytes
 
 
-def _freeze(v):
-    if isinstance(v, np.ndarray):
-        return ("nd", v.dtype.str, v.shape, v.tobytes())
-    if isinstance(v, (list, tuple)):
-        return tuple(_freeze(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, _freeze(x)) for k, x in v.items()))
-    return v
-
-
 class KernelInstr:
     """An instruction as its kernel sees it: op, attributes and ``Operand``s, without names or addresses
     (``ir.Instr``'s ``ins``/``outs``/``scratch`` interface)."""
@@ -176,7 +167,7 @@ class KernelInstr:
 
     def __init__(self, op: str, attrs: dict, operands: list[tuple[Operand, str]]):
         self.op, self.attrs, self.operands = op, attrs, operands
-        self.signature = (op, _freeze(attrs), tuple((k, o.type.dtype.name, o.type.shape, o.type.scale, o.type.offset,
+        self.signature = (op, frozen(attrs), tuple((k, o.type.dtype.name, o.type.shape, o.type.scale, o.type.offset,
                                                      o.const) for o, k in operands))
 
     @classmethod

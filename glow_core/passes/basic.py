@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..builder import Builder, compile_time, keep_lazy, lower_node
-from ..graph import Function
+from ..graph import Function, frozen
 from ..ops.registry import get_op, get_primitive
 
 
@@ -26,20 +26,6 @@ def dce(fn: Function) -> int:
     return removed
 
 
-def _key(v):
-    if isinstance(v, np.ndarray):
-        return ("nd", v.dtype.str, v.shape, v.tobytes())
-    if isinstance(v, (list, tuple)):
-        return tuple(_key(x) for x in v)
-    if isinstance(v, dict):
-        return tuple(sorted((k, _key(x)) for k, x in v.items()))
-    try:
-        hash(v)
-        return v
-    except TypeError:
-        return repr(v)
-
-
 def _const_key(v):
     return ("c", v.dtype.name, v.shape, np.ascontiguousarray(v.const).tobytes()) if v.const.size <= 64 else ("id", v.id)
 
@@ -51,7 +37,7 @@ def cse(fn: Function) -> int:
         if not _foldable(n):  # two random draws are not the same value
             continue
         ins = tuple(None if v is None else (_const_key(v) if v.is_const else ("id", v.id)) for v in n.inputs)
-        key = (n.op, ins, _key(n.attrs), len(n.outputs))
+        key = (n.op, ins, frozen(n.attrs), len(n.outputs))
         other = seen.get(key)
         if other is None:
             seen[key] = n

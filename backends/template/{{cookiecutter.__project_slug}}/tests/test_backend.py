@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 import glow_core
+from glow_conformance.checker import compare
 from glow_core import example_models
+from glow_core.api import FallbackWarning
 from glow_core.discovery import available_backends, get_backend
 
 NAME = "{{ cookiecutter.backend_name }}"
@@ -50,6 +52,21 @@ def test_dma_is_visible():
     assert dev.stats.bytes_in == p.constant_size + 3 * 10 * 4
     assert dev.stats.bytes_out == 3 * 5 * 4
     assert dev.stats.launches == len(cm.last.ir.code)
+
+
+def test_starts_small_with_cpu_fallback():
+    """A device that claims only conv and matmul runs whole models: the CPU backend runs the rest."""
+    backend = type(get_backend(NAME))()
+    backend.CLAIMS = frozenset({"conv", "matmul"})
+    model = example_models.resnet()
+    feeds = _inputs(model)
+    with pytest.warns(FallbackWarning, match=NAME):
+        cm = glow_core.compile(model, backend=backend)
+    report = cm.placement()
+    assert report.count(NAME) >= 1 and report.count("cpu") >= 1
+    assert {n.op for n in report.nodes if n.backend == NAME} <= {"conv", "matmul"}
+    want = glow_core.compile(model, backend="interpreter").run(feeds)
+    compare(cm.run(feeds)["output"], want["output"], "model", "resnet with CPU fallback", rerun="")
 
 
 def test_known_failures_parse():

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-from glow_core.backend import Backend, CompiledFunction, NodeInfo
+from glow_core.backend import Backend, CompiledFunction, DeviceCosts, NodeInfo, Unsupported
 from glow_core.errors import GlowError
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.graph import Function, Node
@@ -90,6 +90,18 @@ class {{ cookiecutter.__class_name }}(Backend):
     #: The name users select the backend by; must equal the entry-point name in pyproject.toml.
     name = "{{ cookiecutter.backend_name }}"
 
+    #: Ops the device claims (primitive names, ONNX op types kept whole, extended ops); None = all of them.
+    #: Start small, e.g. frozenset({"conv", "matmul"}): what the device does not claim runs on FALLBACK.
+    CLAIMS = None
+
+    #: Backends that run what this one refuses, in order (the CPU backend, then the interpreter for the
+    #: extended ops the CPU has no kernels for). `glowc partition MODEL --backend NAME` shows who runs what.
+    FALLBACK = ("cpu", "interpreter")
+
+    #: The device's cost model for the partitioner (glow_core.backend.DeviceCosts: FLOP/s, link bytes/s, latency
+    #: per transfer); None = the default (computes in host memory: every claimed node is offloaded).
+    COSTS = None
+
     #: dtypes the device computes in; None = every dtype the reference kernel of the primitive accepts.
     #: e.g. ("float32", "float16", "int8", "int32", "int64", "bool")
     SUPPORTED_DTYPES = None
@@ -105,11 +117,15 @@ class {{ cookiecutter.__class_name }}(Backend):
     ACTIVATION_MEMORY = None
 
     # -- required ------------------------------------------------------------------------------------------
-    def is_op_supported(self, node_info: NodeInfo) -> bool:
-        """Whether the device runs ``node_info.op`` with these dtypes. Asked for every node after lowering."""
+    def is_op_supported(self, node_info: NodeInfo) -> bool | Unsupported:
+        """Whether the device runs ``node_info.op`` with these dtypes. Asked for every node after lowering. A
+        refusal says why (``Unsupported("reason")``): the partition report shows it to the user."""
+        if self.CLAIMS is not None and node_info.op not in self.CLAIMS:
+            return Unsupported(f"{self.name} does not claim {node_info.op} yet (CLAIMS in backend.py)")
         dtypes = node_info.in_dtypes + node_info.out_dtypes
-        if self.SUPPORTED_DTYPES is not None and any(d not in self.SUPPORTED_DTYPES for d in dtypes):
-            return False
+        bad = [d for d in dtypes if self.SUPPORTED_DTYPES is not None and d not in self.SUPPORTED_DTYPES]
+        if bad:
+            return Unsupported(f"{self.name} computes in {', '.join(self.SUPPORTED_DTYPES)}, not {bad[0]}")
         p = get_primitive(node_info.op)
         if p is not None:
             return node_info.op in kernels.KERNELS and (not node_info.in_dtypes or node_info.in_dtypes[0] in p.dtypes)
@@ -162,6 +178,16 @@ class {{ cookiecutter.__class_name }}(Backend):
         """Override (or set ACTIVATION_MEMORY) for a device with a small on-chip memory: compilation then
         fails with MemoryLimitError when the activations do not fit (glow_core.memory places them)."""
         return self.ACTIVATION_MEMORY
+
+    def fallback_backends(self) -> list:
+        """Override (or set FALLBACK) to choose who runs what the device refuses when a model is compiled for
+        it alone; the model is then partitioned, with a notice naming the nodes moved. Default here: FALLBACK."""
+        return list(self.FALLBACK)
+
+    def cost_model(self) -> DeviceCosts:
+        """Override (or set COSTS) with the device's compute rate and host link: the partitioner then returns a
+        small island to the host when moving its data would cost more than computing it there."""
+        return self.COSTS or super().cost_model()
 
     def known_failures(self) -> list[tuple[str, str]]:
         """Conformance cases expected to fail, with reasons: read from known_failures.txt. Keep it short."""
