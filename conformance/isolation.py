@@ -110,6 +110,7 @@ class Runner:
         self.cases, self.ctx = cases, ctx
         self.run_limit, self.compile_limit = run_limit, compile_limit
         self.pid = None
+        self.children: list[int] = []  # every child forked (their sanitizer reports are named by pid)
         self.poisoned: set = set()  # compile groups that crashed or hung
         self.hangs: dict = {}
 
@@ -131,6 +132,7 @@ class Runner:
         os.close(r1)
         os.close(w2)
         self.pid, self.wfd, self.rfd, self.served = pid, w1, r2, 0
+        self.children.append(pid)
 
     def stop(self):
         """Let the child finish (it exits through libc); kill it if it does not within a few seconds."""

@@ -30,7 +30,10 @@ class Init:
 
 
 def one_node(op, operands, attrs=None, n_out=1, opset=OPSET, domain=""):
-    """A one-node model; operands are arrays (graph inputs x0, x1, ...), Init(array) or None (missing)."""
+    """A one-node model; operands are arrays (graph inputs x0, x1, ...), Init(array) or None (missing). An ONNX op
+    newer than ``opset`` gets the first opset that defines it."""
+    if not domain and onnx.defs.has(op) and not onnx.defs.has(op, opset):
+        opset = next(v for v in range(opset, onnx.defs.onnx_opset_version() + 1) if onnx.defs.has(op, v))
     inputs, inits, names, feeds = [], [], [], {}
     for i, a in enumerate(operands):
         if a is None:

@@ -5,7 +5,9 @@ Options are registered in one table (``OPTIONS``). Cases live in the ``tier_*.py
 under its time limits. The gate: a case is claimed unless the backend's ``is_op_supported`` refused it; a
 claimed case passes or fails (a refusal after the claim fails, see ``harness.refusal``); ``--require-profile``
 fails the run unless every case of that profile ran and passed; a run in which no case checking answers passed
-(every one skipped: a backend refusing everything) fails; a filtered run judges no profile.
+(every one skipped: a backend refusing everything) fails; a filtered run judges no profile. ``--sanitize [LIST]`` builds the cpu backend's C with
+sanitizers (default ``address,undefined``), re-executing pytest with the ASan runtime preloaded; a case during
+which a sanitizer reported fails with the report, and a report no case can be blamed for fails the run.
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ OPTIONS = [
                                      "alone)")),
     ("--conformance-report", dict(dest="glow_report", default=None, metavar="PATH",
                                   help="write an HTML report to PATH and its data to PATH with suffix .json")),
+    ("--sanitize", dict(dest="glow_sanitize", nargs="?", const="address,undefined", default=None, metavar="LIST",
+                        help="build the cpu backend's generated C with these sanitizers (default "
+                             "address,undefined) and fail every case during which one reports")),
 ]
 
 #: Every collected case by id (the isolated child inherits it when it is forked).
@@ -163,6 +168,50 @@ class TierFile(pytest.File):
             yield item
 
 
+def _sanitize_log_dir():
+    return os.environ.get("GLOW_SANITIZE_LOG_DIR") if os.environ.get("GLOW_CPU_SANITIZE") else None
+
+
+def sanitizer_reports(pids=None) -> dict[str, str]:
+    """Sanitizer report files in the --sanitize log folder (of the processes ``pids``; None: of every process):
+    name -> text. The sanitizers name each file after the process that wrote it (``log_path.<pid>``)."""
+    d = _sanitize_log_dir()
+    if not d or not os.path.isdir(d):
+        return {}
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if pids is None or name.rpartition(".")[2] in pids:
+            with open(os.path.join(d, name), errors="replace") as f:
+                out[name] = f.read()
+    return out
+
+
+def _pids(runner) -> set[str]:
+    """This process and every child the isolated runner forked (a case's reports come from one of them)."""
+    return {str(os.getpid())} | ({str(p) for p in runner.children} if runner is not None else set())
+
+
+def _start_sanitizers(config):
+    """--sanitize: select the sanitizers, and re-execute pytest with the ASan runtime preloaded if needed."""
+    spec = config.getoption("glow_sanitize")
+    if not spec or hasattr(config, "workerinput"):
+        return
+    import tempfile
+
+    from glow_cpu import sanitize
+    from glow_core.errors import GlowError
+    try:
+        names = sanitize.requested({"sanitize": spec})
+        log_dir = os.environ.get(sanitize.LOG_DIR_ENV) or tempfile.mkdtemp(prefix="glow-sanitize-")
+        if "address" in names and not sanitize.runtime_loaded():
+            capture = config.pluginmanager.getplugin("capturemanager")
+            if capture is not None:
+                capture.stop_global_capturing()
+        sanitize.reexec(names, log_dir)
+    except GlowError as e:
+        raise pytest.UsageError(f"--sanitize {spec}: {e}") from None
+
+
 def _installed():
     from glow_core.discovery import available_backends
     return sorted(available_backends())
@@ -188,12 +237,20 @@ class CaseItem(pytest.Item):
     def runtest(self):
         ctx = self.config._glow
         runner = _runner(self.config)
-        if runner is not None:
-            outcome, text = runner.run(self.case)
-        else:
-            from .isolation import outcome_of
-            ctx.answers.clear()
-            outcome, text = outcome_of(self.case, ctx)
+        seen = sanitizer_reports(_pids(runner))
+        try:
+            if runner is not None:
+                outcome, text = runner.run(self.case)
+            else:
+                from .isolation import outcome_of
+                ctx.answers.clear()
+                outcome, text = outcome_of(self.case, ctx)
+        finally:
+            new = sanitizer_reports(_pids(runner))
+            report = "".join(new[k][len(seen.get(k, "")):] for k in new)
+            if report.strip():
+                raise CaseFailure(f"{self.case.id}: sanitizer report(s) while running this case:\n{report[-6000:]}"
+                                  f"\n  rerun: {ctx.rerun(self.case.id)} --sanitize")
         if outcome.startswith("skip:"):
             pytest.skip(f"{outcome[5:]}: {text}")
         if outcome == "fail":
@@ -310,6 +367,11 @@ class Results:
         for line in summary_lines(data):
             tr.write_line(line)
         path = self.config.getoption("glow_report")
+        if self.config.getoption("glow_sanitize"):
+            reports = sanitizer_reports()
+            n = sum(t.count("ERROR: AddressSanitizer") + t.count("runtime error:") for t in reports.values())
+            tr.write_line(f"sanitizers {os.environ.get('GLOW_CPU_SANITIZE')}: {n} report(s)"
+                          + (f" in {_sanitize_log_dir()}" if reports else ""))
         if path:
             html_path, json_path = write_report(data, path)
             tr.write_line(f"report: {html_path} (data: {json_path})")
@@ -317,6 +379,7 @@ class Results:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
+    _start_sanitizers(config)
     _configure(config)
     if getattr(config, "_glow", None) is not None and config._glow.group_compile and \
             getattr(config.option, "dist", "no") == "load":
@@ -325,7 +388,14 @@ def pytest_configure(config):
         config.pluginmanager.register(Results(config), "glow-conformance-results")
 
 
-def pytest_sessionfinish(session):
-    runner = getattr(session.config, "_glow_runner", None)
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the isolated child; --sanitize: a report that no case was failed for (e.g. at collection) still
+    fails the run."""
+    config = session.config
+    runner = getattr(config, "_glow_runner", None)
     if runner is not None:
         runner.stop()
+    if not config.getoption("glow_sanitize", None) or hasattr(config, "workerinput") or exitstatus:
+        return
+    if any(t.strip() for t in sanitizer_reports().values()):
+        session.exitstatus = 1

@@ -200,6 +200,11 @@ def _structured():
         "same_upper": ((1, 2, 6, 7), (3, 2, 3, 2), {"auto_pad": "SAME_UPPER", "strides": [2, 1]}),
         "group_dilation": ((1, 4, 9, 9), (4, 2, 3, 3), {"group": 2, "dilations": [2, 2]}),
         "1d": ((1, 2, 11), (3, 2, 4), {"pads": [1, 2]}),
+        # glowc fuzz (minimal model): the padding covers most of each dilated window; GCC 12's vectorizer
+        # miscompiled the bounds-checked im2col and the cpu backend returned memory never written (up to 1e30)
+        "fuzz_dilated_window_in_padding": ((1, 2, 5, 5), (3, 2, 5, 5), {"dilations": [2, 2], "pads": [4, 4, 4, 4]}),
+        "fuzz_dilated_window_in_padding_batch": ((2, 3, 5, 5), (4, 3, 5, 5), {"dilations": [2, 2],
+                                                                               "pads": [4, 4, 4, 4]}),
     }
     for v, (xs, ws, at) in conv.items():
         add("Conv", v, F, lambda r, d, xs=xs, ws=ws, at=at: one_node(
@@ -484,12 +489,21 @@ def structured_cases():
     out = [model_case(f"ops/LRN/{dt}/size3", "ops", "LRN", dt,
                       lambda r, dt=dt: one_node("LRN", [rnd(dt, (1, 5, 4, 4), r)], {"size": 3}), op_class("LRN"),
                       oracle=_lrn_oracle) for dt in ("float32", "float64")]
+    # glowc fuzz --backend cpu (minimal model): an empty batch (the lowering divided by N * C)
+    out.append(model_case("ops/LRN/float16/fuzz_empty_batch", "ops", "LRN", "float16",
+                          lambda r: one_node("LRN", [rnd("float16", (0, 1, 1, 1), r)], {"size": 1}), "op",
+                          oracle=_lrn_oracle))
     out += [model_case(f"ops/GlobalLpPool/{dt}/p{p}", "ops", "GlobalLpPool", dt,
                        lambda r, dt=dt, p=p: one_node("GlobalLpPool", [rnd(dt, (2, 3, 4, 5), r)], {"p": p}),
                        op_class("GlobalLpPool"),
                        oracle=lambda f, p=p: [(np.sum(np.abs(f["x0"].astype(np.float64)) ** p, axis=(2, 3),
                                                       keepdims=True) ** (1.0 / p)).astype(f["x0"].dtype)])
             for dt in ("float32", "float64") for p in (1, 2, 3)]
+    # glowc fuzz --against onnxruntime (minimal model): a negative step from a start below -n clamps the start to
+    # 0 (the specification; onnxruntime agrees), where Python's slices (and onnx.reference) give nothing
+    out.append(model_case("ops/Slice/float32/fuzz_negative_step_start_below_range", "ops", "Slice", "float32",
+                          lambda r: one_node("Slice", [rnd("float32", (3, 2), r), _c([-5]), _c([-4]), _c([0]),
+                                                       _c([-1])]), "op", oracle=lambda f: [f["x0"][0:1]]))
     for op, variant, dts, fn in _structured():
         for dt in dts:
             prof = profiles_for(dt, quantized=op in QUANT)

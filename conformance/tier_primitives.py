@@ -488,7 +488,8 @@ def pool_cases():
 RANK4 = (3, 4, 5, 6)
 ALL_AXES = [list(c) for r in range(5) for c in itertools.combinations(range(4), r)]  # every axis combination
 FEW_AXES = [[0], [3], [1, 2], [0, 1, 2, 3]]
-REDUCE_EXTRA = [((), [], 0), ((17,), [0], 1), ((4, 0, 3), [1], 1), ((2, 65, 9), [1], 0)]
+REDUCE_EXTRA = [((), [], 0), ((17,), [0], 1), ((4, 0, 3), [1], 1), ((2, 65, 9), [1], 0),
+                ((2, 0), [0, 1], 0)]
 
 
 def _reduce_input(prim, dt, shape, rng):

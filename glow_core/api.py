@@ -41,6 +41,9 @@ from .trace import Trace
 from .types import dtype
 from .verify import verify_function
 
+#: Largest memory region any backend is asked to allocate (256 TiB: beyond any host, and no size overflows).
+MAX_REGION_BYTES = 1 << 48
+
 
 @dataclass
 class CompileResult:
@@ -272,6 +275,11 @@ def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction
     with stage(stats, "memory-plan"):
         attach_scratch(irf, backend.scratch_bytes)
         plan_memory(irf)
+    p = irf.plan
+    if max(p.constant_size, p.mutable_size, p.activations_size) > MAX_REGION_BYTES:
+        raise MemoryLimitError(f"'{irf.name}': the memory plan needs constant {p.constant_size} B, mutable "
+                               f"{p.mutable_size} B, activations {p.activations_size} B; no host has more than "
+                               f"{MAX_REGION_BYTES} B (a tensor shape in the model is far too large)")
     return irf, counts
 
 

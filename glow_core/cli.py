@@ -15,6 +15,7 @@ from .bench import bench, format_report, random_inputs
 from .discovery import available_backends
 from .errors import GlowError
 from .export_onnx import to_onnx
+from .fuzz import cli as fuzz_cli
 from .progress import Progress
 from .trace import INSTR
 
@@ -261,6 +262,9 @@ EXAMPLES = {
                "  glowc compile cnn.onnx mlp.onnx --bundle-name cnn --bundle-name mlp --emit-bundle b/ \\\n"
                "      --target aarch64-linux-gnu --cpu cortex-a53     cross-built: b/bundle_main cnn|mlp ...\n"
                "  (run it on the board, or here: qemu-aarch64 -L /usr/aarch64-linux-gnu b/bundle_main cnn ...)",
+    "fuzz": "examples:\n  glowc fuzz --backend cpu --seconds 600 --out fz/          against the interpreter\n"
+            "  glowc fuzz --backend interpreter --against onnxruntime --seed 3 --out fz/\n"
+            "  glowc fuzz --backend cpu --replay fz/s0-g12.onnx        replay one shrunk failure",
     "partition": "examples:\n  glowc partition resnet.onnx --backend acme_npu,cpu --dot placement.dot\n"
                  "  glowc partition model.onnx --backend cpu        what the cpu backend leaves to the interpreter\n"
                  "prints the partitions (backend, nodes, FLOPs, bytes in and out) and, for every node not on the\n"
@@ -381,6 +385,9 @@ def build_parser():
     qr.add_argument("--input", action="append", metavar="NAME=FILE.npy", required=True,
                     help="a stack of test inputs of input NAME (samples on the first axis)")
     _quantize_group(qr, report=True)
+    f = _sub(sub, "fuzz", "differential fuzzing of a backend against a reference: random valid ONNX graphs, "
+                          "every failure shrunk to a minimal model in --out (exit status 1 when something was found)")
+    fuzz_cli.add_arguments(f, backend_help)
     cf = _sub(sub, "conformance", "run the conformance suite (extra args go to pytest)")
     cf.add_argument("--backend", required=True, help=backend_help)
     return p
@@ -402,9 +409,11 @@ def main(argv=None):
             with warnings.catch_warnings():  # notices (FallbackWarning) on one line each, like errors
                 warnings.showwarning = lambda message, category, *_, **__: print(
                     f"glowc: {category.__name__}: {message}", file=sys.stderr)
-                {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
-                 "compile": cmd_compile, "bench": cmd_bench, "partition": cmd_partition, "profile": cmd_profile,
-                 "quantize-report": cmd_quantize_report}[args.cmd](args)
+                rc = {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
+                      "compile": cmd_compile, "bench": cmd_bench, "partition": cmd_partition, "profile": cmd_profile,
+                      "quantize-report": cmd_quantize_report, "fuzz": fuzz_cli.run}[args.cmd](args)
+            if rc:
+                return rc
     except GlowError as e:
         if args.traceback:
             raise

@@ -33,7 +33,7 @@ LAYERS = (
     ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.placement",
              "glow_core.runtime")),
     ("tools", ("glow_core.cli", "glow_core.docs", "glow_core.example_models", "glow_core.bench",
-               "glow_core.export_onnx", "glow_core")),
+               "glow_core.export_onnx", "glow_core", "glow_core.fuzz", "glow_core.fuzz.*")),
 )
 
 #: Packages glow_core must never import: the backends (constant folding uses the core's own reference kernels).

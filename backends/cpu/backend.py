@@ -8,7 +8,7 @@ import os
 from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.ops.registry import get_primitive
 
-from . import toolchain
+from . import sanitize, toolchain
 from .bundle import write_bundle
 from .codegen import KernelInstr, c_ident, prelude_text, scratch_layout
 from .codegen_int8 import supported as quantized_supported
@@ -79,6 +79,9 @@ class CPUBackend(Backend):
         for required in ("-fPIC", "-shared", "-fwrapv") + (("-fopenmp",) if nt > 1 else ()):
             if required not in flags:
                 flags.append(required)
+        sanitizers = sanitize.requested(options)
+        sanitize.require_runtime(sanitizers)
+        flags += sanitize.flags(sanitizers)
         return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags))
 
     def emit_bundle(self, function, out_dir, options) -> list[str]:

@@ -732,12 +732,12 @@ class _Kernel(QuantizedKernels):
         kept = [(s, st) for i, (s, st) in enumerate(zip(x.type.shape, ist)) if i not in axes and s != 1]
         red = [(s, st) for i, (s, st) in enumerate(zip(x.type.shape, ist)) if i in axes and s != 1]
         acc_t, init, update = kernels_ew.reduce_parts(op, dt)
+        if any(s == 0 for s, _ in red):  # an empty reduction: one loop of no iteration leaves the identity
+            red = [(0, 0)]
         load_idx = " + ".join([f"o{i} * {st}" for i, (_, st) in enumerate(kept)] +
                               [f"r{i} * {st}" for i, (_, st) in enumerate(red)]) or "0"
         kst = row_strides([s for s, _ in kept])
         out_idx = " + ".join(f"o{i} * {st}" for i, st in enumerate(kst)) or "0"
-        if any(s == 0 for s, _ in red):
-            red = [(0, 0)]
         return self.t("reduce.c.j2",
             fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
             parallel=self.nt > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
@@ -837,8 +837,9 @@ class _Kernel(QuantizedKernels):
         kst = row_strides(kernel)
         kidx = " + ".join(f"k{i} * {s}" for i, s in enumerate(kst)) or "0"
         pidx = " + ".join(f"o{i} * {s}" for i, s in enumerate(ost)) or "0"
-        xidx = " + ".join(f"i{i} * {s}" for i, s in enumerate(istr)) or "0"
-        inb = " && ".join(f"in{i}" for i in range(len(dims))) or "1"
+        xidx = " + ".join(f"(o{i} * {d['s']} + k{i} * {d['dil']} - {d['p']}) * {istr[i]}"
+                          for i, d in enumerate(dims)) or "0"
+        _valid_ranges(dims)
         store = ct.st(f"({ct.compute})(drow[q] + bv)")
         epi = self.epilogue(dt)
         scratch = self.scratch_ptr() if plan.scratch.total else ""
@@ -847,7 +848,7 @@ class _Kernel(QuantizedKernels):
                       fn=fn, choice=self.choice, t=ct.storage, acc_t=acc_t, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
                       w_ptr=self.ptr(w), b_ptr=self.ptr(bias), direct=plan.direct, convert_w=plan.convert_w,
                       native=plan.native, ck=cg * kk, p=prod(out.type.shape[2:]), f=F, fg=fg, cg=cg, c=C, batch=N,
-                      group=group, in_size=prod(x.type.shape[2:]), dims=dims, kk=kk, kidx=kidx, pidx=pidx, inb=inb,
+                      group=group, in_size=prod(x.type.shape[2:]), dims=dims, kk=kk, kidx=kidx, pidx=pidx,
                       load_x=f"({acc_t})" + ct.ld(f"xc[{xidx}]"), load_w=f"({acc_t})" + ct.ld("w[i]"),
                       load_bias=f"({acc_t})" + ct.ld("bias[g * %d + f]" % fg), fast=plan.fast, gemm=gemm,
                       store=store, epi=epi or "v", scratch=scratch, off=plan.scratch.offsets, wc_ptr=wc_ptr)
@@ -877,17 +878,10 @@ class _Kernel(QuantizedKernels):
                       scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post, n=out.type.numel)
 
     def _depthwise(self, fn, x, w, bias, out, dims):
-        """One filter per channel (group == C == F): a direct convolution per (n, c) plane. For every kernel
-        offset and dim, the output range [lo, hi) whose input index is inside the unpadded input is computed
-        here, so the inner loop runs without bounds checks."""
+        """One filter per channel (group == C == F): a direct convolution per (n, c) plane, the inner loops over
+        the output range of each kernel offset that reads the unpadded input (``_valid_ranges``)."""
         ct = ctype(x.type.dtype.name)
-        for d in dims:
-            los, his = [], []
-            for k in range(d["k"]):
-                shift = k * d["dil"] - d["p"]  # input index = o * s + shift
-                los.append(min(d["o"], max(0, -(shift // d["s"]))))  # ceil(-shift / s)
-                his.append(max(0, min(d["o"], (d["size"] - 1 - shift) // d["s"] + 1)))
-            d.update(lo=los, hi=his)
+        _valid_ranges(dims)
         n = len(dims)
         istr = row_strides(x.type.shape[2:])
         ost = row_strides(out.type.shape[2:])
@@ -932,3 +926,18 @@ class _Kernel(QuantizedKernels):
 __all__ = ["Derived", "KernelCode", "KernelInstr", "constant_value", "kernel_code", "scratch_layout", "gemm_source",
            "c_comment", "c_ident",
            "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]
+
+
+def _valid_ranges(dims):
+    """For every kernel offset k of each window dim, the output range [lo[k], hi[k]) whose input index
+    o * s + k * dil - p lies inside the unpadded input: loops over it need no bounds checks, and outputs
+    outside it read padding. (A bounds check per element instead, ``in ? x[i] : 0``, was miscompiled by GCC
+    12's loop vectorizer with AVX2/AVX-512: dilated convolutions whose windows reach far into the padding
+    returned memory that was never written; conformance case ops/Conv/float32/fuzz_dilated_window_in_padding.)"""
+    for d in dims:
+        los, his = [], []
+        for k in range(d["k"]):
+            shift = k * d["dil"] - d["p"]
+            los.append(min(d["o"], max(0, -(shift // d["s"]))))  # ceil(-shift / s)
+            his.append(max(0, min(d["o"], (d["size"] - 1 - shift) // d["s"] + 1)))
+        d.update(lo=los, hi=his)

@@ -11,7 +11,9 @@ evaluated here (constant folding at import).
 """
 from __future__ import annotations
 
+import inspect
 import os
+from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -19,7 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..builder import build_node
-from ..errors import GlowError, ImportError_, ModelLoadError, ShapeError, UnsupportedOpError
+from ..errors import GlowError, ImportError_, MemoryLimitError, ModelLoadError, ShapeError, UnsupportedOpError
 from ..graph import OUTER, Function, Node, Value
 from ..ops.registry import OPS, REQUIRED, get_op
 from ..types import TensorType, dtype
@@ -29,6 +31,8 @@ from .subgraph import all_nodes, node_reads, outer_scope_names
 GIVE_ONNX = "give an ONNX model file (.onnx, as torch.onnx.export or onnx.save write it)"
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
+#: Largest element count of one tensor (2^48: beyond any host's memory, far below int64 overflow).
+MAX_ELEMENTS = 1 << 48
 
 
 # -- loading -------------------------------------------------------------------------------------------
@@ -121,10 +125,18 @@ def _load_external(m, base_dir):
                                  f"folder '{base_dir}'; only relative paths inside it are accepted")
         if not os.path.isfile(full):
             raise ModelLoadError(f"tensor '{t.name}': external data file '{loc}' does not exist")
-        offset, length = int(info.get("offset", 0) or 0), info.get("length")
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if info.get("length") else None
+        except ValueError:
+            raise ModelLoadError(f"tensor '{t.name}': external data offset {info.get('offset')!r} and length "
+                                 f"{info.get('length')!r} must be non-negative integers") from None
+        if offset < 0 or (length is not None and length < 0):
+            raise ModelLoadError(f"tensor '{t.name}': external data offset {offset} and length {length} must be "
+                                 f"non-negative")
         size = os.path.getsize(full)
-        want = int(length) if length else size - offset
-        if offset < 0 or offset + want > size:
+        want = length if length is not None else size - offset
+        if want < 0 or offset + want > size:
             raise ModelLoadError(f"tensor '{t.name}': external data range [{offset}, {offset + want}) exceeds "
                                  f"file '{loc}' of {size} bytes")
         with open(full, "rb") as f:
@@ -152,12 +164,37 @@ def node_attrs(node: onnx.NodeProto, opset: int, where: str) -> dict:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except onnx.defs.SchemaError:
         schema = None
-    attrs = {a.name: _attr_value(a) for a in node.attribute}
+        if node.domain in ("", "ai.onnx") and onnx.defs.has(node.op_type):
+            since = onnx.defs.get_schema(node.op_type).since_version
+            first = min(v for v in range(1, since + 1) if onnx.defs.has(node.op_type, v))
+            raise ImportError_(f"{where}: {node.op_type} is not defined at opset {opset} (the model's ai.onnx "
+                               f"opset); it exists from opset {first}") from None
     if schema is not None:
-        for name in attrs:
-            if name not in schema.attributes:
-                raise ImportError_(f"{where}: unknown attribute '{name}' for {node.op_type} at opset {opset}; "
+        n_in, n_out = len(node.input), len(node.output)
+        if not schema.min_input <= n_in <= schema.max_input or not schema.min_output <= n_out <= schema.max_output:
+            raise ImportError_(f"{where}: {node.op_type} has {n_in} inputs and {n_out} outputs; the schema (opset "
+                               f"{opset}) accepts {schema.min_input} to {schema.max_input} inputs and "
+                               f"{schema.min_output} to {schema.max_output} outputs")
+        single = onnx.defs.OpSchema.FormalParameterOption.Single
+        for i, (name, formal) in enumerate(zip(node.input, schema.inputs)):
+            if not name and formal.option == single:
+                raise ImportError_(f"{where}: input {i} ('{formal.name}') of {node.op_type} is required but given "
+                                   f"as '' (absent); only optional inputs may be left empty")
+        for a in node.attribute:
+            if a.name not in schema.attributes:
+                raise ImportError_(f"{where}: unknown attribute '{a.name}' for {node.op_type} at opset {opset}; "
                                    f"accepted: {', '.join(sorted(schema.attributes)) or 'none'}")
+            want = schema.attributes[a.name].type
+            if a.type != want:
+                name = onnx.AttributeProto.AttributeType.Name
+                got = name(a.type) if a.type in onnx.AttributeProto.AttributeType.values() else str(a.type)
+                raise ImportError_(f"{where}: attribute '{a.name}' of {node.op_type} has type {got}; the schema "
+                                   f"(opset {opset}) declares {name(want)}")
+    try:
+        attrs = {a.name: _attr_value(a) for a in node.attribute}
+    except (ValueError, TypeError) as e:  # a value that does not decode as its declared type
+        raise ImportError_(f"{where}: attribute value cannot be read: {e}") from None
+    if schema is not None:
         for name, a in schema.attributes.items():
             if name in attrs:
                 continue
@@ -223,6 +260,9 @@ def graph_input_specs(m: onnx.ModelProto) -> list[tuple[str, int, list]]:
         if any(isinstance(d, int) and d < 0 for d in dims):
             raise ImportError_(f"graph input '{vi.name}': declared shape {dims} has a negative dim; "
                                f"dims must be >= 0 or symbolic")
+        if prod(d for d in dims if isinstance(d, int)) > MAX_ELEMENTS:
+            raise MemoryLimitError(f"graph input '{vi.name}': declared shape {dims} has more than {MAX_ELEMENTS} "
+                                   f"elements; no tensor that large fits in memory")
         specs.append((vi.name, tt.elem_type, dims))
     return specs
 
@@ -368,6 +408,71 @@ def _op_of(n: onnx.NodeProto, where: str):
     return d
 
 
+def _check_input_types(n: onnx.NodeProto, ins: list, opset: int, where: str):
+    """Inputs whose schema type is one fixed tensor type (a shape, sizes, an axes list: ``tensor(int64)``) must
+    have it, and inputs typed by the same type variable (``T``) must have the same element type; which types a
+    variable admits is left to the op's own checks."""
+    try:
+        formals = list(onnx.defs.get_schema(n.op_type, opset, n.domain or "").inputs)
+    except onnx.defs.SchemaError:
+        return
+    variadic = onnx.defs.OpSchema.FormalParameterOption.Variadic
+    if formals and formals[-1].option == variadic and formals[-1].is_homogeneous:
+        formals += [formals[-1]] * (len(ins) - len(formals))
+    seen = {}
+    for i, (v, formal) in enumerate(zip(ins, formals)):
+        want = formal.type_str
+        if v is None or v.type is None:
+            continue
+        if want.startswith("tensor("):
+            got = f"tensor({onnx.TensorProto.DataType.Name(v.dtype.onnx).lower()})"
+            if got != want:
+                raise ShapeError(f"{where}: input {i} ('{formal.name}') is {v.dtype.name}; the schema (opset "
+                                   f"{opset}) accepts {want[7:-1]} only")
+        elif want in seen and seen[want][1].dtype != v.dtype:
+            j, u = seen[want]
+            raise ShapeError(f"{where}: inputs {j} and {i} are {u.dtype.name} and {v.dtype.name}; the schema "
+                               f"(opset {opset}) types both {want}, so they must have the same element type")
+        else:
+            seen.setdefault(want, (i, v))
+
+
+@lru_cache(maxsize=None)
+def _parameters(f) -> tuple[int, int | None, frozenset | None, frozenset]:
+    """(required inputs, most inputs or None, accepted attribute names or None for any, required attributes) of
+    a lowering ``(b, *inputs, **attrs)`` or a kept-whole kernel ``(*arrays, **attrs)``."""
+    params = list(inspect.signature(f).parameters.values())
+    pos = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    kw = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+    varkw = any(p.kind == p.VAR_KEYWORD for p in params)
+    return (sum(p.default is p.empty for p in pos), None if varargs else len(pos),
+            None if varkw else frozenset(p.name for p in kw),
+            frozenset(p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty))
+
+
+def _fit_signature(d, n: onnx.NodeProto, n_inputs: int, attrs: dict, opset: int, where: str) -> dict:
+    """The node's inputs and attributes against what this importer's op takes (its lowering's or kernel's
+    signature): too few or too many inputs, or an attribute the node sets that the op does not take (one of an
+    older opset's schema), is an ImportError_; unset schema defaults it does not take are dropped."""
+    lo, hi, accepted, required = _parameters(d.lower) if d.lower else _parameters(d.kernel)
+    if d.lower:
+        lo, hi = lo - 1, None if hi is None else hi - 1  # the builder
+    if n_inputs < lo or (hi is not None and n_inputs > hi):
+        takes = str(lo) if hi == lo else f"at least {lo}" if hi is None else f"{lo} to {hi}"
+        raise ImportError_(f"{where}: {n_inputs} inputs given; this importer's {n.op_type} takes {takes} inputs")
+    missing = sorted(r for r in required if attrs.get(r) is None)
+    if missing:
+        raise ImportError_(f"{where}: required attribute(s) {missing} of {n.op_type} are missing")
+    if accepted is None:
+        return attrs
+    unknown = sorted(a.name for a in n.attribute if a.name not in accepted)
+    if unknown:
+        raise ImportError_(f"{where}: attribute(s) {unknown} (of the opset {opset} schema) are not supported by "
+                           f"this importer's {n.op_type}; it takes {', '.join(sorted(accepted)) or 'none'}")
+    return {k: v for k, v in attrs.items() if k in accepted}
+
+
 def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, template: bool = False):
     """Build every node of ``g`` into ``fn`` through ``build_node``, reading and extending ``env`` (ONNX name
     -> Value). Subgraph attributes become body Functions (``_import_body``)."""
@@ -387,6 +492,9 @@ def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, templ
         while ins and ins[-1] is None:
             ins.pop()
         attrs = custom_attrs(n, d, where) if d.domain else node_attrs(n, opset, where)
+        if not d.domain:
+            attrs = _fit_signature(d, n, len(ins), attrs, opset, where)
+            _check_input_types(n, ins, opset, where)
         outer = outer_scope_names(n, env)  # values its subgraphs read become explicit inputs
         for k, a in list(attrs.items()):
             if isinstance(a, onnx.GraphProto):

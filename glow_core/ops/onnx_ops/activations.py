@@ -5,6 +5,7 @@ family computes in the input's dtype step by step (each primitive rounds), as th
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -22,12 +23,12 @@ def _c(b, value, like):
 
 def _float_op(body):
     """Lowering running ``body(b, x, **attrs)`` in float32 for low floats (float64 for ints), cast back."""
+    @functools.wraps(body)  # the importer reads the attributes an op takes from its lowering's signature
     def lower(b, x, **attrs):
         if x.dtype.is_bool:
             raise ShapeError(f"{b.where}: bool input is not accepted; accepted: float and integer dtypes")
         w = b.cast_(x, "float32") if x.dtype.name in _LOW else (b.cast_(x, "float64") if x.dtype.is_int else x)
         return b.cast_(body(b, w, **attrs), x.dtype)
-    lower.__doc__ = body.__doc__
     return lower
 
 

@@ -102,8 +102,9 @@ def causal_conv_with_state(b, x, w, bias=None, past_state=None, *, activation="n
     act = activation.decode() if isinstance(activation, bytes) else (activation or "none")
     if act not in ("none", "silu", "swish"):
         raise ShapeError(f"{b.where}: activation '{act}' is not one of none, silu, swish")
-    if x.rank != 3 or w.rank != 3:
-        raise ShapeError(f"{b.where}: input {x.shape} and weight {w.shape} must be rank 3")
+    if x.rank != 3 or w.rank != 3 or w.shape[2] < 1:
+        raise ShapeError(f"{b.where}: input {x.shape} and weight {w.shape} must be rank 3 (a kernel of at least "
+                         f"one step)")
     bsz, c, _ = x.shape
     k = w.shape[2]
     if past_state is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ShapeError
+from ...errors import InputError, ShapeError
 from ...types import TensorType
 from ..registry import extended_op
 
@@ -68,8 +68,11 @@ def _nms_types(b, boxes, scores, *limits, center_point_box=0):
     return [TensorType("int64", non_max_suppression(*vals, center_point_box=center_point_box).shape)]
 
 
-def _roi_align_types(b, x, rois, batch_indices, *, output_height=1, output_width=1, **_):
+def _roi_align_types(b, x, rois, batch_indices, *, output_height=1, output_width=1, sampling_ratio=0, **_):
     """x's dtype, [number of rois, C, output_height, output_width]."""
+    if output_height < 1 or output_width < 1 or sampling_ratio < 0:
+        raise ShapeError(f"{b.where}: output_height {output_height}, output_width {output_width}, sampling_ratio "
+                         f"{sampling_ratio}: positive output sizes and a non-negative sampling ratio are accepted")
     if x.rank != 4 or rois.rank != 2 or rois.shape[1] != 4 or batch_indices.shape != (rois.shape[0],):
         raise ShapeError(f"{b.where}: X {x.shape} must be [N, C, H, W], rois {rois.shape} [num_rois, 4] and "
                          f"batch_indices {batch_indices.shape} [num_rois]")
@@ -152,6 +155,10 @@ def _iou(a, b, center):
 def non_max_suppression(boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                         score_threshold=None, *, center_point_box=0):
     """Greedy per (batch, class) selection by score, dropping boxes whose IoU with a kept box is too high."""
+    for nm, v in (("max_output_boxes_per_class", max_output_boxes_per_class), ("iou_threshold", iou_threshold),
+                  ("score_threshold", score_threshold)):
+        if v is not None and np.asarray(v).size != 1:
+            raise ShapeError(f"NonMaxSuppression: {nm} has {np.asarray(v).size} elements; one is accepted")
     max_out = 0 if max_output_boxes_per_class is None else int(np.asarray(max_output_boxes_per_class).ravel()[0])
     iou_t = 0.0 if iou_threshold is None else float(np.asarray(iou_threshold).ravel()[0])
     sc_t = None if score_threshold is None else float(np.asarray(score_threshold).ravel()[0])
@@ -199,6 +206,12 @@ def roi_align(x, rois, batch_indices, *, mode="avg", output_height=1, output_wid
     """Average (or max) of bilinear samples on a regular grid in each output bin of each roi."""
     C = x.shape[1]
     off = 0.5 if coordinate_transformation_mode == "half_pixel" else 0.0
+    bad = [int(b) for b in np.asarray(batch_indices).reshape(-1) if not 0 <= int(b) < x.shape[0]]
+    if bad:
+        raise InputError(f"RoiAlign: batch_indices {bad[:5]} are outside the batch of X (size {x.shape[0]}); "
+                         f"accepted: 0 to {x.shape[0] - 1}")
+    if not (np.isfinite(spatial_scale) and np.isfinite(np.asarray(rois, np.float64)).all()):
+        raise InputError("RoiAlign: spatial_scale and the rois must be finite")
     out = np.zeros((rois.shape[0], C, output_height, output_width), dtype=np.float64)
     for r in range(rois.shape[0]):
         img = x[int(batch_indices[r])].astype(np.float64)
@@ -237,6 +250,12 @@ def tfidf_vectorizer(x, *, max_gram_length, min_gram_length, max_skip_count, mod
         raise ShapeError("TfIdfVectorizer: string pools are not supported (string tensors)")
     pool = list(pool_int64s)
     starts = list(ngram_counts) + [len(pool)]
+    grams = sum(len(range(starts[n - 1], starts[n], n)) for n in range(1, len(ngram_counts) + 1))
+    decreasing = any(a > b for a, b in zip(starts, starts[1:]))
+    if grams != len(ngram_indexes) or decreasing or min(ngram_indexes, default=0) < 0:
+        raise ShapeError(f"TfIdfVectorizer: ngram_counts {list(ngram_counts)} split the pool of {len(pool)} into "
+                         f"{grams} n-grams, but ngram_indexes has {len(ngram_indexes)} entries (one non-negative "
+                         f"index per n-gram is required, with ngram_counts non-decreasing)")
     table, j = {}, 0
     for n in range(1, len(ngram_counts) + 1):
         for p in range(starts[n - 1], starts[n], n):

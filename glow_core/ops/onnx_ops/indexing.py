@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ShapeError
+from ...errors import MemoryLimitError, ShapeError
 from ...types import dtype as to_dtype
 from ..registry import onnx_op
 from .movement import ints
+
+#: Most elements a Range or ConstantOfShape may produce (their values are compile-time constants).
+MAX_CONSTANT_ELEMENTS = 1 << 31
 
 
 def _index(b, idx, dim):
@@ -70,6 +73,9 @@ def gather_nd(b, x, indices, *, batch_dims=0):
 @onnx_op("ScatterND")
 def scatter_nd(b, x, indices, updates, *, reduction="none"):
     """Primitive `scatter_nd` with negative indices normalized."""
+    if indices.rank < 1 or not 1 <= indices.shape[-1] <= x.rank:
+        raise ShapeError(f"{b.where}: indices {indices.shape} for data {x.shape}: indices of rank >= 1 whose last "
+                         f"dim is 1 to {x.rank} are accepted")
     k = indices.shape[-1]
     dims = np.asarray(x.shape[:k], np.int64)
     return b.scatter_nd(x, _index(b, indices, dims), updates, reduction=reduction or "none")
@@ -159,7 +165,11 @@ def one_hot(b, indices, depth, values, *, axis=-1):
 @onnx_op("Trilu", const_inputs=(1,))
 def trilu(b, x, k=None, *, upper=1):
     """`select` between x and zeros with a constant triangular mask over the last two axes."""
-    kk = 0 if k is None else int(np.asarray(b.value_of(k, "k")).reshape(-1)[0])
+    kv = None if k is None else np.asarray(b.value_of(k, "k"))
+    if x.rank < 2 or (kv is not None and kv.size != 1):
+        raise ShapeError(f"{b.where}: input {x.shape}, k of shape {None if kv is None else kv.shape}: an input of "
+                         f"rank >= 2 and a scalar k are accepted")
+    kk = 0 if kv is None else int(kv.reshape(-1)[0])
     n, m = x.shape[-2:]
     ones = np.ones((n, m), bool)
     mask = np.triu(ones, kk) if upper else np.tril(ones, kk)
@@ -177,6 +187,11 @@ def eye_like(b, x, *, dtype=None, k=0):
 def constant_of_shape(b, shape, *, value=None):
     """A constant filled with `value` (float32 0 by default)."""
     s = ints(b.value_of(shape, "shape"))
+    if min(s, default=0) < 0:
+        raise ShapeError(f"{b.where}: shape {s[:8]} has a negative dim; non-negative dims are accepted")
+    if float(np.prod(s, dtype=np.float64)) > MAX_CONSTANT_ELEMENTS:
+        raise MemoryLimitError(f"{b.where}: shape {s[:8]}: more elements than the {MAX_CONSTANT_ELEMENTS} a "
+                               f"compile-time constant may hold in host memory")
     v = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
     return b.const(np.full(s, v[0], dtype=v.dtype))
 
@@ -187,8 +202,13 @@ def range_(b, start, limit, delta, *, stash_type=None):
     `stash_type`, float64 otherwise)."""
     s, l, d = (np.asarray(b.value_of(v, n)).reshape(-1)[0] for v, n in ((start, "start"), (limit, "limit"),
                                                                         (delta, "delta")))
-    if d == 0:
-        raise ShapeError(f"{b.where}: delta must be non-zero")
+    if d == 0 or not np.isfinite([s, l, d]).all():
+        raise ShapeError(f"{b.where}: start {s}, limit {l}, delta {d}: finite values and a non-zero delta are "
+                         f"accepted")
+    count = max(0.0, np.ceil((float(l) - float(s)) / float(d)))
+    if count > MAX_CONSTANT_ELEMENTS:
+        raise MemoryLimitError(f"{b.where}: start {s}, limit {l}, delta {d} make {count:.0f} elements; at most "
+                               f"{MAX_CONSTANT_ELEMENTS} fit a compile-time constant in host memory")
     dt = start.dtype.np
     if start.dtype.is_float:
         comp = np.float64

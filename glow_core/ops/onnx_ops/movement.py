@@ -26,12 +26,18 @@ def norm_axes(b, axes, rank, what="axes") -> list[int]:
 
 
 def slice_axes(b, x, spec):
-    """x sliced with ONNX semantics: ``spec`` maps axis -> (start, end, step), clamped like Python slices."""
+    """x sliced with ONNX semantics: ``spec`` maps axis -> (start, end, step); negative indices count from the
+    end, then starts clamp to [0, n] and ends to [0, n] (positive steps) or to [0, n-1] and [-1, n-1]
+    (negative steps). Unlike Python's slices, a start below -n with a negative step clamps to 0, not -1."""
     starts, ends, steps = [0] * x.rank, list(x.shape), [1] * x.rank
     for ax, (s, e, st) in spec.items():
         if st == 0:
             raise ShapeError(f"{b.where}: slice step 0 on axis {ax}; steps must be non-zero")
-        r = range(*slice(s, e, st).indices(x.shape[ax]))
+        n = x.shape[ax]
+        s, e = (s + n if s < 0 else s), (e + n if e < 0 else e)
+        lo, hi = (0, n) if st > 0 else (0, n - 1)
+        s, e = min(max(s, lo), hi), min(max(e, lo if st > 0 else -1), hi)
+        r = range(s, e, st) if n else range(0)
         if len(r) == 0:
             starts[ax], ends[ax], steps[ax] = 0, 0, 1
         else:
@@ -100,6 +106,8 @@ def split(b, x, split_in=None, *, axis=0, split=None, num_outputs=None):
         ints(split) if split is not None else None)
     if sizes is None:
         n = int(num_outputs) if num_outputs is not None else b.n_outputs
+        if num_outputs is not None and n != b.n_outputs:
+            raise ShapeError(f"{b.where}: num_outputs is {n} but the node has {b.n_outputs} outputs")
         if num_outputs is None and d % n:
             raise ShapeError(f"{b.where}: dim {d} does not split into {n} equal parts")
         chunk = -(-d // n)
@@ -237,6 +245,9 @@ def depth_to_space(b, x, *, blocksize, mode="DCR"):
 @onnx_op("SpaceToDepth")
 def space_to_depth(b, x, *, blocksize, mode="DCR"):
     """reshape -> transpose -> reshape (DCR or CRD channel order)."""
+    if x.rank != 4 or int(blocksize) < 1:
+        raise ShapeError(f"{b.where}: input {x.shape} and blocksize {blocksize}: a 4-D input and a blocksize >= 1 "
+                         f"are accepted")
     n, c, h, w = x.shape
     bs = int(blocksize)
     if h % bs or w % bs:

@@ -8,8 +8,13 @@ from ..registry import extended_op, onnx_op
 
 
 def conv_pads(b, x_sp, k, strides, dilations, pads, auto_pad):
-    """Explicit begin+end pads for ONNX auto_pad / pads attributes."""
+    """Explicit begin+end pads for ONNX auto_pad / pads attributes (the window attributes checked)."""
     n = len(x_sp)
+    if (len(k) != n or len(strides) != n or len(dilations) != n or (pads and len(pads) != 2 * n)
+            or min(list(k) + list(strides) + list(dilations), default=1) < 1 or min(pads or [0]) < 0):
+        raise ShapeError(f"{b.where}: kernel {list(k)}, strides {list(strides)}, dilations {list(dilations)}, pads "
+                         f"{list(pads or [])} for {n} spatial dims: one kernel size, stride and dilation >= 1 per "
+                         f"dim and 2 * {n} pads >= 0 are accepted")
     auto_pad = auto_pad or "NOTSET"
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = []
@@ -33,6 +38,9 @@ def conv_pads(b, x_sp, k, strides, dilations, pads, auto_pad):
 def conv(b, x, w, bias=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None, pads=None,
          strides=None):
     """Primitive `conv` with explicit pads and a zero bias when none is given."""
+    if x.rank < 3 or w.rank != x.rank:
+        raise ShapeError(f"{b.where}: input {x.shape} and weight {w.shape}: an [N, C, ...] input and a weight of "
+                         f"the same rank are accepted")
     n = x.rank - 2
     k = list(kernel_shape or w.shape[2:])
     strides = list(strides or [1] * n)
@@ -129,6 +137,10 @@ def col2im(b, x, image_shape, block_shape, *, dilations=None, pads=None, strides
     strides = list(strides or [1] * n)
     dilations = list(dilations or [1] * n)
     pads = list(pads or [0] * (2 * n))
+    if (len(strides) != n or len(dilations) != n or len(pads) != 2 * n or min(strides + dilations, default=1) < 1
+            or min(blk + img, default=1) < 1):
+        raise ShapeError(f"{b.where}: image_shape {img}, block_shape {blk}, strides {strides}, dilations "
+                         f"{dilations}, pads {pads}: one positive entry per image dim is accepted (two pads)")
     K = int(np.prod(blk))
     if x.rank != 3 or len(blk) != n or x.shape[1] % K:
         raise ShapeError(f"{b.where}: input {x.shape} must be [N, C*prod(block_shape {blk}), L] for image "
@@ -180,7 +192,17 @@ def deform_conv(x, w, offset, bias=None, mask=None, *, dilations=None, group=1, 
     dh, dw = dilations or [1, 1]
     pads = pads or [0, 0, 0, 0]
     G = offset_group or 1
-    oh, ow = offset.shape[2:]
+    F = w.shape[0]
+    eff = [(kh - 1) * dh + 1, (kw - 1) * dw + 1]
+    oh, ow = [(size + pads[i] + pads[i + 2] - eff[i]) // st + 1 for i, (size, st) in enumerate(((H, sh), (W_, sw)))]
+    want = {"W": (w, (F, C // max(group, 1), kh, kw)), "offset": (offset, (N, G * kh * kw * 2, oh, ow)),
+            "mask": (mask, (N, G * kh * kw, oh, ow)), "B": (bias, (F,))}
+    bad = [f"{nm} has shape {list(a.shape)}, expected {list(s)}" for nm, (a, s) in want.items()
+           if a is not None and tuple(a.shape) != s]
+    if C % max(group, 1) or C % G or F % max(group, 1) or min(oh, ow) < 1 or bad:
+        raise ShapeError(f"DeformConv: input X {list(x.shape)} with kernel {[kh, kw]}, group {group} and "
+                         f"offset_group {G}: " + ("; ".join(bad) or "C and the number of filters must be "
+                                                  "divisible by group and offset_group, and the output non-empty"))
     off = offset.reshape(N, G, kh, kw, 2, oh, ow).astype(np.float64)
     m = (np.ones((N, G, kh, kw, oh, ow)) if mask is None else mask.reshape(N, G, kh, kw, oh, ow))
     base_h = (-pads[0] + sh * np.arange(oh))[None, :, None] + dh * np.arange(kh)[:, None, None]  # [kh, oh, 1]
@@ -200,7 +222,6 @@ def deform_conv(x, w, offset, bias=None, mask=None, *, dilations=None, group=1, 
             vals = xg[n_i, g_i, :, hi, wi]  # [N, G, kh, kw, oh, ow, C/G]
             sampled = sampled + vals * (wh * ww * ok * m)[..., None]
     cols = np.moveaxis(sampled, -1, 2).reshape(N, C, kh, kw, oh, ow)
-    F = w.shape[0]
     cg, fg = C // group, F // group
     out = np.concatenate([np.einsum("nckluv,fckl->nfuv", cols[:, g * cg:(g + 1) * cg],
                                     w[g * fg:(g + 1) * fg].astype(np.float64)) for g in range(group)], axis=1)

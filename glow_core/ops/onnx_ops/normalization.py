@@ -168,6 +168,8 @@ def lrn(b, x, *, alpha=1e-4, beta=0.75, bias=1.0, size=None):
     _check_float(b, x)
     if x.rank < 3 or not size or size < 1:
         raise ShapeError(f"{b.where}: input {x.shape} must be [N, C, *spatial] and size ({size}) positive")
+    if x.type.numel == 0:  # nothing to normalize
+        return b.const(np.zeros(x.shape, dtype=x.dtype.np))
     N, C = x.shape[:2]
     sq = b.reshape_(b.mul(x, x), (N, 1, C, x.type.numel // (N * C)))
     w = b.const(np.ones((1, 1, size, 1), dtype=x.dtype.np))

@@ -155,8 +155,11 @@ def _out_shape(b, x, scales, sizes, axes, policy):
             raise ShapeError(f"{b.where}: sizes has {len(sizes)} entries for {len(axes)} axes")
         out = list(x.shape)
         for ax, s in zip(axes, sizes):
+            if s < 0 or (x.shape[ax] == 0 and s):
+                raise ShapeError(f"{b.where}: sizes {sizes} for input shape {x.shape}: a size must be >= 0, and an "
+                                 f"empty axis can only be resized to 0")
             out[ax] = s
-            full_scales[ax] = s / x.shape[ax]
+            full_scales[ax] = s / x.shape[ax] if x.shape[ax] else 1.0
         if policy != "stretch":
             if policy not in ("not_larger", "not_smaller"):
                 raise ShapeError(f"{b.where}: keep_aspect_ratio_policy '{policy}' is not one of stretch, "
@@ -171,6 +174,8 @@ def _out_shape(b, x, scales, sizes, axes, policy):
         raise ShapeError(f"{b.where}: Resize needs either scales or sizes")
     if len(scales) != len(axes):
         raise ShapeError(f"{b.where}: scales has {len(scales)} entries for {len(axes)} axes")
+    if not (np.isfinite(scales).all() and (scales > 0).all()):
+        raise ShapeError(f"{b.where}: scales {list(scales)} must be finite and positive")
     out = list(x.shape)
     for ax, s in zip(axes, scales):
         full_scales[ax] = float(s)
@@ -197,6 +202,8 @@ def resize(b, x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinat
     sz = b.value_of(sizes, "sizes")
     out, full_scales = _out_shape(b, x, None if sc is None else np.asarray(sc, dtype=np.float64).ravel(),
                                   None if sz is None else np.asarray(sz).ravel(), axes, keep_aspect_ratio_policy)
+    if 0 in out:  # an empty result: nothing to interpolate
+        return b.const(np.zeros(out, dtype=x.dtype.np))
     full_roi = None
     if ct == "tf_crop_and_resize":
         rv = np.asarray(b.value_of(roi, "roi"), dtype=np.float64).ravel()
@@ -218,8 +225,8 @@ def upsample(b, x, scales=None, *, mode="nearest", **attrs):
     if s is None:
         raise ShapeError(f"{b.where}: Upsample needs scales")
     s = [float(v) for v in np.asarray(s).ravel()]
-    if len(s) != x.rank:
-        raise ShapeError(f"{b.where}: scales has {len(s)} entries for rank {x.rank}")
+    if len(s) != x.rank or not all(np.isfinite(v) and v > 0 for v in s):
+        raise ShapeError(f"{b.where}: scales {s} for rank {x.rank}: one finite positive scale per dim is accepted")
     mode = {"bilinear": "linear", "trilinear": "linear"}.get(mode, mode)
     out = tuple(int(v * d) for v, d in zip(s, x.shape))
     return resize_axes(b, x, out, s, list(range(x.rank)), mode=mode, ct="asymmetric", nearest_mode="floor")

@@ -13,6 +13,9 @@ import numpy as np
 from ...errors import ShapeError
 from ..registry import onnx_op
 
+#: Longest sequence the unrolled RNN lowerings accept (each step is a few nodes).
+MAX_STEPS = 1 << 16
+
 
 def _str(s):
     return s.decode() if isinstance(s, bytes) else s
@@ -91,6 +94,9 @@ class _Rnn:
                 init_h = b.transpose_(init_h, (1, 0, 2))
         self.x = x
         self.s, self.n, _ = x.shape
+        if self.s > MAX_STEPS:
+            raise ShapeError(f"{b.where}: a sequence of {self.s} steps; the lowering unrolls the recurrence and "
+                             f"accepts at most {MAX_STEPS} steps")
         h = attrs.get("hidden_size") or w.shape[1] // gates
         self.h, self.g = h, gates
         nd = len(self.dirs)

@@ -86,6 +86,8 @@ def dft_lower(b, x, axis, n=None, inverse=False, onesided=False):
 
 def _scalar(b, v, what, default=None):
     a = b.value_of(v, what)
+    if a is not None and np.asarray(a).size != 1:
+        raise ShapeError(f"{b.where}: {what} has {np.asarray(a).size} elements; a scalar is accepted")
     return default if a is None else np.asarray(a).ravel()[0]
 
 
@@ -109,6 +111,9 @@ def stft(b, signal, frame_step, window=None, frame_length=None, *, onesided=1):
     step = int(_scalar(b, frame_step, "frame_step"))
     fl = _scalar(b, frame_length, "frame_length")
     fl = int(fl) if fl is not None else (window.shape[0] if window is not None else signal.shape[1])
+    if signal.rank != 3 or step < 1 or not 1 <= fl <= signal.shape[1]:
+        raise ShapeError(f"{b.where}: signal {signal.shape}, frame_step {step}, frame_length {fl}: a [batch, "
+                         f"length, 1 or 2] signal, a positive step and a frame length in 1..length are accepted")
     n_frames = 1 + (signal.shape[1] - fl) // step
     idx = np.arange(n_frames)[:, None] * step + np.arange(fl)[None, :]
     frames = b.gather(signal, b.const(idx.astype(np.int64)), axis=1)  # [B, F, fl, c]

@@ -37,7 +37,10 @@ def shape(b, x, *, start=0, end=None):
 @onnx_op("Reshape", const_inputs=(1,))
 def reshape(b, x, shape, *, allowzero=0):
     """Primitive `reshape` with 0 and -1 resolved."""
-    target = [int(s) for s in b.value_of(shape, "shape")]
+    target = [int(s) for s in np.asarray(b.value_of(shape, "shape")).reshape(-1)]
+    if not allowzero and any(s == 0 for s in target[x.rank:]):
+        raise ShapeError(f"{b.where}: shape {target[:16]} copies (0) a dimension beyond the rank {x.rank} of the "
+                         f"input {x.shape}")
     out = []
     for i, s in enumerate(target):
         out.append(x.shape[i] if (s == 0 and not allowzero) else s)

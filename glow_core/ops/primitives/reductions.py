@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import ShapeError
 from ...types import NUMERIC, TensorType
 from ..registry import REQUIRED, primitive
 from .checks import BOOL, accept, check_axes
@@ -57,6 +58,9 @@ def _arg_rule(name):
         x = ts[0]
         accept(name, x, NUMERIC)
         check_axes(name, [axis], x.rank)
+        if x.shape[axis] == 0:
+            raise ShapeError(f"{name}: axis {axis} of {x} is empty: there is no index to return (an axis of "
+                             f"at least one element is accepted)")
         shape = tuple((1 if i == axis else s) for i, s in enumerate(x.shape) if keepdims or i != axis)
         return [TensorType("int64", shape)]
     return rule
