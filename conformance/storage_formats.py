@@ -8,9 +8,10 @@ ONNX tables' ``[x]``, "x rounded to the target mantissa width"), then by the ONN
 - float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz), saturate=1: +-inf and any ``[x]`` beyond the largest finite value
   give +-FLT_MAX; saturate=0: they give NaN, except e5m2, which has infinities (its overflow gives +-inf). NaN
   gives NaN. The fnuz types have no -0: -0 gives +0.
-- float4e2m1: no inf or NaN: ``[x]`` beyond +-6 and +-inf give +-6, and NaN gives +6 (ONNX's float4 table).
+- float4e2m1: no inf or NaN: ``[x]`` beyond +-6 and +-inf give +-6, and NaN (either sign) gives -0, as
+  ONNX's node tests test_cast_*_to_FLOAT4E2M1 expect.
   float6e2m3/e3m2: the ONNX documents give no cast table; they are treated as float4e2m1 is (saturating, NaN
-  to +FLT_MAX), the OCP MX rule.
+  to -0).
 - float8e8m0 (a power of two, 2**(code - 127), 0xFF NaN): the exponent of x rounds by ``round_mode`` (up: to
   the next power of two away from zero, down: towards zero, nearest: the nearer of the two, ties up);
   results above 2**127 or below 2**-127 give the largest or smallest code with saturate=1, NaN with
@@ -116,7 +117,7 @@ def encode_float(name: str, x: np.ndarray, saturate: int = 1) -> np.ndarray:
         out = np.where(neg, out | sign_bit, out)
     isnan = np.isnan(x)
     if fmt.special == "none":
-        out = np.where(isnan, top_c, out)  # NaN gives +FLT_MAX
+        out = np.where(isnan, sign_bit, out)  # NaN gives -0
         return out.astype(np.uint8)
     if not saturate:
         if fmt.special == "ieee":  # e5m2: overflow to +-inf

@@ -109,4 +109,5 @@ def test_the_real_interpreter_passes_the_quantized_profile(tmp_path):
                                                                        "qmatmul", "qadd", "qmul", "qavg_pool",
                                                                        "lookup")], tmp_path / "r.html")
     assert rc == 0 and data["counts"]["fail"] == 0 and data["counts"]["pass"] >= 200
-    assert data["profiles"]["quantized-int8"]["verdict"] == "pass"
+    q8 = [c for c in data["cases"] if "quantized-int8" in c["profiles"]]  # a filtered run gives no verdicts
+    assert len(q8) >= 200 and all(c["outcome"] == "pass" for c in q8)

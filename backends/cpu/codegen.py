@@ -837,8 +837,7 @@ class _Kernel(QuantizedKernels):
         kst = row_strides(kernel)
         kidx = " + ".join(f"k{i} * {s}" for i, s in enumerate(kst)) or "0"
         pidx = " + ".join(f"o{i} * {s}" for i, s in enumerate(ost)) or "0"
-        xidx = " + ".join(f"(o{i} * {d['s']} + k{i} * {d['dil']} - {d['p']}) * {istr[i]}"
-                          for i, d in enumerate(dims)) or "0"
+        xidx = _input_index(dims, istr)
         _valid_ranges(dims)
         store = ct.st(f"({ct.compute})(drow[q] + bv)")
         epi = self.epilogue(dt)
@@ -886,8 +885,7 @@ class _Kernel(QuantizedKernels):
         istr = row_strides(x.type.shape[2:])
         ost = row_strides(out.type.shape[2:])
         kst = row_strides(w.type.shape[2:])
-        xidx = " + ".join(f"(o{i} * {d['s']} + k{i} * {d['dil']} - {d['p']}) * {istr[i]}"
-                          for i, d in enumerate(dims)) or "0"
+        xidx = _input_index(dims, istr)
         epi = self.epilogue(x.type.dtype.name)
         return self.t("depthwise.c.j2",
                       fn=fn, choice=self.choice, t=ct.storage, out_ptr=self.ptr(out), x_ptr=self.ptr(x),
@@ -926,6 +924,12 @@ class _Kernel(QuantizedKernels):
 __all__ = ["Derived", "KernelCode", "KernelInstr", "constant_value", "kernel_code", "scratch_layout", "gemm_source",
            "c_comment", "c_ident",
            "literal", "prelude_text", "ERR_KINDS", "INT_LIMITS"]
+
+
+def _input_index(dims, istr) -> str:
+    """The C expression of the input element a window reads: output position o, kernel offset k per dim."""
+    return " + ".join(f"(o{i} * {d['s']} + k{i} * {d['dil']} - {d['p']}) * {istr[i]}"
+                      for i, d in enumerate(dims)) or "0"
 
 
 def _valid_ranges(dims):
