@@ -243,17 +243,11 @@ def _attrs_for(prim):
 
 
 # -- run-time errors ----------------------------------------------------------------------------------------
-def _run_expecting_error(ctx, res, feeds, desc, rerun, ops):
-    """Run once with the guards armed; the run must raise a GlowError naming an instruction of ``ops``, and no
-    guard byte may change."""
-    regs = regions_of(res.compiled)
-    guard = Guard(res.ir, regs) if regs is not None else None
-    if guard is not None:
-        guard.arm()
-    names = [i.name for i in res.ir.code if i.op in ops]
+def _error_naming(ctx, run, names, desc, rerun) -> None:
+    """``run()`` must raise a GlowError that names one of the instructions ``names``."""
     ctx.phase("run")
     try:
-        res.compiled.execute({k: v for k, v in feeds.items() if k in res.ir.inputs})
+        run()
     except GlowError as e:
         msg = str(e)
     except Exception as e:  # noqa: BLE001
@@ -267,6 +261,17 @@ def _run_expecting_error(ctx, res, feeds, desc, rerun, ops):
     if not any(f"'{n}'" in msg or f" {n} " in msg or msg.startswith(n) for n in names):
         raise CaseFailure(f"{desc}\n  the error does not name the instruction ({' or '.join(names)}): {msg}\n"
                           f"  rerun: {rerun}")
+
+
+def _run_expecting_error(ctx, res, feeds, desc, rerun, ops):
+    """Run once with the guards armed; the run must raise a GlowError naming an instruction of ``ops``, and no
+    guard byte may change."""
+    regs = regions_of(res.compiled)
+    guard = Guard(res.ir, regs) if regs is not None else None
+    if guard is not None:
+        guard.arm()
+    _error_naming(ctx, lambda: res.compiled.execute({k: v for k, v in feeds.items() if k in res.ir.inputs}),
+                  [i.name for i in res.ir.code if i.op in ops], desc, rerun)
     if guard is not None:
         guard.check(desc + " (after the run-time error)", rerun)
 
@@ -361,23 +366,8 @@ def onnx_runtime_error_cases():
             model, feeds = build(np.random.default_rng(seed))
             cm = compile_model(ctx, model)
             desc = f"run-time error case: ONNX {op} with inputs {[(k, v.tolist()) for k, v in feeds.items()][-1]}"
-            ctx.phase("run")
-            try:
-                cm.run(feeds)
-            except GlowError as e:
-                msg = str(e)
-            except Exception as e:  # noqa: BLE001
-                raise CaseFailure(f"{desc}\n  the run raised {type(e).__name__}: {e} (expected a GlowError "
-                                  f"naming the instruction)\n  rerun: {ctx.rerun(case_id)}") from None
-            else:
-                raise CaseFailure(f"{desc}\n  the run succeeded (expected a GlowError)\n  rerun: "
-                                  f"{ctx.rerun(case_id)}")
-            finally:
-                ctx.phase("check")
-            names = [i.name for i in cm.ir.code if i.op in prims]
-            if not any(f"'{n}'" in msg for n in names):
-                raise CaseFailure(f"{desc}\n  the error does not name the instruction ({' or '.join(names)}): "
-                                  f"{msg}\n  rerun: {ctx.rerun(case_id)}")
+            _error_naming(ctx, lambda: cm.run(feeds), [i.name for i in cm.ir.code if i.op in prims], desc,
+                          ctx.rerun(case_id))
         out.append(Case(case_id, "negative", op, dt, run, ("negative",)))
     return out
 

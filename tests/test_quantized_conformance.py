@@ -7,14 +7,12 @@ independent integer oracles, not with their own kernels.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from glow_core.ops.primitives import quantized as Q
 from glow_core.ops.registry import PRIMITIVES
-from glow_interpreter.backend import InterpreterBackend, InterpreterFunction
+from tests.test_conformance_power import _Broken, run_suite  # the broken-interpreter machinery, shared
 
 REAL = {name: p.kernel for name, p in PRIMITIVES.items()}
 
@@ -74,25 +72,8 @@ VARIANTS = {
 }
 
 
-class _Broken(InterpreterBackend):
-    patch: dict = {}
-
-    def compile(self, function, options):
-        return InterpreterFunction(function, kernels=self.patch)
-
-
 for _name, (_prim, _fn, _pats) in VARIANTS.items():
     globals()[f"Broken_{_name}"] = type(f"Broken_{_name}", (_Broken,), {"patch": {_prim: _fn}})
-
-
-def run_suite(backend_spec, patterns, report):
-    import glow_conformance
-    args = ["--backend", backend_spec, "-q", "-p", "no:randomly", "--conformance-report", str(report)]
-    for p in patterns:
-        args += ["--case", p]
-    rc = glow_conformance.main(args)
-    with open(str(report)[:-5] + ".json") as f:
-        return rc, json.load(f)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
