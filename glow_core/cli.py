@@ -205,8 +205,8 @@ def cmd_compile(args):
     if names and len(names) != len(args.model):
         raise GlowError(f"{len(args.model)} model(s) but {len(names)} --bundle-name(s): give one name per model, "
                         f"in the same order")
-    if (args.target or args.cpu) and not args.emit_bundle:
-        raise GlowError("--target and --cpu apply to bundles: add --emit-bundle DIR")
+    if (args.target or args.cpu or args.shared_weights) and not args.emit_bundle:
+        raise GlowError("--target, --cpu and --shared-weights apply to bundles: add --emit-bundle DIR")
     names = names or (["model"] if len(args.model) == 1 else
                       [os.path.splitext(os.path.basename(m))[0] for m in args.model])
     for i, (model, name) in enumerate(zip(args.model, names)):
@@ -222,7 +222,7 @@ def cmd_compile(args):
         if not args.emit_bundle:
             print(f"compiled '{model}' for {args.backend}: {len(cm.last.ir.code)} instructions")
             continue
-        options = {**cm.options, "bundle_name": name, "bundle_append": i > 0,
+        options = {**cm.options, "bundle_name": name, "bundle_append": i > 0, "shared_weights": args.shared_weights,
                    **({"target": args.target, "build": i == len(args.model) - 1} if args.target else {}),
                    **({"target_cpu": args.cpu} if args.cpu else {})}
         for f in cm.backend.emit_bundle(cm.last.ir, args.emit_bundle, options):
@@ -261,6 +261,7 @@ EXAMPLES = {
     "compile": "examples:\n  glowc compile model.onnx --backend cpu --emit-bundle bundle/ && make -C bundle\n"
                "  glowc compile cnn.onnx mlp.onnx --bundle-name cnn --bundle-name mlp --emit-bundle b/ \\\n"
                "      --target aarch64-linux-gnu --cpu cortex-a53     cross-built: b/bundle_main cnn|mlp ...\n"
+               "  (add --shared-weights: one b/bundle.weights.bin for both, identical tensors stored once)\n"
                "  (run it on the board, or here: qemu-aarch64 -L /usr/aarch64-linux-gnu b/bundle_main cnn ...)",
     "fuzz": "examples:\n  glowc fuzz --backend cpu --seconds 600 --out fz/          against the interpreter\n"
             "  glowc fuzz --backend interpreter --against onnxruntime --seed 3 --out fz/\n"
@@ -369,6 +370,8 @@ def build_parser():
     c.add_argument("--target", metavar="TRIPLE", help="cross-compile the bundle with TRIPLE-gcc and build it "
                    "(e.g. aarch64-linux-gnu, arm-linux-gnueabihf)")
     c.add_argument("--cpu", metavar="NAME", help="target CPU of the bundle (-mcpu=NAME on Arm, else -march=NAME)")
+    c.add_argument("--shared-weights", action="store_true", help="one weights file (bundle.weights.bin) for every "
+                   "entry point, each constant tensor stored once")
     pt = _sub(sub, "partition", "show where each node of a model runs across backends, and why")
     pt.add_argument("model")
     pt.add_argument("--backend", required=True, metavar="B1,B2,...", help=backends_help)

@@ -113,7 +113,7 @@ def test_bundle_command_errors_are_one_line(tmp_path):
     cases = [
         (["compile", str(path), str(path), "--bundle-name", "a", "--emit-bundle", str(tmp_path / "b")],
          "2 model(s) but 1 --bundle-name(s)"),
-        (["compile", str(path), "--target", "aarch64-linux-gnu"], "--target and --cpu apply to bundles"),
+        (["compile", str(path), "--target", "aarch64-linux-gnu"], "--target, --cpu and --shared-weights apply to bundles"),
         (["compile", str(path), "--emit-bundle", str(tmp_path / "c"), "--target", "aarch64 linux;rm"],
          "is not a GNU target triple"),
     ]
@@ -124,3 +124,40 @@ def test_bundle_command_errors_are_one_line(tmp_path):
         r = _glowc(*args)
         assert r.returncode == 1, (args, r.stderr)
         assert len(r.stderr.splitlines()) == 1 and want in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="no make or cc")
+def test_shared_weights_store_each_tensor_once(tmp_path):
+    """``--shared-weights``: one bundle.weights.bin for every entry point. An entry point whose tensors are all
+    there already (the same CNN again) adds no byte; each entry point computes what the interpreter computes, from
+    the file and with the weights compiled in."""
+    ms = _models(tmp_path)
+    alone = tmp_path / "alone"
+    r = _glowc("compile", str(ms["cnn"][0]), "--bundle-name", "cnn", "--emit-bundle", str(alone))
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "bundle"
+    sizes = []
+    for k, (name, model) in enumerate((("cnn", "cnn"), ("cnn_again", "cnn"), ("mlp", "mlp"))):
+        m = onnx.load(ms[model][0])
+        cm = glow_core.compile(m, "cpu", num_threads=1)
+        cm.backend.emit_bundle(cm.last.ir, str(out), {"bundle_name": name, "bundle_append": k > 0,
+                                                      "shared_weights": True})
+        sizes.append((out / "bundle.weights.bin").stat().st_size)
+    assert sizes[0] == (alone / "cnn.weights.bin").stat().st_size and sizes[1] == sizes[0] and sizes[2] > sizes[1]
+    assert not list(out.glob("cnn*.weights.*")) and not list(out.glob("mlp.weights.*"))
+    for embed in ([], ["EMBED=1"]):
+        r = subprocess.run(["make", "-C", str(out), "clean", "bundle_main", *embed], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        weights = [] if embed else [str(out / "bundle.weights.bin")]
+        for name, model in (("cnn", "cnn"), ("cnn_again", "cnn"), ("mlp", "mlp")):
+            want = ms[model][1]
+            diff = _run([str(out / "bundle_main"), name, *weights, str(tmp_path / f"{model}_x.bin")],
+                        tmp_path / f"res_{name}{len(embed)}", want, tmp_path)
+            assert diff <= 1e-5 * max(1.0, float(np.abs(want).max())), (name, embed, diff)
+    r = _glowc("compile", str(ms["mlp"][0]), "--bundle-name", "mlp2", "--emit-bundle", str(out))
+    assert r.returncode == 0, r.stderr  # a new bundle: the directory's manifest is replaced, not appended to
+    m = onnx.load(ms["mlp"][0])
+    cm = glow_core.compile(m, "cpu", num_threads=1)
+    with pytest.raises(glow_core.errors.GlowError, match="made without shared weights; every entry point"):
+        cm.backend.emit_bundle(cm.last.ir, str(out), {"bundle_name": "x", "bundle_append": True,
+                                                      "shared_weights": True})

@@ -10,7 +10,7 @@ from glow_core.ops.registry import get_primitive
 
 from . import sanitize, toolchain
 from .bundle import write_bundle
-from .codegen import KernelInstr, c_ident, prelude_text, scratch_layout
+from .codegen import KernelInstr, prelude_text, scratch_layout
 from .codegen_int8 import supported as quantized_supported
 from .ctypes_map import supported
 from .kernels_ew import ACTIVATION_PARAMS
@@ -86,6 +86,4 @@ class CPUBackend(Backend):
 
     def emit_bundle(self, function, out_dir, options) -> list[str]:
         options = dict(options or {})
-        program = Program(function, 1)
-        name = c_ident(options.get("bundle_name") or "model")
-        return write_bundle(program, out_dir, options, program.source(entry=name), prelude_text())
+        return write_bundle(Program(function, 1), out_dir, options, prelude_text())

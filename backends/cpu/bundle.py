@@ -7,7 +7,11 @@ NAME.weights.txt the same bytes as a C initializer list (``#include`` it inside 
 file system. The generated code allocates nothing: scratch is part of the activations region.
 
 Several models share one bundle: each ``emit_bundle`` call with ``bundle_append`` adds an entry point to the
-bundle in DIR (``DIR/bundle.json`` lists them); main.c and the Makefile serve all of them.
+bundle in DIR (``DIR/bundle.json`` lists them); main.c and the Makefile serve all of them. With
+``shared_weights`` the entry points share one weights file, bundle.weights.bin (and bundle.weights.txt) instead
+of one each: every constant tensor (and prepared constant) is stored once however many entry points use it, and
+each entry point's code addresses its tensors where they lie in that file. An entry point added later appends
+only the tensors not yet there, so the code of those before stays valid.
 
 ``make -C DIR`` builds DIR/bundle_main with only a C compiler and libc/libm; it runs as ``bundle_main [ENTRY]
 WEIGHTS.bin INPUT_1.bin ... OUTPUT_DIR`` (ENTRY when the bundle has several; raw little-endian inputs in
@@ -18,16 +22,22 @@ aarch64 (and on 32-bit Arm with ``-mfpu=neon``), plain scalar code elsewhere.
 """
 from __future__ import annotations
 
+import bisect
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 
+from glow_core.memory import align_up
+
 from .codegen import c_comment, c_ident, template
 from .toolchain import ToolchainError
 
 MANIFEST = "bundle.json"
+#: File stem of the shared weights (``shared_weights``): SHARED.weights.bin and SHARED.weights.txt.
+SHARED = "bundle"
 
 
 def _unique(names, make):
@@ -88,39 +98,87 @@ def _entry(program, name: str) -> dict:
                          for (n, _), i, f in zip(outs, out_ids, out_files)])
 
 
-def _entries(out_dir, entry, triple, cpu_flag, append) -> list[dict]:
-    """The bundle's entry points: those already in ``out_dir`` (when appending) with ``entry`` added or replaced."""
+def _manifest(out_dir, triple, cpu_flag, shared: bool, append: bool) -> dict:
+    """The bundle's manifest: the one in ``out_dir`` when appending (same target, CPU and weights mode), else new."""
     path = os.path.join(out_dir, MANIFEST)
-    entries = []
-    if append and os.path.exists(path):
-        with open(path) as f:
-            manifest = json.load(f)
-        if (manifest.get("triple"), manifest.get("cpu_flag")) != (triple, cpu_flag):
-            raise ToolchainError(f"bundle '{out_dir}' was made for target {manifest.get('triple') or 'host'} "
-                                 f"{manifest.get('cpu_flag') or ''}; every entry point of a bundle needs the same "
-                                 f"--target and --cpu")
-        entries = [e for e in manifest["entries"] if e["name"].upper() != entry["up"]]
-    entries.append(entry)
-    with open(path, "w") as f:
-        json.dump({"triple": triple, "cpu_flag": cpu_flag, "entries": entries}, f, indent=1)
-    return entries
+    if not (append and os.path.exists(path)):
+        return {"triple": triple, "cpu_flag": cpu_flag, "entries": [],
+                "shared": {"size": 0, "parts": []} if shared else None}
+    with open(path) as f:
+        manifest = json.load(f)
+    if (manifest.get("triple"), manifest.get("cpu_flag")) != (triple, cpu_flag):
+        raise ToolchainError(f"bundle '{out_dir}' was made for target {manifest.get('triple') or 'host'} "
+                             f"{manifest.get('cpu_flag') or ''}; every entry point of a bundle needs the same "
+                             f"--target and --cpu")
+    if (manifest.get("shared") is not None) != shared:
+        raise ToolchainError(f"bundle '{out_dir}' was made {'with' if not shared else 'without'} shared weights; "
+                             f"every entry point of a bundle needs the same --shared-weights choice")
+    return manifest
 
 
-def write_bundle(program, out_dir, options, source, prelude) -> list[str]:
+def _shared_weights(out_dir, program, shared: dict, align: int):
+    """Add ``program``'s constant parts to the bundle's shared weights, each distinct content once. Returns the
+    relocation of the program's constant-region addresses, the new manifest record and the shared bytes."""
+    path = os.path.join(out_dir, f"{SHARED}.weights.bin")
+    blob = bytearray()
+    if shared["size"]:
+        with open(path, "rb") as f:
+            blob = bytearray(f.read())
+        if len(blob) != shared["size"]:
+            raise ToolchainError(f"'{path}' has {len(blob)} bytes but {MANIFEST} says {shared['size']}: the bundle "
+                                 f"changed outside glowc; emit every entry point again into an empty directory")
+    where = {key: off for key, off, _ in shared["parts"]}
+    parts = [list(p) for p in shared["parts"]]
+    moves = []  # (offset in the program's constant region, bytes, offset in the shared weights), by offset
+    for off, raw in program.constant_parts():
+        if not raw.size:
+            continue
+        data = raw.tobytes()
+        key = hashlib.sha256(data).hexdigest()
+        if key not in where:
+            where[key] = align_up(len(blob), align)
+            blob.extend(bytes(where[key] - len(blob)) + data)
+            parts.append([key, where[key], len(data)])
+        moves.append((off, len(data), where[key]))
+    starts = [m[0] for m in moves]
+
+    def relocate(addr: int) -> int:
+        i = bisect.bisect_right(starts, addr) - 1
+        if i >= 0 and addr < moves[i][0] + moves[i][1]:
+            return moves[i][2] + addr - moves[i][0]
+        return 0  # every byte a kernel reads from the constant region lies in a part: this operand is empty
+
+    return relocate, {"size": len(blob), "parts": parts}, bytes(blob)
+
+
+def write_bundle(program, out_dir, options, prelude) -> list[str]:
     name = c_ident(options.get("bundle_name") or "model")
     triple = _triple(options)
     cpu_flag = _cpu_flag(triple, options.get("target_cpu"))
     os.makedirs(out_dir, exist_ok=True)
+    manifest = _manifest(out_dir, triple, cpu_flag, bool(options.get("shared_weights")),
+                         options.get("bundle_append", False))
     entry = _entry(program, name)
-    entries = _entries(out_dir, entry, triple, cpu_flag, options.get("bundle_append", False))
-    blob = program.constant_blob()
+    if manifest["shared"] is not None:
+        relocate, manifest["shared"], blob = _shared_weights(out_dir, program, manifest["shared"],
+                                                             program.irf.plan.alignment)
+        entry["constant"] = manifest["shared"]["size"]
+        weights = SHARED
+    else:
+        relocate, blob, weights = None, program.constant_blob(), name
+    entries = [e for e in manifest["entries"] if e["name"].upper() != entry["up"]] + [entry]
+    manifest["entries"] = entries
+    shared = None if manifest["shared"] is None else manifest["shared"]["size"]
+    source = program.source(entry=name, relocate=relocate)
     files = {
-        f"{name}.h": template("bundle.h.j2").render(**entry),
+        f"{name}.h": template("bundle.h.j2").render(**entry, shared=shared is not None),
         f"{name}.c": source.replace('#include "glow_prelude.h"', f'#include "glow_prelude.h"\n#include "{name}.h"'),
-        f"{name}.weights.txt": weights_text(blob),
+        f"{weights}.weights.txt": weights_text(blob),
         "glow_prelude.h": prelude,
-        "main.c": template("bundle_main.c.j2").render(entries=entries, multi=len(entries) > 1),
-        "Makefile": template("bundle.mk.j2").render(entries=entries, triple=triple, cpu_flag=cpu_flag),
+        "main.c": template("bundle_main.c.j2").render(entries=entries, multi=len(entries) > 1, shared=shared,
+                                                      weights=SHARED),
+        "Makefile": template("bundle.mk.j2").render(entries=entries, triple=triple, cpu_flag=cpu_flag,
+                                                    shared=shared is not None, weights=SHARED),
     }
     written = []
     for fn, text in files.items():
@@ -128,10 +186,12 @@ def write_bundle(program, out_dir, options, source, prelude) -> list[str]:
         with open(p, "w") as f:
             f.write(text)
         written.append(p)
-    p = os.path.join(out_dir, f"{name}.weights.bin")
+    p = os.path.join(out_dir, f"{weights}.weights.bin")
     with open(p, "wb") as f:
         f.write(blob)
     written.append(p)
+    with open(os.path.join(out_dir, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
     if options.get("build", bool(triple)):
         written.append(build_bundle(out_dir, triple))
     return written

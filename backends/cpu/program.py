@@ -69,11 +69,13 @@ class Program:
             blob[off:off + raw.size] = raw
         return blob.tobytes()
 
-    def source(self, entry: str = "glow_run", export: str = "") -> str:
+    def source(self, entry: str = "glow_run", export: str = "", relocate=None) -> str:
         """Everything in one translation unit (a bundle's NAME.c): GEMMs, kernels, and the entry point calling
-        them in order with their operands' addresses (each call commented with its instruction and algorithm)."""
-        calls = [dict(index=i + 1, fn=c.code.name, ptrs=[f"{REGION_ARG[r]} + {off}" for r, off in c.ptrs] or ["0"],
-                      comment=c_comment(f"{c.instr.op} {c.instr.name}: {c.code.choice}"))
+        them in order with their operands' addresses (each call commented with its instruction and algorithm).
+        ``relocate(offset)`` moves constant-region addresses (a bundle's shared weights)."""
+        move = relocate or (lambda off: off)
+        calls = [dict(index=i + 1, fn=c.code.name, comment=c_comment(f"{c.instr.op} {c.instr.name}: {c.code.choice}"),
+                      ptrs=[f"{REGION_ARG[r]} + {move(off) if r == 'constant' else off}" for r, off in c.ptrs] or ["0"])
                  for i, c in enumerate(self.calls)]
         return template("module.c.j2").render(
             comment_name=c_comment(self.irf.name), entry=entry, export=export,
