@@ -15,6 +15,7 @@ import pytest
 
 import glow_core
 from glow_core import example_models as models
+from glow_core.quantization import profile
 
 SYSROOT = "/usr/aarch64-linux-gnu"
 
@@ -129,31 +130,38 @@ def test_bundle_command_errors_are_one_line(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="no make or cc")
 def test_shared_weights_store_each_tensor_once(tmp_path):
     """``--shared-weights``: one bundle.weights.bin for every entry point. An entry point whose tensors are all
-    there already (the same CNN again) adds no byte; each entry point computes what the interpreter computes, from
-    the file and with the weights compiled in."""
+    there already (the same CNN again) adds no byte; each entry point, the int8-quantized CNN too, computes what
+    the interpreter computes (the quantized one bit for bit), from the file and with the weights compiled in."""
     ms = _models(tmp_path)
+    cnn = onnx.load(ms["cnn"][0])
+    rng = np.random.default_rng(7)
+    prof = profile(cnn, [{"input": rng.standard_normal((1, 3, 28, 28)).astype(np.float32)} for _ in range(4)])
+    x = np.fromfile(tmp_path / "cnn_x.bin", "<f4").reshape(1, 3, 28, 28)
+    want_q = glow_core.compile(cnn, "interpreter", quantize=prof).run({"input": x})["output"]
     alone = tmp_path / "alone"
     r = _glowc("compile", str(ms["cnn"][0]), "--bundle-name", "cnn", "--emit-bundle", str(alone))
     assert r.returncode == 0, r.stderr
     out = tmp_path / "bundle"
     sizes = []
-    for k, (name, model) in enumerate((("cnn", "cnn"), ("cnn_again", "cnn"), ("mlp", "mlp"))):
+    for k, (name, model) in enumerate((("cnn", "cnn"), ("cnn_again", "cnn"), ("mlp", "mlp"), ("cnn_int8", "cnn"))):
         m = onnx.load(ms[model][0])
-        cm = glow_core.compile(m, "cpu", num_threads=1)
+        cm = glow_core.compile(m, "cpu", num_threads=1, **({"quantize": prof} if name == "cnn_int8" else {}))
         cm.backend.emit_bundle(cm.last.ir, str(out), {"bundle_name": name, "bundle_append": k > 0,
                                                       "shared_weights": True})
         sizes.append((out / "bundle.weights.bin").stat().st_size)
-    assert sizes[0] == (alone / "cnn.weights.bin").stat().st_size and sizes[1] == sizes[0] and sizes[2] > sizes[1]
+    assert sizes[0] == (alone / "cnn.weights.bin").stat().st_size and sizes[1] == sizes[0]
+    assert sizes[3] > sizes[2] > sizes[1]
     assert not list(out.glob("cnn*.weights.*")) and not list(out.glob("mlp.weights.*"))
     for embed in ([], ["EMBED=1"]):
         r = subprocess.run(["make", "-C", str(out), "clean", "bundle_main", *embed], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         weights = [] if embed else [str(out / "bundle.weights.bin")]
-        for name, model in (("cnn", "cnn"), ("cnn_again", "cnn"), ("mlp", "mlp")):
-            want = ms[model][1]
+        for name, model in (("cnn", "cnn"), ("cnn_again", "cnn"), ("mlp", "mlp"), ("cnn_int8", "cnn")):
+            want = want_q if name == "cnn_int8" else ms[model][1]
             diff = _run([str(out / "bundle_main"), name, *weights, str(tmp_path / f"{model}_x.bin")],
                         tmp_path / f"res_{name}{len(embed)}", want, tmp_path)
-            assert diff <= 1e-5 * max(1.0, float(np.abs(want).max())), (name, embed, diff)
+            tol = 0.0 if name == "cnn_int8" else 1e-5 * max(1.0, float(np.abs(want).max()))
+            assert diff <= tol, (name, embed, diff)
     r = _glowc("compile", str(ms["mlp"][0]), "--bundle-name", "mlp2", "--emit-bundle", str(out))
     assert r.returncode == 0, r.stderr  # a new bundle: the directory's manifest is replaced, not appended to
     m = onnx.load(ms["mlp"][0])
