@@ -17,6 +17,12 @@ priority=0)`` returns a ``concurrent.futures.Future``:
   (``future.cancel()``); a running one cannot.
 
 Every state change happens under one lock; devices are called and futures resolved after it is released.
+
+``Host(trace=True)`` records a Chrome trace in ``host.trace`` (``glow_core.trace``; ``host.trace.save(path)``):
+the compilation of every partition for every device; on each device's own track its runs (named by function,
+``args`` with the time it waited in the device's queue) and, when its backend times them, their instructions;
+and each request that ran as an async span with its queue wait and each partition's run (from its submission to
+a device until its outputs were back) nested in it.
 """
 from __future__ import annotations
 
@@ -35,6 +41,10 @@ from .graph import Function
 from .importer.onnx_import import graph_input_specs, load_model, shape_operand_inputs
 from .partition import feeds_of, gather_outputs, output_sources
 from .discovery import get_backend
+from .trace import REQUEST, Trace
+
+#: Trace process of the runtime's tracks.
+TRACE_PROCESS = "runtime"
 
 
 class DeviceManager:
@@ -44,7 +54,11 @@ class DeviceManager:
     it to talk to a card: override ``load``/``unload`` (put a compiled function on the card and take it off) and
     ``execute`` (run it; called on the worker thread), or ``run`` itself to be asynchronous. ``memory``: bytes
     the device holds (constants + mutable + activations of every function loaded), None for no limit;
-    ``options`` reach the backend's compile (e.g. ``num_threads=1``)."""
+    ``options`` reach the backend's compile (e.g. ``num_threads=1``). ``trace``: the Host's Trace when it traces
+    (set by ``Host.add_device``); a vendor's ``execute`` may add its own events with ``trace.add_instrs`` on the
+    track ``self.name``."""
+
+    trace: Trace | None = None
 
     def __init__(self, backend: str | Backend, name: str = "", memory: int | None = None, **options):
         self.backend = get_backend(backend)
@@ -74,6 +88,8 @@ class DeviceManager:
         """Compile ``function`` for this device (its options over ``options``) and load it under ``key``;
         returns its bytes. MemoryLimitError when it does not fit in the memory left."""
         res = compile_graph(function, self.backend, {**(options or {}), **self.options})
+        if self.trace is not None:
+            self.trace.add_compile(res.stats, f"{key} for {self.name}")
         p = res.ir.plan
         need = p.constant_size + p.mutable_size + p.activations_size
         free = self.memory_available()
@@ -110,21 +126,27 @@ class DeviceManager:
         fut: Future = Future()
         with self._lock:
             self._pending += 1
-        self._work.put((key, inputs, fut))
+        self._work.put((key, inputs, fut, time.perf_counter()))
         return fut
 
     def execute(self, key, inputs: dict) -> dict:
-        """Run function ``key`` on ``inputs`` (called on the worker thread, one run at a time)."""
+        """Run function ``key`` on ``inputs`` (called on the worker thread, one run at a time); when tracing, with
+        its instructions on this device's track (if the backend times them)."""
         with self._lock:
             compiled = self._functions[key][0]
-        return compiled.execute(inputs)
+        timed = None if self.trace is None else (time.perf_counter(), compiled.execute_timed(inputs))
+        if timed is None or timed[1] is None:
+            return compiled.execute(inputs)
+        start, (outs, timings) = timed
+        self.trace.add_instrs(start, timings, TRACE_PROCESS, self.name)
+        return outs
 
     def _loop(self):
         while True:
             item = self._work.get()
             if item is None:
                 return
-            key, inputs, fut = item
+            key, inputs, fut, queued = item
             t0 = time.perf_counter()
             try:
                 out = self.execute(key, inputs)
@@ -135,8 +157,13 @@ class DeviceManager:
             else:
                 fut.set_result(out)
             finally:
+                t1 = time.perf_counter()
+                if self.trace is not None:
+                    self.trace.complete(key, t0, t1 - t0, TRACE_PROCESS, self.name, "device run",
+                                        {"function": key, "device queue wait ms": round((t0 - queued) * 1e3, 3),
+                                         "failed": fut.exception() is not None})
                 with self._lock:
-                    self.busy_seconds += time.perf_counter() - t0
+                    self.busy_seconds += t1 - t0
                     self.runs += 1
                     self._pending -= 1
 
@@ -172,6 +199,12 @@ class _Request:
     net: _Network
     inputs: dict
     future: Future
+    priority: int = 0
+    arrival: float = 0.0  # time.perf_counter() when it was queued
+    dispatched: float = 0.0
+    number: int = 0
+    submitted: dict = field(default_factory=dict)  # partition -> (device name, perf_counter at submission)
+    done_at: dict = field(default_factory=dict)  # partition -> perf_counter when its outputs were back
     env: dict = field(default_factory=dict)
     waiting: list[int] = field(default_factory=list)  # unmet dependencies per partition
     left: int = 0
@@ -181,7 +214,7 @@ class _Request:
 class Host:
     """Devices, networks partitioned across them and a priority queue of requests (module docstring)."""
 
-    def __init__(self, max_active_requests: int = 4, max_queue: int = 64):
+    def __init__(self, max_active_requests: int = 4, max_queue: int = 64, trace: bool = False):
         if max_active_requests < 1 or max_queue < 0:
             raise GlowError(f"Host(max_active_requests={max_active_requests}, max_queue={max_queue}): at least one "
                             f"active request and a queue of zero or more")
@@ -196,6 +229,8 @@ class Host:
         self._running: set[_Request] = set()
         self._counts = {"completed": 0, "failed": 0, "refused": 0, "cancelled": 0}
         self._closed = False
+        #: The Chrome trace of compilations, device runs and requests with ``trace=True`` (module docstring).
+        self.trace = Trace() if trace else None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
 
@@ -216,6 +251,8 @@ class Host:
                 raise GlowError("the host is closed")
             first = sum(d.backend.name == b.name for d in self.devices)
             new = [device_class(b, f"{b.name}{first + i}", memory, **options) for i in range(count)]
+            for d in new:
+                d.trace = self.trace
             self.devices.extend(new)
         return new
 
@@ -288,7 +325,8 @@ class Host:
                 err = GlowError(f"unknown network '{name}'; added: {', '.join(sorted(self._networks)) or 'none'}")
             else:
                 try:
-                    req = _Request(net, check_inputs(inputs, net.specs, net.dtypes, net.input_shapes), fut)
+                    req = _Request(net, check_inputs(inputs, net.specs, net.dtypes, net.input_shapes), fut,
+                                   priority, time.perf_counter())
                     err = None
                 except GlowError as e:
                     err = e
@@ -299,7 +337,8 @@ class Host:
                 self._counts["refused" if isinstance(err, RequestRefused) else "failed"] += 1
                 actions = [(fut, err)]
             else:
-                heapq.heappush(self._queue, (priority, next(self._arrival), req))
+                req.number = next(self._arrival)
+                heapq.heappush(self._queue, (priority, req.number, req))
                 actions = self._dispatch()
         self._act(actions)
         return fut
@@ -313,6 +352,7 @@ class Host:
                 self._counts["cancelled"] += 1
                 continue
             net = req.net
+            req.dispatched = time.perf_counter()
             self._active += 1
             self._running.add(req)
             net.active += 1
@@ -329,6 +369,7 @@ class Host:
         p = req.net.parts[i]
         device = min(p.devices, key=lambda d: self._outstanding.get(d, 0))
         self._outstanding[device] = self._outstanding.get(device, 0) + 1
+        req.submitted[i] = (device.name, time.perf_counter())
         return (device, p.key, {ph: req.env[src] for ph, src in p.feeds}, req, i)
 
     def _act(self, actions):
@@ -357,6 +398,7 @@ class Host:
             self._outstanding[device] -= 1
             if req.finished:
                 return
+            req.done_at[i] = time.perf_counter()
             err = f.exception()
             if err is not None:
                 actions = self._finish(req, err if isinstance(err, GlowError) else GlowError(str(err)))
@@ -374,6 +416,8 @@ class Host:
 
     def _finish(self, req: _Request, value) -> list:
         """End an active request (lock held): free its slot, unload an evicted network's last use, start more."""
+        if self.trace is not None:
+            self._trace_request(req, value)
         req.finished = True
         req.env = {}
         self._running.discard(req)
@@ -384,6 +428,19 @@ class Host:
             self._unload(req.net)
         self._idle.notify_all()
         return [(req.future, value)] + self._dispatch()
+
+    def _trace_request(self, req: _Request, value):
+        """The request's span, its queue wait and each partition's run until now (lock held)."""
+        end = time.perf_counter()
+        name = f"request {req.number} ({req.net.name})"
+        result = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else "ok"
+        self.trace.span(name, req.number, req.arrival, end - req.arrival, TRACE_PROCESS, REQUEST,
+                        {"network": req.net.name, "priority": req.priority, "result": result[:300]})
+        self.trace.span("queue wait", req.number, req.arrival, req.dispatched - req.arrival, TRACE_PROCESS, REQUEST)
+        for i, (device, t) in sorted(req.submitted.items()):
+            done = req.done_at.get(i, end)
+            self.trace.span(f"{req.net.parts[i].key} on {device}", req.number, t, done - t, TRACE_PROCESS, REQUEST,
+                            {"partition": i, "device": device})
 
     @staticmethod
     def _unload(net: _Network):

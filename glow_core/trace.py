@@ -11,17 +11,22 @@ A ``Trace`` collects complete events (``"ph": "X"``, microseconds from the trace
   timed on a device track of its own (a 4th element of a timing) get a track per device.
 
 ``glowc run MODEL --trace FILE.json`` and ``glow_core.compile(model, backend, trace=True)`` (``cm.trace``) make
-one.
+one; so does the runtime, ``Host(trace=True)`` (``host.trace``): each device a track of its own with its runs
+(and their instructions), each request an async span (``"ph": "b"``/``"e"``, overlapping requests each on a row)
+with its queue wait and the run of each partition nested in it. A Trace may be filled from several threads.
 """
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 from .flops import instr_flops
 
 #: Category of per-instruction events (tests count them by it).
 INSTR = "instr"
+#: Category of the runtime's request spans.
+REQUEST = "request"
 
 
 def instr_args(ins) -> dict:
@@ -43,6 +48,7 @@ class Trace:
         self.runs = 0
         self._tracks: dict[tuple[str, str], tuple[int, int]] = {}
         self._args: dict[int, dict] = {}
+        self._lock = threading.RLock()
 
     def _track(self, process: str, thread: str) -> tuple[int, int]:
         """(pid, tid) of a named track, with the metadata events that name it in the viewer."""
@@ -61,12 +67,28 @@ class Trace:
     def complete(self, name: str, start: float, seconds: float, process: str, thread: str, cat: str,
                  args: dict | None = None):
         """Add one complete event; ``start`` on the ``time.perf_counter`` clock, in seconds."""
-        pid, tid = self._track(process, thread)
-        ev = {"name": name, "cat": cat, "ph": "X", "ts": round((start - self.origin) * 1e6, 3),
-              "dur": round(seconds * 1e6, 3), "pid": pid, "tid": tid}
-        if args:
-            ev["args"] = args
-        self.events.append(ev)
+        with self._lock:
+            pid, tid = self._track(process, thread)
+            ev = {"name": name, "cat": cat, "ph": "X", "ts": self._us(start), "dur": round(seconds * 1e6, 3),
+                  "pid": pid, "tid": tid}
+            if args:
+                ev["args"] = args
+            self.events.append(ev)
+
+    def span(self, name: str, span_id: int, start: float, seconds: float, process: str, cat: str,
+             args: dict | None = None):
+        """Add one async span (a ``b`` and an ``e`` event): spans of one ``cat`` and ``span_id`` nest, and spans
+        that overlap in time need not. ``start`` on the ``time.perf_counter`` clock, in seconds."""
+        with self._lock:
+            pid, tid = self._track(process, cat)
+            ev = {"name": name, "cat": cat, "ph": "b", "id": span_id, "ts": self._us(start), "pid": pid, "tid": tid}
+            if args:
+                ev["args"] = args
+            self.events += [ev, {"name": name, "cat": cat, "ph": "e", "id": span_id,
+                                 "ts": self._us(start + seconds), "pid": pid, "tid": tid}]
+
+    def _us(self, t: float) -> float:
+        return round((t - self.origin) * 1e6, 3)
 
     def add_compile(self, stats: dict, label: str):
         """The stages of one compilation (``stats["spans"]``) and the backend's work outside Python
@@ -79,20 +101,27 @@ class Trace:
     def add_run(self, backend: str, start: float, seconds: float, timings):
         """One run that began at ``start`` (perf_counter) and took ``seconds``, with its per-instruction timings
         (``execute_timed``'s ``(instr, start, seconds[, track])``, starts from the run's start) or None."""
-        self.runs += 1
-        process = f"run on {backend}"
-        self.complete(f"run {self.runs}", start, seconds, process, "host", "run",
-                      None if timings is not None else {"note": f"backend '{backend}' does not time instructions"})
-        for t in timings or ():
-            ins, rel, secs = t[:3]
-            track = t[3] if len(t) > 3 else "host"
-            args = self._args.get(id(ins))
-            if args is None:
-                args = self._args[id(ins)] = instr_args(ins)
-            self.complete(ins.op, start + rel, secs, process, track, INSTR, args)
+        with self._lock:
+            self.runs += 1
+            process = f"run on {backend}"
+            self.complete(f"run {self.runs}", start, seconds, process, "host", "run",
+                          None if timings is not None else {"note": f"backend '{backend}' does not time instructions"})
+            self.add_instrs(start, timings or (), process, "host")
+
+    def add_instrs(self, start: float, timings, process: str, track: str):
+        """One event per timed instruction of a run that began at ``start`` (``execute_timed``'s timings), on
+        ``track`` of ``process`` or on the device track a timing names (its 4th element)."""
+        with self._lock:
+            for t in timings:
+                ins, rel, secs = t[:3]
+                args = self._args.get(id(ins))
+                if args is None:
+                    args = self._args[id(ins)] = instr_args(ins)
+                self.complete(ins.op, start + rel, secs, process, t[3] if len(t) > 3 else track, INSTR, args)
 
     def to_json(self) -> dict:
-        return {"traceEvents": self.events, "displayTimeUnit": "ms"}
+        with self._lock:
+            return {"traceEvents": list(self.events), "displayTimeUnit": "ms"}
 
     def save(self, path: str):
         """Write the trace as Chrome trace JSON."""

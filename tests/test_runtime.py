@@ -7,6 +7,7 @@ control uses a DeviceManager subclass whose ``execute`` waits on a gate before r
 the vendor hook the runtime documents."""
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -300,3 +301,86 @@ def test_network_without_nodes():
         y = h.run("id", {"x": x}).result(T)["y"]
         np.testing.assert_array_equal(y, x)
         assert not np.shares_memory(x, y)
+
+
+def _spans(events, cat):
+    """Async spans (``b``/``e`` pairs, matched by category, id and name) as (name, id, start, end, args)."""
+    open_, out = {}, []
+    for e in events:
+        if e.get("cat") != cat or e["ph"] not in "be":
+            continue
+        key = (e["id"], e["name"])
+        if e["ph"] == "b":
+            assert key not in open_, key
+            open_[key] = e
+        else:
+            b = open_.pop(key)
+            out.append((e["name"], e["id"], b["ts"], e["ts"], b.get("args", {})))
+    assert not open_, f"spans never ended: {list(open_)}"
+    return out
+
+
+def test_runtime_trace_has_a_track_per_device_and_a_span_per_request(net, tmp_path):
+    """``Host(trace=True)``: the JSON, read back from the file, has each device's runs on its own track (one at a
+    time, as many as the device ran, with the instructions the CPU backend timed inside them), the compilation of
+    every partition for every device, and each request as a span holding its queue wait and one run per
+    partition. With one active request at a time, a request leaves the queue only after the one before ended."""
+    m, xs, want = net
+    n = 6
+    with Host(max_active_requests=1, max_queue=16, trace=True) as h:
+        h.add_device("glow_conformance.subset:conv_matmul_add", count=1)
+        h.add_device("cpu", count=2, num_threads=1)
+        rep = h.add_network("resnet", m)
+        futs = [h.run("resnet", {"input": xs[i % 4]}) for i in range(n)]
+        for i, f in enumerate(futs):
+            check(f.result(T), want[i % 4])
+        stats = h.stats()["devices"]
+    path = tmp_path / "runtime.json"
+    h.trace.save(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    parts = len(rep.partitions)
+    assert parts >= 4 and rep.count("cma_npu") >= 2 and rep.count("cpu") >= 2
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    runs = [e for e in events if e.get("cat") == "device run"]
+    by_device: dict[str, list] = {}
+    for e in runs:
+        by_device.setdefault(tracks[(e["pid"], e["tid"])], []).append(e)
+    assert {d: len(r) for d, r in by_device.items()} == {d: s["runs"] for d, s in stats.items() if s["runs"]}
+    assert len(runs) == n * parts and set(by_device) >= {"cma_npu0", "cpu0"}
+    instrs = [e for e in events if e.get("cat") == "instr"]
+
+    def within(e, r):
+        return (e["pid"], e["tid"]) == (r["pid"], r["tid"]) and r["ts"] <= e["ts"] and \
+            e["ts"] + e["dur"] <= r["ts"] + r["dur"] + 1e-3
+
+    for d, rs in by_device.items():
+        rs.sort(key=lambda e: e["ts"])
+        for a, b in zip(rs, rs[1:]):
+            assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, f"{d} ran two functions at once"
+        for r in rs:
+            assert r["args"]["device queue wait ms"] >= 0 and not r["args"]["failed"]
+            inside = [e for e in instrs if within(e, r)]
+            if d.startswith("cpu"):  # the CPU backend times its instructions
+                assert inside and sum(e["dur"] for e in inside) <= r["dur"] + 1e-3
+    assert all(any(within(e, r) for r in runs) for e in instrs), "an instruction outside every device run"
+    compiled = {tracks[(e["pid"], e["tid"])] for e in events if e.get("cat") == "compile"}
+    for i, p in enumerate(rep.partitions):
+        devices = ["cma_npu0"] if p.backend == "cma_npu" else ["cpu0", "cpu1"]
+        assert {f"resnet/p{i} for {d}" for d in devices} <= compiled
+    spans = _spans(events, "request")
+    requests = sorted((s for s in spans if s[0].startswith("request ")), key=lambda s: s[2])
+    assert [s[0] for s in requests] == [f"request {i} (resnet)" for i in range(n)]
+    assert all(s[4] == {"network": "resnet", "priority": 0, "result": "ok"} for s in requests)
+    dispatch = {}
+    for name, rid, start, end, args in requests:
+        inner = [s for s in spans if s[1] == rid and not s[0].startswith("request ")]
+        (wait,) = [s for s in inner if s[0] == "queue wait"]
+        assert wait[2] == start and wait[3] <= end
+        dispatch[rid] = wait[3]
+        runs_of = sorted(s[4]["partition"] for s in inner if s[0] != "queue wait")
+        assert runs_of == list(range(parts))
+        for s in inner:
+            if s[0] != "queue wait":
+                assert wait[3] - 1e-3 <= s[2] <= s[3] <= end + 1e-3, (name, s)
+    for (_, a, _, end_a, _), (_, b, _, _, _) in zip(requests, requests[1:]):
+        assert dispatch[b] >= end_a - 1e-3, "with max_active_requests=1 a request waits for the one before"
