@@ -91,6 +91,35 @@ def test_aarch64_bundle_with_two_entry_points_runs_under_qemu(tmp_path):
     assert r.returncode == 2 and "cnn mlp" in r.stderr
 
 
+def _quantized_cnn(tmp_path):
+    """The CNN, a calibration profile of it, and the int8 interpreter's output on the CNN's input."""
+    cnn = models.cnn(seed=3)
+    rng = np.random.default_rng(7)
+    prof = profile(cnn, [{"input": rng.standard_normal((1, 3, 28, 28)).astype(np.float32)} for _ in range(4)])
+    x = np.fromfile(tmp_path / "cnn_x.bin", "<f4").reshape(1, 3, 28, 28)
+    return cnn, prof, glow_core.compile(cnn, "interpreter", quantize=prof).run({"input": x})["output"]
+
+
+def test_quantized_aarch64_bundle_with_shared_weights_under_qemu(tmp_path):
+    """An int8-quantized CNN next to the float one, cross-built for aarch64 with shared weights: under qemu both
+    compute what the interpreter computes (the quantized one bit for bit)."""
+    _require_cross()
+    ms = _models(tmp_path)
+    cnn, prof, want_q = _quantized_cnn(tmp_path)
+    out = tmp_path / "bundle"
+    for k, (name, q) in enumerate((("cnn", None), ("cnn_int8", prof))):
+        cm = glow_core.compile(cnn, "cpu", num_threads=1, **({"quantize": q} if q else {}))
+        cm.backend.emit_bundle(cm.last.ir, str(out), {"bundle_name": name, "bundle_append": k > 0, "shared_weights":
+                                                      True, "target": "aarch64-linux-gnu", "build": k == 1})
+    qemu = ["qemu-aarch64", "-L", SYSROOT, str(out / "bundle_main")]
+    for name, want, tol in (("cnn", ms["cnn"][1], 1e-5 * max(1.0, float(np.abs(ms["cnn"][1]).max()))),
+                            ("cnn_int8", want_q, 0.0)):
+        diff = _run(qemu + [name, str(out / "bundle.weights.bin"), str(tmp_path / "cnn_x.bin")],
+                    tmp_path / f"res_{name}", want, tmp_path)
+        print(f"aarch64 bundle under qemu, shared weights, entry {name}: max |bundle - interpreter| = {diff:.3g}")
+        assert diff <= tol
+
+
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="no make or cc")
 def test_weights_txt_is_the_weights_file_compiled_in(tmp_path):
     """On the host: NAME.weights.txt holds exactly NAME.weights.bin's bytes, and the driver built with EMBED=1
@@ -133,11 +162,7 @@ def test_shared_weights_store_each_tensor_once(tmp_path):
     there already (the same CNN again) adds no byte; each entry point, the int8-quantized CNN too, computes what
     the interpreter computes (the quantized one bit for bit), from the file and with the weights compiled in."""
     ms = _models(tmp_path)
-    cnn = onnx.load(ms["cnn"][0])
-    rng = np.random.default_rng(7)
-    prof = profile(cnn, [{"input": rng.standard_normal((1, 3, 28, 28)).astype(np.float32)} for _ in range(4)])
-    x = np.fromfile(tmp_path / "cnn_x.bin", "<f4").reshape(1, 3, 28, 28)
-    want_q = glow_core.compile(cnn, "interpreter", quantize=prof).run({"input": x})["output"]
+    _, prof, want_q = _quantized_cnn(tmp_path)
     alone = tmp_path / "alone"
     r = _glowc("compile", str(ms["cnn"][0]), "--bundle-name", "cnn", "--emit-bundle", str(alone))
     assert r.returncode == 0, r.stderr
