@@ -98,8 +98,10 @@ def cmd_backends(args):
 def cmd_run(args):
     cm = _compile(args, trace=bool(args.trace), **({"num_threads": args.threads} if args.threads else {}))
     inputs = _parse_inputs(args.input, cm) if args.input else random_inputs(cm)
-    for _ in range(args.repeat):
-        outs = cm.run(inputs)
+    with Progress(f"running {os.path.basename(args.model)}", total=args.repeat) as bar:
+        for i in range(args.repeat):
+            outs = cm.run(inputs)
+            bar.update(i + 1, note=f"{i + 1}/{args.repeat} runs")
     os.makedirs(args.output_dir, exist_ok=True)
     for name, arr in outs.items():
         safe = name.replace(os.sep, "_").replace("\0", "_") or "output"

@@ -183,3 +183,41 @@ def test_progress_is_silent_in_a_pipe(tmp_path):
             p.update(note="x")
         assert not p.enabled
     assert (tmp_path / "log").read_text() == ""
+
+
+def _read_until_exit(fd, proc) -> str:
+    """Everything ``proc`` writes to the pty ``fd`` until it exits (then EIO: everything was read)."""
+    chunks = []
+    while True:
+        if not select.select([fd], [], [], 1.0)[0]:
+            if proc.poll() is not None:
+                break
+            continue
+        try:
+            data = os.read(fd, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_long_commands_show_progress_on_a_terminal_only(tmp_path):
+    """``glowc run --repeat`` (and the compile before it) on a terminal: a status line, erased at the end so the
+    results print on clean lines; the same command in a pipe writes no progress at all."""
+    path = tmp_path / "cnn.onnx"
+    onnx.save(models.cnn(), path)
+    args = [sys.executable, "-m", "glow_core.cli", "run", str(path), "--repeat", "300", "--output-dir",
+            str(tmp_path / "out")]
+    env = {k: v for k, v in os.environ.items() if k not in ("GLOW_PROGRESS", "TERM")}
+    master, slave = os.openpty()
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    text = _read_until_exit(master, proc)
+    assert proc.wait(timeout=600) == 0, text
+    os.close(master)
+    assert re.search(r"\rrunning cnn\.onnx \[[#.]{24}\] +\d+% \d+/300 runs", text), text
+    assert "\routput: float32 [1, 10] -> " in text  # the progress line was erased first
+    r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and r.stderr == "" and "\r" not in r.stdout, (r.stdout, r.stderr)

@@ -143,7 +143,8 @@ def test_bundle_command_errors_are_one_line(tmp_path):
     cases = [
         (["compile", str(path), str(path), "--bundle-name", "a", "--emit-bundle", str(tmp_path / "b")],
          "2 model(s) but 1 --bundle-name(s)"),
-        (["compile", str(path), "--target", "aarch64-linux-gnu"], "--target, --cpu and --shared-weights apply to bundles"),
+        (["compile", str(path), "--target", "aarch64-linux-gnu"], "--target, --cpu and --shared-weights apply to"),
+        (["compile", str(path), "--shared-weights"], "--target, --cpu and --shared-weights apply to bundles"),
         (["compile", str(path), "--emit-bundle", str(tmp_path / "c"), "--target", "aarch64 linux;rm"],
          "is not a GNU target triple"),
     ]
