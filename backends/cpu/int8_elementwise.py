@@ -14,6 +14,8 @@ from .int8_common import (QTYPES, Int8EngineError, Int8Kernel, QTarget, Requant,
 
 #: Elementwise kernels count 64 "multiply-adds" per element against PARALLEL_MIN_MACS.
 ELEMENT_WORK = 64
+#: Operand and result dtypes of add and mul (int16 operands take int64 products).
+BINARY_DTYPES = ("int8", "uint8", "int16")
 
 
 def _f32(what: str, m) -> np.float32:
@@ -68,9 +70,9 @@ def plan_qmul(shape, *, a_dtype: str, a_offset: int, b_dtype: str, b_offset: int
 def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_threads, target, name) -> Int8Kernel:
     check_name(name)
     for what, dt, off in ((f"{op} input a", a_dtype, a_offset), (f"{op} input b", b_dtype, b_offset)):
-        check_dtype(what, dt, ("int8", "uint8"))
+        check_dtype(what, dt, BINARY_DTYPES)
         check_offset(what, off, dt)
-    check_dtype(f"{op} output", y.dtype, ("int8", "uint8"))
+    check_dtype(f"{op} output", y.dtype, BINARY_DTYPES)
     ma, mb = _f32(f"{op} a", ma), _f32(f"{op} b", mb)
     lo, hi = y.bounds()
     size = _size(shape)
@@ -79,7 +81,8 @@ def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_thre
     src = template_env().get_template("qelementwise.c.j2").render(
         op=op, name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
         a_ctype=QTYPES[a_dtype][0], b_ctype=QTYPES[b_dtype][0], y_ctype=QTYPES[y.dtype][0], aoff=a_offset,
-        boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt)
+        boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt,
+        itype="int64_t" if "int16" in (a_dtype, b_dtype) else "int32_t")
     return Int8Kernel(name, "add", src, 0, desc, size)
 
 
