@@ -82,7 +82,9 @@ def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_thre
         op=op, name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
         a_ctype=QTYPES[a_dtype][0], b_ctype=QTYPES[b_dtype][0], y_ctype=QTYPES[y.dtype][0], aoff=a_offset,
         boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt,
-        itype="int64_t" if "int16" in (a_dtype, b_dtype) else "int32_t")
+        itype="int64_t" if "int16" in (a_dtype, b_dtype) else "int32_t",
+        simd16=op == "add" and {a_dtype, b_dtype, y.dtype} <= {"int8", "uint8"},
+        a_cvt="cvtepi8" if a_dtype == "int8" else "cvtepu8", b_cvt="cvtepi8" if b_dtype == "int8" else "cvtepu8")
     return Int8Kernel(name, "add", src, 0, desc, size)
 
 
