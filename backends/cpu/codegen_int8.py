@@ -1,6 +1,7 @@
 """The quantized primitives in the CPU backend's code generation.
 
-conv, matmul (with a constant second operand), rescale, add, mul, average pooling and 8-bit lookup tables run the
+conv, matmul (with a constant second operand), rescale, add, mul, average pooling, 8-bit lookup tables and the
+8-bit max pooling of quantized graphs (the float primitive ``max_pool`` keeps its input's parameters) run the
 int8 engine's kernels (int8_engine: vpdpbusd register tiles, requantization in the epilogue); their weights are
 packed, and their bias and zero-point terms folded into per-channel corrections, at compile time (derived
 constants). A conv or matmul whose weight is computed at run time (a matmul of two activations) runs plain int32
@@ -145,6 +146,8 @@ def _plan(ki, num_threads: int):
         return E.plan_qpool("avg", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd,
                             x_offset=int(a["x_offset"]), y=_requant(a),
                             count_include_pad=a.get("count_include_pad", 0), **common)
+    if ki.op == "max_pool" and xd in _EIGHT and x.type.rank in (3, 4):
+        return E.plan_qpool("max", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd, **common) or None
     if ki.op == "lookup" and out.type.dtype.name in _EIGHT:
         return E.plan_qlookup(x.type.shape, x_dtype=xd, y_dtype=out.type.dtype.name, **common)
     return None
@@ -239,6 +242,12 @@ class QuantizedKernels:
                       x_off=int(a["x_offset"]), include_pad=bool(a.get("count_include_pad", 0)), flo=flo, fhi=fhi,
                       y_off=y.offset, work=out.type.numel * prod(a["kernel"]),
                       **_window3(a, x.type.shape, out.type.shape, a["kernel"]))
+
+    def k_max_pool(self, ki, fn):
+        """8-bit 1-d and 2-d max pooling on the int8 engine (rows, then columns); every other one generic."""
+        if plan(ki, self.nt) is None:
+            return self._pool(ki, fn)
+        return self._engine(ki, fn, [self.ptr(ki.ins[0]), "(const float *)0", self.ptr(ki.outs[0])])
 
     def k_lookup(self, ki, fn):
         if plan(ki, self.nt) is None:  # a wider table: an indexed load
