@@ -15,7 +15,9 @@ random calibration inputs). Four implementations, per thread count, in alternati
 Each round times every implementation for ``--seconds`` (per-call latencies, their median); the figure is the
 median over rounds, with the minimum over rounds beside it (the least-disturbed figure on a shared machine).
 Before timing, glow-int8's output is checked bit-exact against the interpreter running the same QDQ model, and
-its difference from onnxruntime's int8 output is printed in output LSBs. Prints the ratios glow-int8/glow-fp32
+its difference from onnxruntime's int8 output is printed in output LSBs. OMP_WAIT_POLICY is left to libgomp's
+default, as bench/bench_int8.py explains (PASSIVE: a futex wake-up per parallel region and barrier, and the int8
+network at 2 threads no faster than at 1). Prints the ratios glow-int8/glow-fp32
 (target <= 0.7) and glow-int8/ort-int8 (target <= 1.0), and the compile times.
 """
 from __future__ import annotations
@@ -28,7 +30,6 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 

@@ -7,7 +7,8 @@ For each network (glow_core.example_models, seeded weights, input [1, 3, size, s
 ``--calib`` seeded standard-normal calibration inputs and ``--test`` other ones:
 
 1. Glow Kit: ``quantization.profile`` over the calibration inputs, then, for each schema (asymmetric, symmetric,
-   symmetric_uint8, power2) with per-channel weights off and on (int8, MinMax calibration), the model compiled
+   symmetric_uint8, power2) with per-channel weights off and on (int8, MinMax calibration), and asymmetric
+   activations with symmetric weights (``weight_schema="symmetric"``: onnxruntime's settings), the model compiled
    with ``quantize=`` for the reference interpreter and run on the test inputs.
 2. onnxruntime: ``quantize_static`` (QDQ format, MinMax, int8 activations and weights, per-channel off and on)
    on the same calibration inputs, run by onnxruntime's CPU provider on the test inputs.
@@ -109,11 +110,14 @@ def run_model(name: str, args, schemas) -> list[dict]:
     prof = quantization.profile(model, calib)
     print(f"{name}: profiled {len(prof.tensors)} tensors over {prof.samples} inputs in "
           f"{time.perf_counter() - t:.1f} s", flush=True)
-    for schema in schemas:
+    configs = [(schema, None) for schema in schemas] + [("asymmetric", "symmetric")]
+    for schema, wschema in configs:
         for pc in (False, True):
-            cm = glow_core.compile(model, "interpreter", quantize=prof, schema=schema, per_channel=pc)
+            cm = glow_core.compile(model, "interpreter", quantize=prof, schema=schema, weight_schema=wschema,
+                                   per_channel=pc)
             st = cm.last.stats["quantization"]
-            row("glow (interpreter)", f"{schema}, per-channel {'on' if pc else 'off'}",
+            label = schema if wschema is None else f"{schema}, {wschema} weights"
+            row("glow (interpreter)", f"{label}, per-channel {'on' if pc else 'off'}",
                 [cm.run(x)["output"] for x in test], float_nodes=len(st["float_nodes"]))
     with tempfile.TemporaryDirectory() as tmp:
         qdq = {}

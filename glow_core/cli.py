@@ -46,7 +46,7 @@ def _quantization_options(args) -> dict:
     out = {}
     if getattr(args, "quantize", None):
         out["quantize"] = args.quantize
-    for k in ("schema", "precision", "calibration", "convert_to"):
+    for k in ("schema", "weight_schema", "precision", "calibration", "convert_to"):
         if getattr(args, k, None):
             out[k] = getattr(args, k)
     if getattr(args, "per_channel", False):
@@ -315,6 +315,8 @@ def _quantize_group(parser, report=False):
         g.add_argument("--quantize", metavar="PROFILE", help="quantize with this profile (glowc profile writes it)")
     g.add_argument("--schema", choices=quantization.SCHEMAS, help="how scales and offsets are chosen (default "
                                                                    "asymmetric)")
+    g.add_argument("--weight-schema", choices=quantization.SCHEMAS, help="the conv and matmul weights' schema "
+                   "(default: --schema's; --schema asymmetric --weight-schema symmetric is onnxruntime's default)")
     g.add_argument("--precision", choices=quantization.PRECISIONS, help="int8 (default) or int16")
     g.add_argument("--per-channel", action="store_true", help="conv and matmul weights per output channel")
     g.add_argument("--calibration", choices=quantization.CALIBRATIONS, help="range from the profile: minmax "

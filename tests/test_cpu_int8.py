@@ -98,3 +98,22 @@ def test_quantized_bundle_runs_without_python(small_resnet, tmp_path):
     for k, v in want.items():
         got = np.frombuffer((res / f"{k}.bin").read_bytes(), v.dtype).reshape(v.shape)
         assert np.array_equal(got, v), k
+
+
+@pytest.mark.parametrize("num_threads", [1, 2])
+def test_int16_quantized_model_runs_integer_kernels_bit_exact(small_resnet, num_threads):
+    """precision=int16: the convs, the residual adds and the fc run on the CPU backend as int16 primitives
+    (int64 accumulators, none left in float), bit-exact with the interpreter."""
+    model, samples, x = small_resnet
+    opts = dict(quantize=profile(model, samples), precision="int16", per_channel=True)
+    want = glow_core.compile(model, "interpreter", **opts).run(x)
+    cpu = glow_core.compile(model, "cpu", num_threads=num_threads, **opts)
+    got = cpu.run(x)
+    for k in want:
+        assert got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]), k
+    res = cpu.last
+    assert res.stats["quantization"]["float_nodes"] == []
+    q = {i.op: i.ins[0].type.dtype.name for i in res.ir.code if i.op in ("qconv", "qadd", "qmatmul")}
+    assert q == {"qconv": "int16", "qadd": "int16", "qmatmul": "int16"}, q
+    choices = _engine_kernels(res)
+    assert any(c.startswith("int64 loops (requantized; int16 operands)") for c in choices), choices

@@ -48,7 +48,7 @@ PATHS = [("avx512vnni", "native", 1, {"avx512_vnni", "avx512bw", "avx512vl"}),
          ("avx512vnni", "portable", 1, set()),
          ("portable", "portable", 2, set())]
 RUNNABLE = [(t, p, n) for t, p, n, need in PATHS if need <= HOST]
-TYPES = {"int8": (-128, 127), "uint8": (0, 255)}
+TYPES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 
 # -- cases: one line each ----------------------------------------------------------------------------------------
 # conv: x shape, w shape, strides, dilations, pads, group, x dtype, x offset ("rand" | "lo" | "hi"),
@@ -83,7 +83,9 @@ MATMUL = [
 RESCALE = [("int8", -128, "uint8", 0, 0.7), ("uint8", 255, "int8", 127, 3.3), ("int32", 12345, "int8", -3, 0.001),
            ("int16", -7, "uint8", 200, 0.02), ("int8", 0, "int8", 0, 1.0)]
 ADD = [("int8", 5, 0.9, "uint8", 128, 1.3, "int8", -10, "relu"), ("uint8", 0, 0.5, "uint8", 255, 0.5, "uint8", 0, None),
-       ("int8", -128, 2.0, "int8", 127, 1.7, "int8", 3, None)]
+       ("int8", -128, 2.0, "int8", 127, 1.7, "int8", 3, None),
+       ("int16", -300, 0.01, "int8", 5, 0.7, "int16", 17, None),
+       ("int16", 1000, 0.003, "int16", -32768, 0.002, "int16", -5, "relu")]
 POOL = [("max", (2, 3, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), "int8", 0, 0),
         ("max", (1, 4, 5, 5), (2, 2), (1, 1), (0, 0, 1, 1), "uint8", 0, 0),
         ("avg", (2, 3, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), "int8", 1, 1),

@@ -209,3 +209,19 @@ def test_glowc_profile_quantize_report(cnn, tmp_path, capsys):
     assert "conv1, conv: kept in float (keep_float)" in out
     assert cli.main(["run", str(model), "--quantize", str(tmp_path / "missing.json")]) != 0
     assert "cannot read profile" in capsys.readouterr().err
+
+
+def test_weight_schema_symmetric_with_asymmetric_activations(cnn, prof):
+    """onnxruntime's default settings: asymmetric activations, symmetric per-channel weights (offset 0)."""
+    cm = glow_core.compile(cnn, "interpreter", quantize=prof, per_channel=True, weight_schema="symmetric")
+    gemms = [i for i in cm.last.ir.instrs if i.op in ("qconv", "qmatmul")]
+    assert len(gemms) == 2
+    for i in gemms:
+        w, wo = np.asarray(i.ins[1].data), np.asarray(i.ins[4].data)
+        assert wo.size > 1 and not wo.any(), i.op  # per channel, symmetric
+        assert w.min() >= -127  # the range [-127, 127]
+    assert any(i.attrs["x_offset" if i.op == "qconv" else "a_offset"] != 0 for i in gemms)  # asymmetric
+    cal = samples(0, 8)
+    assert sqnr(np.stack(ort_run(cnn, cal)), np.stack([cm.run(f)["output"] for f in cal])) > 30
+    with pytest.raises(GlowError, match="accepted: asymmetric"):
+        glow_core.compile(cnn, "interpreter", quantize=prof, weight_schema="bogus")

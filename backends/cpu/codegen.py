@@ -917,7 +917,7 @@ class _Kernel(QuantizedKernels):
             in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), dims=dims, acc_t=acc_t, init=init,
             load=f"({acc_t})" + ct.ld(f"xp[{xidx}]"), update=update, out_idx=oidx, store=store)
 
-    k_max_pool = k_avg_pool = _pool
+    k_avg_pool = _pool  # max_pool: codegen_int8.QuantizedKernels.k_max_pool (8-bit on the int8 engine)
 
 
 

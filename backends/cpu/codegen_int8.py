@@ -1,6 +1,7 @@
 """The quantized primitives in the CPU backend's code generation.
 
-conv, matmul (with a constant second operand), rescale, add, mul, average pooling and 8-bit lookup tables run the
+conv, matmul (with a constant second operand), rescale, add, mul, average pooling, 8-bit lookup tables and the
+8-bit max pooling of quantized graphs (the float primitive ``max_pool`` keeps its input's parameters) run the
 int8 engine's kernels (int8_engine: vpdpbusd register tiles, requantization in the epilogue); their weights are
 packed, and their bias and zero-point terms folded into per-channel corrections, at compile time (derived
 constants). A conv or matmul whose weight is computed at run time (a matmul of two activations) runs plain int32
@@ -8,9 +9,10 @@ loops (qconv_loops.c.j2, qmatmul_loops.c.j2); quantize and dequantize are
 elementwise expressions. Everything follows glow_core/ops/primitives/quantized.py bit for bit: the multipliers
 come from its ``multiplier`` helpers, and the kernels round half to even as its reference kernels do.
 
-3-d convolutions and average pools run direct loops too (qconv_loops.c.j2, qavg_pool_loops.c.j2). int16
-activations (the quantized-int16 profile) are refused by ``supported``; the quantizer then keeps those nodes in
-float.
+3-d convolutions and average pools run direct loops too (qconv_loops.c.j2, qavg_pool_loops.c.j2), and so do int16
+convs and matmuls (the quantized-int16 profile), accumulating in int64 as the reference does; int16 add and mul
+are the engine's elementwise kernels with int64 products. Other int16 primitives (average pooling, lookup tables)
+are refused by ``supported``; the quantizer then keeps those nodes in float.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import numpy as np
 
 from glow_core.backend import NodeInfo, Unsupported
 from glow_core.errors import BackendError
-from glow_core.ops.primitives.quantized import multiplier, multipliers, qrange
+from glow_core.ops.primitives.quantized import ACC, multiplier, multipliers, qrange
 
 from . import int8_engine as E
 from .ctypes_map import ctype
@@ -34,6 +36,9 @@ INT8_OPS = frozenset(("quantize", "dequantize", "rescale", "qconv", "qmatmul", "
 #: offsets (codegen.KernelInstr carries them in its signature).
 BAKED = {"qconv": (3, 4), "qmatmul": (3, 4)}
 _EIGHT = ("int8", "uint8")
+#: Activation dtypes per primitive beyond _EIGHT: int16 convs and matmuls (direct loops, int64 accumulator) and
+#: int16 add and mul (the engine's elementwise kernels).
+_WIDE = {"qconv": ("int16",), "qmatmul": ("int16",), "qadd": ("int16",), "qmul": ("int16",)}
 
 
 def supported(info: NodeInfo) -> "bool | Unsupported":
@@ -43,10 +48,12 @@ def supported(info: NodeInfo) -> "bool | Unsupported":
         return ins[0] in ("float32", "float16", "bfloat16") and outs[0] in ("int8", "uint8", "int16")
     if op in ("dequantize", "rescale"):
         return True
-    if ins[0] not in _EIGHT:
-        return Unsupported(f"cpu backend: {op} on {ins[0]} (the int8 engine takes int8 and uint8 activations)")
+    accepted = _EIGHT + _WIDE.get(op, ())
+    if ins[0] not in accepted:
+        return Unsupported(f"cpu backend: {op} on {ins[0]} (accepted: {', '.join(accepted)})")
     if op in ("qadd", "qmul"):
-        return ins[1] in _EIGHT or Unsupported(f"cpu backend: {op} with a {ins[1]} operand (int8, uint8)")
+        return ins[1] in accepted or Unsupported(f"cpu backend: {op} with a {ins[1]} operand "
+                                                 f"({', '.join(accepted)})")
     if op in ("qconv", "qavg_pool") and len(info.attrs.get("strides", ())) > 3:
         return Unsupported(f"cpu backend: {op} over {len(info.attrs['strides'])} spatial dims (1-d to 3-d)")
     return True
@@ -72,15 +79,16 @@ def _geometry(attrs):
 
 def _weight_params(ki):
     """A conv's or matmul's (multipliers [F], weight offsets [F], output Requant) from its constant weight
-    scales and offsets (the multipliers are 1 when the result is the int32 accumulator)."""
+    scales and offsets (the multipliers are 1 and the Requant the accumulator's when the result is the
+    accumulator)."""
     if 3 not in ki.values or 4 not in ki.values:
         raise BackendError(f"cpu backend: {ki.op} needs constant weight scales and offsets")
     a = ki.attrs
     f = ki.ins[1].type.shape[0 if ki.op == "qconv" else -1]
     ws = ki.values[3].reshape(-1)
     wo = np.broadcast_to(ki.values[4].reshape(-1).astype(np.int64), (f,))
-    if a["out_dtype"] == "int32":
-        return np.ones(f, np.float32), wo, E.Requant("int32")
+    if a["out_dtype"] == ACC[ki.ins[0].type.dtype.name]:
+        return np.ones(f, np.float32), wo, E.Requant(a["out_dtype"])
     xs = a["x_scale"] if ki.op == "qconv" else a["a_scale"]
     return np.broadcast_to(multipliers(xs, ws, a["out_scale"]), (f,)), wo, _requant(a)
 
@@ -113,7 +121,7 @@ def _plan(ki, num_threads: int):
         return None
     if ki.op in BAKED:
         w = ins[1]
-        if not w.const:
+        if not w.const or xd not in _EIGHT:
             return None
         m, wo, y = _weight_params(ki)
         wargs = dict(w_dtype=w.type.dtype.name, w_offset=wo if len(set(wo.tolist())) > 1 else int(wo[0]),
@@ -138,6 +146,8 @@ def _plan(ki, num_threads: int):
         return E.plan_qpool("avg", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd,
                             x_offset=int(a["x_offset"]), y=_requant(a),
                             count_include_pad=a.get("count_include_pad", 0), **common)
+    if ki.op == "max_pool" and xd in _EIGHT and x.type.rank in (3, 4):
+        return E.plan_qpool("max", x.type.shape, a["kernel"], *_geometry(a), x_dtype=xd, **common) or None
     if ki.op == "lookup" and out.type.dtype.name in _EIGHT:
         return E.plan_qlookup(x.type.shape, x_dtype=xd, y_dtype=out.type.dtype.name, **common)
     return None
@@ -178,10 +188,12 @@ class QuantizedKernels:
         x, w, bias = ki.ins[:3]
         out = ki.outs[0]
         m, wo, y = _weight_params(ki)
-        requant = y.dtype != "int32"
+        acc = ACC[x.type.dtype.name]
+        requant = y.dtype != acc
         flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
-        self.choice = f"int32 loops ({'requantized' if requant else 'int32 result'}; the weight is not constant)"
-        return self.t(template,
+        why = "int16 operands" if acc == "int64" else "the weight is not constant, or 3-d"
+        self.choice = f"{acc} loops ({'requantized' if requant else f'{acc} result'}; {why})"
+        return self.t(template, acc_s=f"{acc}_t", acc_u=f"u{acc}_t",
                       fn=fn, x_t=ctype(x.type.dtype.name).storage, w_t=ctype(w.type.dtype.name).storage,
                       y_t=ctype(out.type.dtype.name).storage, x_ptr=self.ptr(x), w_ptr=self.ptr(w),
                       bias_ptr=self.ptr(bias), y_ptr=self.ptr(out), w_off=[str(int(v)) for v in wo],
@@ -230,6 +242,12 @@ class QuantizedKernels:
                       x_off=int(a["x_offset"]), include_pad=bool(a.get("count_include_pad", 0)), flo=flo, fhi=fhi,
                       y_off=y.offset, work=out.type.numel * prod(a["kernel"]),
                       **_window3(a, x.type.shape, out.type.shape, a["kernel"]))
+
+    def k_max_pool(self, ki, fn):
+        """8-bit 1-d and 2-d max pooling on the int8 engine (rows, then columns); every other one generic."""
+        if plan(ki, self.nt) is None:
+            return self._pool(ki, fn)
+        return self._engine(ki, fn, [self.ptr(ki.ins[0]), "(const float *)0", self.ptr(ki.outs[0])])
 
     def k_lookup(self, ki, fn):
         if plan(ki, self.nt) is None:  # a wider table: an indexed load

@@ -149,6 +149,70 @@ def per_channel(what: str, value, count: int, dtype) -> np.ndarray:
     return out
 
 
+#: Planner choices a study may force (``force=`` of plan_qconv and plan_qmatmul): the register tile.
+FORCIBLE = ("mr", "nv")
+
+
+def check_weighted(op: str, name: str, x_dtype: str, x_offset: int, w_dtype: str, y: Requant, force) -> dict:
+    """The checks plan_qconv and plan_qmatmul share before any shape is known: the kernel name, the input,
+    weight and output dtypes, the input offset, the output's clamp and the forced choices (returned as a dict)."""
+    check_name(name)
+    check_dtype(f"{op} input", x_dtype, ("int8", "uint8"))
+    check_dtype(f"{op} weight", w_dtype, ("int8", "uint8"))
+    check_dtype(f"{op} output", y.dtype, ("int8", "uint8", "int32"))
+    check_offset(f"{op} input", x_offset, x_dtype)
+    y.bounds()
+    force = dict(force or {})
+    if set(force) - set(FORCIBLE):
+        raise Int8EngineError(f"int8 engine: force {force} has unknown keys; accepted: {', '.join(FORCIBLE)}")
+    return force
+
+
+@dataclass(frozen=True)
+class WeightTerms:
+    """A conv's or matmul's zero-point algebra over ``count`` output channels: the input offset of the unsigned
+    input bytes (``xo_u``; int8 inputs are flipped by ``flip`` = 128), the weights' shift to int8 (``wshift`` =
+    128 for uint8 weights) and their signed offsets ``wo_s`` [count], the float32 multipliers [count], and
+    whether a weight offset is non-zero (``xsum``: the kernel needs per-pixel or per-row input sums)."""
+
+    op: str
+    w_dtype: str
+    flip: int
+    xo_u: int
+    wshift: int
+    wo_s: np.ndarray
+    mult: np.ndarray
+
+    @property
+    def xsum(self) -> bool:
+        return bool(np.any(self.wo_s != 0))
+
+    @classmethod
+    def of(cls, op: str, x_dtype: str, x_offset: int, w_dtype: str, w_offset, multiplier, count: int):
+        wo = per_channel("weight offset", w_offset, count, np.int64)
+        for v in set(wo.tolist()):
+            check_offset(f"{op} weight", v, w_dtype)
+        flip = 128 if x_dtype == "int8" else 0
+        wshift = 128 if w_dtype == "uint8" else 0
+        return cls(op, w_dtype, flip, x_offset + flip, wshift, wo - wshift,
+                   per_channel("multiplier", multiplier, count, np.float32))
+
+    def signed(self, weights, shape, given_shape) -> np.ndarray:
+        """The weights (of ``given_shape``) as int64 values of int8's range, reshaped to ``shape``."""
+        wt = np.asarray(weights)
+        if wt.shape != tuple(given_shape):
+            raise Int8EngineError(f"int8 engine: {self.op} weights of shape {wt.shape}, expected {tuple(given_shape)}")
+        wt = wt.reshape(shape).astype(np.int64) - self.wshift
+        if wt.min(initial=0) < -128 or wt.max(initial=0) > 127:
+            raise Int8EngineError(f"int8 engine: {self.op} weights outside {self.w_dtype}'s range")
+        return wt
+
+    def bias(self, bias) -> np.ndarray:
+        """The bias as int64 [count] (zeros when None)."""
+        count = self.wo_s.size
+        return np.zeros(count, np.int64) if bias is None else per_channel("bias", bias, count, np.int64)
+
+
 def c_float(v: float) -> str:
     """A float32 as an exact C literal."""
     return np.float32(v).item().hex() + "f"

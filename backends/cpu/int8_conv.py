@@ -20,8 +20,8 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
-from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, check_dtype, check_name,
-                          check_offset, host_qtarget, per_channel, template_env, threads_for)
+from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, WeightTerms, check_weighted,
+                          host_qtarget, template_env, threads_for)
 
 #: Cycles of one vpdpbusd and of one load (throughput on the development machine: about 0.24 ns per zmm vpdpbusd
 #: in a good tile, loads 2 per cycle) and per tile outside the K loop (epilogue, call); the tile chooser's model.
@@ -30,7 +30,6 @@ DP_CYCLES, LOAD_CYCLES, TILE_OVERHEAD = 0.75, 0.5, 40.0
 #: Measured (bench/bench_int8.py, ResNet-18 3x3 convs): 8x2, 6x3, 4x4 and 12x1 tiles run at 250-290 GMAC/s,
 #: 5x4, 9x2 and 16x1 (one or two registers more) at 90-160: GCC spills.
 TILE_SPARE = 5
-FORCIBLE = ("mr", "nv")
 
 
 def _tile_candidates(target: QTarget):
@@ -70,15 +69,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     """An Int8Kernel (kind "conv") for a quantized `conv`, or Unsupported(reason). Shapes and attributes are the
     conv primitive's (x [N, C, *S], w [F, C/group, *K], pads = begins + ends); ``w_offset`` and ``multiplier``
     are scalars (per tensor) or [F] (per output channel); ``y`` is the output's Requant."""
-    check_name(name)
-    check_dtype("conv input", x_dtype, ("int8", "uint8"))
-    check_dtype("conv weight", w_dtype, ("int8", "uint8"))
-    check_dtype("conv output", y.dtype, ("int8", "uint8", "int32"))
-    check_offset("conv input", x_offset, x_dtype)
+    force = check_weighted("conv", name, x_dtype, x_offset, w_dtype, y, force)
     target = target or host_qtarget()
-    force = dict(force or {})
-    if set(force) - set(FORCIBLE):
-        raise Int8EngineError(f"int8 engine: force {force} has unknown keys; accepted: {', '.join(FORCIBLE)}")
     x_shape, w_shape = tuple(x_shape), tuple(w_shape)
     given_w_shape = w_shape
     nsp = len(x_shape) - 2
@@ -102,18 +94,9 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     if oh <= 0 or ow <= 0 or n == 0 or f == 0 or c == 0:
         return Unsupported(f"int8 engine: empty convolution (input {x_shape}, filter {w_shape})")
     fg = f // group
-    wo = per_channel("weight offset", w_offset, f, np.int64)
-    for v in set(wo.tolist()):
-        check_offset("conv weight", v, w_dtype)
-    mult = per_channel("multiplier", multiplier, f, np.float32)
-    lo, hi = y.bounds()
+    terms = WeightTerms.of("conv", x_dtype, x_offset, w_dtype, w_offset, multiplier, f)
+    mult, flip, xo_u, xsum = terms.mult, terms.flip, terms.xo_u, terms.xsum
     lanes = target.lanes
-    flip = 128 if x_dtype == "int8" else 0
-    xo_u = x_offset + flip
-    # weights become int8 (uint8 weights - 128, their offsets too)
-    wshift = 128 if w_dtype == "uint8" else 0
-    wo_s = wo - wshift
-    xsum = bool(np.any(wo_s != 0))
 
     # planes: only the stride phases some tap reads
     taps = [(i, j) for i in range(kh) for j in range(kw)]
@@ -180,15 +163,9 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         parallel=nt > 1, nt=nt)
 
     def pack(weights, bias=None) -> QConstants:
-        wt = np.asarray(weights)
-        if wt.shape != given_w_shape:
-            raise Int8EngineError(f"int8 engine: weights of shape {wt.shape}, expected {given_w_shape}")
-        wt = wt.reshape(f, cg, kh, kw).astype(np.int64) - wshift
-        if wt.min(initial=0) < -128 or wt.max(initial=0) > 127:
-            raise Int8EngineError(f"int8 engine: weights outside {w_dtype}'s range")
-        b = np.zeros(f, np.int64) if bias is None else per_channel("bias", bias, f, np.int64)
+        wt = terms.signed(weights, (f, cg, kh, kw), given_w_shape)
         k = cg * kh * kw
-        corr = b - xo_u * wt.reshape(f, -1).sum(axis=1) + k * xo_u * wo_s
+        corr = terms.bias(bias) - xo_u * wt.reshape(f, -1).sum(axis=1) + k * xo_u * terms.wo_s
         wpad = np.zeros((f, c4 * 4, kh * kw), np.int64)
         wpad[:, :cg] = wt.reshape(f, cg, kh * kw)
         # [F, c4, 4, T] -> per block of rows [c4, T, rows, 4]
@@ -201,7 +178,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         packed = np.concatenate(blocks).astype(np.int8)
         corr32 = corr.astype(np.int64).astype(np.uint32).view(np.int32)  # wraps like the kernel's int32
         if xsum:
-            corr32 = np.concatenate([corr32, wo_s.astype(np.int32)])
+            corr32 = np.concatenate([corr32, terms.wo_s.astype(np.int32)])
         return QConstants(packed, corr32, mult.copy())
 
     return Int8Kernel(name, "conv", src, scratch, desc, macs, pack)

@@ -14,6 +14,10 @@ from .int8_common import (QTYPES, Int8EngineError, Int8Kernel, QTarget, Requant,
 
 #: Elementwise kernels count 64 "multiply-adds" per element against PARALLEL_MIN_MACS.
 ELEMENT_WORK = 64
+#: Most padded elements of an input row a max pooling kernel keeps on its stack.
+MAX_POOL_ROW = 1 << 16
+#: Operand and result dtypes of add and mul (int16 operands take int64 products).
+BINARY_DTYPES = ("int8", "uint8", "int16")
 
 
 def _f32(what: str, m) -> np.float32:
@@ -68,9 +72,9 @@ def plan_qmul(shape, *, a_dtype: str, a_offset: int, b_dtype: str, b_offset: int
 def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_threads, target, name) -> Int8Kernel:
     check_name(name)
     for what, dt, off in ((f"{op} input a", a_dtype, a_offset), (f"{op} input b", b_dtype, b_offset)):
-        check_dtype(what, dt, ("int8", "uint8"))
+        check_dtype(what, dt, BINARY_DTYPES)
         check_offset(what, off, dt)
-    check_dtype(f"{op} output", y.dtype, ("int8", "uint8"))
+    check_dtype(f"{op} output", y.dtype, BINARY_DTYPES)
     ma, mb = _f32(f"{op} a", ma), _f32(f"{op} b", mb)
     lo, hi = y.bounds()
     size = _size(shape)
@@ -79,7 +83,10 @@ def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_thre
     src = template_env().get_template("qelementwise.c.j2").render(
         op=op, name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
         a_ctype=QTYPES[a_dtype][0], b_ctype=QTYPES[b_dtype][0], y_ctype=QTYPES[y.dtype][0], aoff=a_offset,
-        boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt)
+        boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt,
+        itype="int64_t" if "int16" in (a_dtype, b_dtype) else "int32_t",
+        simd16=op == "add" and {a_dtype, b_dtype, y.dtype} <= {"int8", "uint8"},
+        a_cvt="cvtepi8" if a_dtype == "int8" else "cvtepu8", b_cvt="cvtepi8" if b_dtype == "int8" else "cvtepu8")
     return Int8Kernel(name, "add", src, 0, desc, size)
 
 
@@ -112,7 +119,8 @@ def avg_pool_multipliers(x_scale: float, out_scale: float, window: int) -> np.nd
 def plan_qpool(op: str, x_shape, kernel, strides, dilations, pads, *, x_dtype: str, x_offset: int = 0,
                y: Requant | None = None, count_include_pad: int = 0, num_threads: int = 1,
                target: QTarget | None = None, name: str = "gq_pool"):
-    """Max ("max": y keeps x's parameters, padding never wins) or average ("avg": S = sum of (x - x_offset) over
+    """Max ("max": y keeps x's parameters, padding never wins; a window wholly in the padding gives the type's
+    minimum; the max over the window's rows first, into one padded row, then over its columns) or average ("avg": S = sum of (x - x_offset) over
     the window's in-bounds positions, y = clamp(rint((float)S * mult[count]) + y.offset) with the table of
     ``avg_pool_multipliers``) pooling of an NCHW tensor (kind "pool"), or Unsupported(reason)."""
     check_name(name)
@@ -134,6 +142,9 @@ def plan_qpool(op: str, x_shape, kernel, strides, dilations, pads, *, x_dtype: s
     oh, ow = (h + pt + pb - (kh - 1) * dh - 1) // sh + 1, (w + pl + pr - (kw - 1) * dw - 1) // sw + 1
     if min(oh, ow, n, c) <= 0:
         return Unsupported(f"int8 engine: empty pooling of {x_shape}")
+    if op == "max" and pl + w + pr > MAX_POOL_ROW:
+        return Unsupported(f"int8 engine: max pooling rows of {pl + w + pr} padded elements (at most "
+                           f"{MAX_POOL_ROW}: the kernel keeps one on its stack)")
     if op == "max":
         y = Requant(x_dtype, x_offset)
         flo = fhi = "0.0"

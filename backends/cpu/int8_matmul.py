@@ -14,9 +14,9 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
-from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, check_dtype, check_name,
-                          check_offset, host_qtarget, per_channel, template_env, threads_for)
-from .int8_conv import FORCIBLE, _blocks, choose_tile
+from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, WeightTerms, check_weighted,
+                          host_qtarget, template_env, threads_for)
+from .int8_conv import _blocks, choose_tile
 
 
 def plan_qmatmul(a_shape, w_shape, *, a_dtype: str, a_offset: int, w_dtype: str = "int8", w_offset=0,
@@ -24,15 +24,8 @@ def plan_qmatmul(a_shape, w_shape, *, a_dtype: str, a_offset: int, w_dtype: str 
                  name: str = "gq_matmul", force: dict | None = None):
     """An Int8Kernel (kind "matmul") for a quantized `matmul` whose second operand is a constant, or
     Unsupported(reason). ``w_offset`` and ``multiplier`` are scalars or [N] (per output column)."""
-    check_name(name)
-    check_dtype("matmul input", a_dtype, ("int8", "uint8"))
-    check_dtype("matmul weight", w_dtype, ("int8", "uint8"))
-    check_dtype("matmul output", y.dtype, ("int8", "uint8", "int32"))
-    check_offset("matmul input", a_offset, a_dtype)
+    force = check_weighted("matmul", name, a_dtype, a_offset, w_dtype, y, force)
     target = target or host_qtarget()
-    force = dict(force or {})
-    if set(force) - set(FORCIBLE):
-        raise Int8EngineError(f"int8 engine: force {force} has unknown keys; accepted: {', '.join(FORCIBLE)}")
     a_shape, w_shape = tuple(a_shape), tuple(w_shape)
     if len(a_shape) < 2 or len(w_shape) != len(a_shape) or a_shape[:-2] != w_shape[:-2] or a_shape[-1] != w_shape[-2]:
         raise Int8EngineError(f"int8 engine: matmul expects [..., M, K] x [..., K, N] with equal batch dims, got "
@@ -40,17 +33,9 @@ def plan_qmatmul(a_shape, w_shape, *, a_dtype: str, a_offset: int, w_dtype: str 
     batch, m, k, n = math.prod(a_shape[:-2]), a_shape[-2], a_shape[-1], w_shape[-1]
     if 0 in (batch, m, k, n):
         return Unsupported(f"int8 engine: empty matmul {a_shape} x {w_shape}")
-    wo = per_channel("weight offset", w_offset, n, np.int64)
-    for v in set(wo.tolist()):
-        check_offset("matmul weight", v, w_dtype)
-    mult = per_channel("multiplier", multiplier, n, np.float32)
-    y.bounds()
+    terms = WeightTerms.of("matmul", a_dtype, a_offset, w_dtype, w_offset, multiplier, n)
+    mult, flip, xo_u, xsum, wo_s = terms.mult, terms.flip, terms.xo_u, terms.xsum, terms.wo_s
     lanes = target.lanes
-    flip = 128 if a_dtype == "int8" else 0
-    xo_u = a_offset + flip
-    wshift = 128 if w_dtype == "uint8" else 0
-    wo_s = wo - wshift
-    xsum = bool(np.any(wo_s != 0))
     kp = -(-k // 4) * 4
     nvec = -(-n // lanes)
     mr, nv = choose_tile(m, nvec, kp // 4, target)
@@ -82,14 +67,8 @@ def plan_qmatmul(a_shape, w_shape, *, a_dtype: str, a_offset: int, w_dtype: str 
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype], parallel=nt > 1, nt=nt)
 
     def pack(weights, bias=None) -> QConstants:
-        wt = np.asarray(weights)
-        if wt.shape != w_shape:
-            raise Int8EngineError(f"int8 engine: weights of shape {wt.shape}, expected {w_shape}")
-        wt = wt.reshape(batch, k, n).astype(np.int64) - wshift
-        if wt.min(initial=0) < -128 or wt.max(initial=0) > 127:
-            raise Int8EngineError(f"int8 engine: weights outside {w_dtype}'s range")
-        b = np.zeros(n, np.int64) if bias is None else per_channel("bias", bias, n, np.int64)
-        corr = b[None, :] - xo_u * wt.sum(axis=1) + k * xo_u * wo_s[None, :]  # [batch, n]
+        wt = terms.signed(weights, (batch, k, n), w_shape)
+        corr = terms.bias(bias)[None, :] - xo_u * wt.sum(axis=1) + k * xo_u * wo_s[None, :]  # [batch, n]
         wp = np.zeros((batch, kp, npad), np.int64)
         wp[:, :k, :n] = wt
         # [batch, k/4, 4, column blocks, columns] -> [batch, column block, k/4, columns, 4]

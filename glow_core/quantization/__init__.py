@@ -2,7 +2,9 @@
 
 - ``profile(model, samples) -> Profile`` records every tensor's range (``Profile.save`` / ``Profile.load``);
 - ``glow_core.compile(model, backend, quantize=PROFILE_OR_PATH, schema=..., precision=..., per_channel=...,
-  calibration=..., keep_float=[...])`` quantizes with it (``rewrite.ProfileSource``);
+  calibration=..., keep_float=[...], weight_schema=...)`` quantizes with it (``rewrite.ProfileSource``;
+  ``weight_schema``, default the ``schema``, chooses the conv and matmul weights' parameters apart from the
+  activations': ``schema="asymmetric", weight_schema="symmetric"`` are onnxruntime's defaults);
 - a model that is already quantized (QDQ: QuantizeLinear/DequantizeLinear around float ops, or QOperator:
   QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger) runs as quantized primitives (``rewrite.ModelSource``);
 - ``convert_to="float16" | "bfloat16"`` converts the float32 parts.
@@ -31,7 +33,7 @@ from .schema import check as check_schema
 
 #: compile options of this package, with their defaults
 OPTIONS = {"quantize": None, "schema": "asymmetric", "precision": "int8", "per_channel": False,
-           "calibration": "minmax", "keep_float": (), "convert_to": None}
+           "calibration": "minmax", "keep_float": (), "convert_to": None, "weight_schema": None}
 
 __all__ = ["profile", "Profile", "TensorStats", "QParams", "SCHEMAS", "PRECISIONS", "CALIBRATIONS", "TARGETS",
            "OPTIONS", "prepare", "run", "lowered_graph", "quantize_graph", "quantize_report", "Report"]
@@ -47,6 +49,8 @@ def prepare(options: dict) -> dict:
     elif q is not None and not isinstance(q, Profile):
         raise GlowError(f"quantize= takes a Profile or the path of a profile file, got {type(q).__name__}")
     check_schema(out.get("schema", OPTIONS["schema"]), out.get("precision", OPTIONS["precision"]))
+    if out.get("weight_schema") is not None:
+        check_schema(out["weight_schema"], out.get("precision", OPTIONS["precision"]))
     check_calibration(out.get("calibration", OPTIONS["calibration"]))
     kf = out.get("keep_float") or ()
     if isinstance(kf, str) or not all(isinstance(k, str) for k in kf):
@@ -67,7 +71,7 @@ def run(fn: Function, options: dict, ask) -> dict | None:
     stats = {}
     if o["quantize"] is not None or quantized(fn):
         stats = quantize_graph(fn, ask, o["quantize"], o["schema"], o["precision"], o["per_channel"],
-                               o["calibration"], o["keep_float"])
+                               o["calibration"], o["keep_float"], weight_schema=o["weight_schema"])
         run_pipeline(fn, ("dce",))
     if o["convert_to"] is not None:
         stats["conversion"] = convert(fn, o["convert_to"], ask, o["keep_float"])

@@ -99,8 +99,9 @@ def _cut(s: str, n: int) -> str:
 
 
 def quantize_report(model, profile, inputs, keep_float=(), **options) -> Report:
-    """The report (see module doc) of ``model`` quantized with ``profile`` and ``options`` (schema, precision,
-    per_channel, calibration) over ``inputs`` (a list of input dicts), ``keep_float`` nodes left in float."""
+    """The report (see module doc) of ``model`` quantized with ``profile`` and ``options`` (schema, weight_schema,
+    precision, per_channel, calibration) over ``inputs`` (a list of input dicts), ``keep_float`` nodes left in
+    float."""
     m, _ = load_model(model)
     inputs = list(inputs)
     shapes = {k: np.asarray(a).shape for k, a in inputs[0].items()}

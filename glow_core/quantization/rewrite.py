@@ -40,9 +40,11 @@ class ProfileSource:
 
     strict = False
 
-    def __init__(self, profile, schema="asymmetric", precision="int8", calibration="minmax", per_channel=False):
+    def __init__(self, profile, schema="asymmetric", precision="int8", calibration="minmax", per_channel=False,
+                 weight_schema=None):
         self.profile, self.schema, self.precision = profile, schema, precision
         self.calibration, self.per_channel = calibration, per_channel
+        self.weight_schema = weight_schema or schema  # conv and matmul weights
         self._cache: dict[int, QParams | None] = {}
 
     def params(self, v: Value) -> QParams | None:
@@ -338,7 +340,7 @@ class Quantizer:
             if self.source.strict:
                 self.refuse("the weights are float in the model")
             wdt = WEIGHTS[dtype][0]
-            q, s, o = S.weights(arr, axis if self.source.per_channel else None, self.source.schema,
+            q, s, o = S.weights(arr, axis if self.source.per_channel else None, self.source.weight_schema,
                                 "int16" if wdt == "int16" else "int8")
             return q, s, o
         s, o, qaxis = quant
@@ -552,14 +554,15 @@ def quantized(fn: Function) -> bool:
 
 
 def quantize_graph(fn: Function, ask, profile=None, schema="asymmetric", precision="int8", per_channel=False,
-                   calibration="minmax", keep_float=()) -> dict:
-    """Quantize lowered graph ``fn`` in place: with a profile, by its ranges; without, as the (QDQ) model says.
+                   calibration="minmax", keep_float=(), weight_schema=None) -> dict:
+    """Quantize lowered graph ``fn`` in place: with a profile, by its ranges (the conv and matmul weights by
+    ``weight_schema``, default ``schema``); without, as the (QDQ) model says.
     Returns the statistics (quantized node count, float nodes with the reasons)."""
     if profile is not None:
         if quantized(fn):
             raise GlowError("the model is already quantized (it has QuantizeLinear/DequantizeLinear or QLinear "
                             "operators); compile it without quantize=")
-        source = ProfileSource(profile, schema, precision, calibration, per_channel)
+        source = ProfileSource(profile, schema, precision, calibration, per_channel, weight_schema)
     else:
         source = ModelSource(fn)
     qz = Quantizer(fn, source, ask, keep_float)
