@@ -552,8 +552,12 @@ class _Kernel(QuantizedKernels):
         names = [f"in{i}[i]" for i in range(len(args))]
         expr, checks = kernels_ew.expression(ins.op, [b.type.dtype.name for b in args], out.type.dtype.name,
                                              names, {k: v for k, v in ins.attrs.items() if not k.startswith("_")})
+        self.choice = ins.op
+        epi = self.epilogue(out.type.dtype.name)
+        store = f"out[i] = {expr}" if epi is None else \
+            f"const {ctype(out.type.dtype.name).storage} v = {expr}; out[i] = {epi}"
         return self.t("elementwise.c.j2",
-            fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=n,
+            fn=fn, decls=decls, loads=[], store=store, n=n,
             parallel=self.nt > 1, checks=checks, err=ERR_DIV0)
 
     def k_cast(self, ins, fn):
