@@ -3,8 +3,8 @@ materialized; the readers index its source in place (stride 0 along the broadcas
 
 ``read_in_place(irf, elementwise)`` decides per broadcast instruction: its output B (an activation, no view of
 it anywhere) is read, from the broadcast until B is next written, only as an input of instructions for which
-``elementwise(op)`` holds, and its source S keeps its value over that window (a constant, or an activation
-whose bytes nothing writes there). Then the broadcast runs no kernel and each reader's operand is S itself (``Elided.sources``): its kernel sees an input of a smaller shape and
+``elementwise(op)`` holds, and its source S keeps its value over that window (a constant, or a buffer whose
+bytes nothing writes there). Then the broadcast runs no kernel and each reader's operand is S itself (``Elided.sources``): its kernel sees an input of a smaller shape and
 reads it through the broadcast's index map (codegen.k_elementwise). Linear in the code's length times the
 length of a broadcast's window (from it to its last reader: a few instructions).
 """
@@ -81,17 +81,16 @@ def _readers(instrs, touching, start, dst, elementwise):
 
 
 def _stable(instrs, start, end, src) -> bool:
-    """Whether ``src`` holds the same value from ``start`` to ``end``: a constant, or an activation whose bytes
-    no instruction in between writes (an output or scratch operand overlapping them: the planner may give the
-    memory of a buffer freed in between to another)."""
-    if src.region == "constant":
+    """Whether ``src`` holds the same value from ``start`` to ``end``: a constant, or a buffer whose bytes no
+    instruction in between writes (an output or scratch operand overlapping them: the planner may give the
+    memory of an activation freed in between to another)."""
+    region = src.region
+    if region == "constant":
         return True
-    if src.region != "activation":
-        return False
     lo, hi = src.address, src.address + src.size
     for ins in instrs[start + 1:end + 1]:
         for b, kind in ins.operands:
-            if kind != "in" and b.region == "activation" and b.address < hi and lo < b.address + b.size:
+            if kind != "in" and b.region == region and b.address < hi and lo < b.address + b.size:
                 if ins.op not in PSEUDO:
                     return False
     return True
