@@ -628,7 +628,7 @@ class _Kernel(QuantizedKernels):
                                            [f"in{i}[i]" for i in range(len(args))], {})[1]
         return self.t("elementwise.c.j2",
             fn=fn, decls=decls, loads=[], store=store, n=n, rows=split.rows, cols=split.cols,
-            check_n=args[-1].type.numel, parallel=self.nt > 1, checks=checks, err=ERR_DIV0)
+            check_n=args[1].type.numel if checks else n, parallel=self.nt > 1, checks=checks, err=ERR_DIV0)
 
     def k_cast(self, ins, fn):
         """Casts between computable types are elementwise expressions; those from or to a storage-only type

@@ -17,8 +17,9 @@ REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
 
 
 #: The kernel of a broadcast its readers index in place (stacking.read_in_place): nothing to compute.
-ELIDED_BROADCAST = KernelCode("glow_k_nothing", "GLOW_KERNEL int glow_k_nothing(uint8_t *const *p) { (void)p; return 0; }\n",
-                              (), (), "not materialized: its elementwise readers index its source in place")
+ELIDED_BROADCAST = KernelCode("glow_k_nothing",
+                              "GLOW_KERNEL int glow_k_nothing(uint8_t *const *p) { (void)p; return 0; }\n", (), (),
+                              "not materialized: its elementwise readers index its source in place")
 
 
 @dataclass
@@ -50,8 +51,7 @@ class Program:
             sources = elided.sources.get(id(ins), {})
             code = kernel_code(KernelInstr.of(ins, sources), num_threads)
             self.kernels.setdefault(code.name, code)
-            ptrs = [(b.region, b.address) for b, _ in
-                    (((sources.get(i, b)), k) for i, (b, k) in enumerate(ins.operands))]
+            ptrs = [(b.region, b.address) for b in (sources.get(i, b) for i, (b, _) in enumerate(ins.operands))]
             for d in code.derived:
                 bufs = [ins.operands[slot][0] for slot in d.slots]
                 key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)

@@ -4,9 +4,10 @@ materialized; the readers index its source in place (stride 0 along the broadcas
 ``read_in_place(irf, elementwise)`` decides per broadcast instruction: its output B (an activation, no view of
 it anywhere) is read, from the broadcast until B is next written, only as an input of instructions for which
 ``elementwise(op)`` holds, and its source S keeps its value over that window (a constant, or a buffer whose
-bytes nothing writes there). Then the broadcast runs no kernel and each reader's operand is S itself (``Elided.sources``): its kernel sees an input of a smaller shape and
-reads it through the broadcast's index map (codegen.k_elementwise). Linear in the code's length times the
-length of a broadcast's window (from it to its last reader: a few instructions).
+bytes nothing writes there). Then the broadcast runs no kernel and each reader's operand is S itself
+(``Elided.sources``): its kernel sees an input of a smaller shape and reads it through the broadcast's index map
+(codegen.k_elementwise). Linear in the code's length times the length of a broadcast's window (from it to its
+last reader: a few instructions).
 """
 from __future__ import annotations
 
