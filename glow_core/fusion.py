@@ -7,9 +7,10 @@ matmul, and the elementwise add: a residual or bias add followed by relu is one 
 the lowered relu compares against is never materialized) and, when the backend's
 ``supports_fused_activation(producer op, activation)`` says yes and the producer's result has no other user,
 records the activation on the producer as the annotation ``FUSED_ACTIVATION`` (its name) with ``FUSED_PARAMS``
-(its parameters by name, e.g. ``{"min": 0.0, "max": 6.0}``) and removes the activation's nodes: the producer now computes the activation's output. Annotations (attributes
-named ``_x``) are not semantics to the shape rules; a backend's kernel must apply the activation exactly as the
-lowered primitives would (the same dtype, the same operation order).
+(its parameters by name, e.g. ``{"min": 0.0, "max": 6.0}``) and removes the activation's nodes: the producer
+now computes the activation's output. Annotations (attributes named ``_x``) are not semantics to the shape
+rules; a backend's kernel must apply the activation exactly as the lowered primitives would (the same dtype,
+the same operation order).
 """
 from __future__ import annotations
 
