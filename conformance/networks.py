@@ -1,6 +1,7 @@
 """Whole networks for the "models" tier, built with onnx.helper (small, seeded): MLP, MobileNet-style
 depthwise-separable CNN, BERT-style encoder layer, LSTM-style recurrence unrolled over time steps, and a
-U-Net-style encoder/decoder with Resize and Concat skip connections. ResNet, the CNN of Glow's docs and
+U-Net-style encoder/decoder with Resize and Concat skip connections, and the elementwise tails a backend may
+fuse (adds followed by activations, broadcast operands). ResNet, the CNN of Glow's docs and
 Linear+Sigmoid come from ``glow_core.example_models``.
 """
 from __future__ import annotations
@@ -142,3 +143,17 @@ def unet(seed=0, dt="float32", size=16):
     d1 = block(g.op("Concat", [u1, e1], axis=1), 16, 8)
     g.op("Conv", [d1, g.w(3, 8, 1, 1), g.w(3, scale=0.1)], kernel_shape=[1, 1])
     return g.model("unet", [("input", (1, 2, size, size))], [g.nodes[-1].output[0]])
+
+
+def fused_tails(seed=0, dt="float32", batch=2, ch=8, size=16):
+    """The elementwise tails the CPU backend fuses (an add absorbing its activation) and stacks (broadcast
+    operands read in place): a per-channel bias add + Relu, a residual add + Clip (relu6), a residual add +
+    LeakyRelu, a row-bias add + Sigmoid, a scalar scale, a residual add + Tanh (big enough that constant
+    folding keeps the broadcasts)."""
+    g = G(seed, dt)
+    a = g.op("Relu", [g.op("Add", ["input", g.w(1, ch, 1, 1, scale=0.5)])])
+    b = g.op("Clip", [g.op("Add", [a, "input"]), g.const(0.0), g.const(6.0)])
+    c = g.op("LeakyRelu", [g.op("Add", [b, a])], alpha=0.1)
+    d = g.op("Sigmoid", [g.op("Add", [c, g.w(size, scale=1.0)])])
+    e = g.op("Tanh", [g.op("Add", [g.op("Mul", [d, g.const(1.5)]), c])])
+    return g.model("fused_tails", [("input", (batch, ch, size, size))], [e])

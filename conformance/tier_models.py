@@ -45,8 +45,10 @@ MODELS = {
     "bert_encoder": lambda dt: M.bert_encoder(seed=1, dt=dt),
     "lstm_unrolled": lambda dt: M.lstm_unrolled(seed=1, dt=dt),
     "unet": lambda dt: M.unet(seed=1, dt=dt),
+    "fused_tails": lambda dt: M.fused_tails(seed=1, dt=dt),
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
+          "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64")}
 
 

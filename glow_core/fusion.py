@@ -3,12 +3,14 @@
 After lowering, Relu is ``max(x, splat 0)``, Clip ``min(max(x, splat lo), splat hi)``, LeakyRelu (float32/64)
 ``select(lt(x, splat 0), mul(x, splat alpha), x)``; Sigmoid and Tanh are primitives. ``ACTIVATIONS`` declares
 these forms as data; ``fuse_activations`` finds them on the output of a producer in ``PRODUCERS`` (conv,
-matmul) and, when the backend's ``supports_fused_activation(producer op, activation)`` says yes and the
-producer's result has no other user, records the activation on the producer as the annotation
-``FUSED_ACTIVATION`` (its name) with ``FUSED_PARAMS`` (its parameters by name, e.g. ``{"min": 0.0, "max": 6.0}``)
-and removes the activation's nodes: the producer now computes the activation's output. Annotations (attributes
-named ``_x``) are not semantics to the shape rules; a backend's kernel must apply the activation exactly as the
-lowered primitives would (the same dtype, the same operation order).
+matmul, and the elementwise add: a residual or bias add followed by relu is one pass, and the splat of zeros
+the lowered relu compares against is never materialized) and, when the backend's
+``supports_fused_activation(producer op, activation)`` says yes and the producer's result has no other user,
+records the activation on the producer as the annotation ``FUSED_ACTIVATION`` (its name) with ``FUSED_PARAMS``
+(its parameters by name, e.g. ``{"min": 0.0, "max": 6.0}``) and removes the activation's nodes: the producer
+now computes the activation's output. Annotations (attributes named ``_x``) are not semantics to the shape
+rules; a backend's kernel must apply the activation exactly as the lowered primitives would (the same dtype,
+the same operation order).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ FUSED_ACTIVATION = "_fused_activation"
 FUSED_PARAMS = "_fused_params"
 
 #: Primitives that may absorb an activation.
-PRODUCERS = ("conv", "matmul")
+PRODUCERS = ("conv", "matmul", "add")
 
 
 @dataclass(frozen=True)

@@ -213,3 +213,76 @@ def test_only_the_pairs_a_backend_lists_are_fused():
     assert by_op["matmul"].outputs[0] is fn.outputs[0]  # the matmul now computes the clip's output
     assert len(fn.nodes) == n_before - 2  # max and min of the clip
     verify_function(fn)
+
+
+def add_activation_model(act, dtype=F32, shape=(2, 8, 5, 5)):
+    """y = act(a + b): a residual add of two inputs (the ResNet block's tail) followed by activation ``act``."""
+    op, attrs = act
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["s"], name="residual"),
+                           helper.make_node(op, ["s"], ["y"], name="act", **attrs)], "add_act",
+                          [helper.make_tensor_value_info(n, dtype, list(shape)) for n in ("a", "b")],
+                          [helper.make_tensor_value_info("y", dtype, list(shape))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def fused_adds(ir):
+    return [(i.attrs.get(FUSED_ACTIVATION), i.attrs.get(FUSED_PARAMS)) for i in ir.code if i.op == "add"]
+
+
+@needs_cc
+@pytest.mark.parametrize("act,name,params", CASES, ids=[c[0][0] for c in CASES])
+def test_residual_add_absorbs_the_activation_exactly(act, name, params):
+    """add + activation is one elementwise loop on the CPU backend (no splat of zeros, no second pass): equal to
+    onnxruntime and bit-equal to the unfused kernels."""
+    model = add_activation_model(act)
+    rng = np.random.default_rng(7)
+    feed = {k: (rng.standard_normal((2, 8, 5, 5)) * 2).astype(np.float32) for k in ("a", "b")}
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    want_params = None if params is None else {k: pytest.approx(v) for k, v in params.items()}
+    assert fused_adds(cm.ir) == [(name, want_params)]
+    if name is not None:
+        assert not any(i.op in ("max", "broadcast", "sigmoid", "tanh", "select") for i in cm.ir.code)
+    got = cm.run(feed)["y"]
+    np.testing.assert_allclose(got, ort_run(model, feed)["y"], rtol=1e-5, atol=1e-5)
+    plain = glow_core.compile(model, NoFusionCPU(), num_threads=1)
+    assert fused_adds(plain.ir) == [(None, None)]
+    np.testing.assert_array_equal(got, plain.run(feed)["y"])
+
+
+@needs_cc
+@pytest.mark.parametrize("dt,npd", [(TensorProto.FLOAT16, np.float16), (TensorProto.INT32, np.int32)])
+def test_fused_add_relu_in_other_dtypes_is_exact(dt, npd):
+    """float16 (relu of the rounded sum) and int32 (wrapping add, then relu) as the separate primitives."""
+    model = add_activation_model(("Relu", {}), dt)
+    rng = np.random.default_rng(8)
+    feed = {k: (rng.standard_normal((2, 8, 5, 5)) * 100).astype(npd) for k in ("a", "b")}
+    if npd == np.int32:
+        feed["a"][0, 0, 0, :2] = [2 ** 31 - 1, -2 ** 31]  # wraps to negative / stays negative
+        feed["b"][0, 0, 0, :2] = [5, -5]
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    assert fused_adds(cm.ir) == [("relu", {})]
+    got = cm.run(feed)["y"]
+    want = np.maximum((feed["a"].astype(np.float32 if npd == np.float16 else np.int64) + feed["b"]).astype(npd), 0)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, glow_core.compile(model, NoFusionCPU(), num_threads=1).run(feed)["y"])
+
+
+@needs_cc
+def test_gemm_bias_relu_adds_in_one_pass_without_a_zero_splat():
+    """Gemm + Relu lowers to matmul, add of the broadcast bias, max against zeros: the add absorbs the relu."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 24)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "b")]
+    g = helper.make_graph([helper.make_node("Gemm", ["x", "w", "b"], ["h"], transB=1, name="fc"),
+                           helper.make_node("Relu", ["h"], ["y"], name="relu")], "fc_relu",
+                          [helper.make_tensor_value_info("x", F32, [8, 24])],
+                          [helper.make_tensor_value_info("y", F32, [8, 16])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    assert fused_adds(cm.ir) == [("relu", {})]
+    assert "max" not in [i.op for i in cm.ir.code]
+    x = rng.standard_normal((8, 24)).astype(np.float32)
+    np.testing.assert_allclose(cm.run({"x": x})["y"], ort_run(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)

@@ -19,7 +19,7 @@ from .runtime import CPUFunction
 from .storage_cast import ONE_BYTE_STORAGE
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
-FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul") for act in ACTIVATION_PARAMS)
+FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS)
 
 
 class CPUBackend(Backend):
@@ -49,8 +49,8 @@ class CPUBackend(Backend):
         return p.movement
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
-        """conv (the conv engine, im2col/direct GEMM and depthwise) and matmul apply every activation of
-        glow_core.fusion in their kernel: relu, clip, sigmoid, tanh, leaky_relu."""
+        """conv (the conv engine, im2col/direct GEMM and depthwise), matmul and the elementwise add apply every
+        activation of glow_core.fusion in their kernel: relu, clip, sigmoid, tanh, leaky_relu."""
         return (op, activation) in FUSED_ACTIVATIONS
 
     def scratch_bytes(self, instr) -> int:

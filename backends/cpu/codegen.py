@@ -195,12 +195,15 @@ class KernelInstr:
                                                      o.const) for o, k in operands), frozen(self.values))
 
     @classmethod
-    def of(cls, instr) -> "KernelInstr":
-        ins = [b for b, k in instr.operands if k in ("in", "inout")]
+    def of(cls, instr, sources: dict | None = None) -> "KernelInstr":
+        """``sources``: operand slots read from another buffer instead (stacking.read_in_place: a broadcast's
+        source, of a smaller shape, in place of the broadcast's output)."""
+        operands = [((sources or {}).get(i, b), k) for i, (b, k) in enumerate(instr.operands)]
+        ins = [b for b, k in operands if k in ("in", "inout")]
         values = {i: constant_value(ins[i]) for i in BAKED.get(instr.op, ())
                   if i < len(ins) and ins[i].region == "constant"}
         return cls(instr.op, instr.attrs, [(Operand(i, b.type, b.region == "constant"), k)
-                                           for i, (b, k) in enumerate(instr.operands)], values)
+                                           for i, (b, k) in enumerate(operands)], values)
 
     @property
     def outs(self) -> list[Operand]:
@@ -236,6 +239,61 @@ class KernelCode:
     gemms: tuple[str, ...]  # GEMM variants it calls (see gemm_source)
     derived: tuple[Derived, ...]  # constants prepared at compile time, after the operands in p
     choice: str  # the algorithm, for listings (glowc dump, the bundle's comments)
+
+
+@dataclass(frozen=True)
+class Split:
+    """An elementwise loop as ``rows`` x ``cols`` (output element i = r * cols + j) and each input's index
+    expression in r, j and i: the full index "i", a broadcast along the inner dims (a function of r), along
+    the outer dims ("j"), or a splat ("0")."""
+
+    rows: int
+    cols: int
+    index: tuple[str, ...]
+
+
+def broadcast_split(out_shape, in_shapes) -> Split:
+    """The loop split for inputs of ``in_shapes``: each equal to ``out_shape`` or a broadcast source of it (same
+    rank, dims 1 or equal). The inner dims are the longest suffix on which each broadcast input is either all
+    broadcast or all kept (and, if kept, broadcast along every outer dim)."""
+    rank, n = len(out_shape), prod(out_shape)
+    if all(tuple(s) == tuple(out_shape) for s in in_shapes):
+        return Split(1, n, tuple("i" for _ in in_shapes))
+    for q in range(rank + 1):
+        index = []
+        for s in in_shapes:
+            idx = _split_index(out_shape, s, q)
+            if idx is None:
+                break
+            index.append(idx)
+        else:
+            return Split(prod(out_shape[:q]), prod(out_shape[q:]), tuple(index))
+    raise BackendError(f"cpu backend: elementwise inputs of shapes {list(map(tuple, in_shapes))} are not "
+                       f"broadcasts of the output's {tuple(out_shape)}")
+
+
+def _split_index(out_shape, s, q) -> "str | None":
+    if tuple(s) == tuple(out_shape):
+        return "i"
+    if len(s) != len(out_shape) or any(a not in (1, b) for a, b in zip(s, out_shape)):
+        return None
+    kept = [a == b and b != 1 for a, b in zip(s, out_shape)]
+    if not any(kept):
+        return "0"
+    if not any(kept[q:]):  # a function of the row: mixed radix over the outer dims it keeps
+        if all(kept[d] or out_shape[d] == 1 for d in range(q)):
+            return "r"
+        ost, sst = row_strides(out_shape[:q]), row_strides(s[:q])
+        terms = []
+        for d in (d for d in range(q) if kept[d]):
+            t = "r" if ost[d] == 1 else f"r / {ost[d]}"
+            if ost[d] * out_shape[d] < prod(out_shape[:q]):
+                t = f"{t} % {out_shape[d]}"
+            terms.append(f"({t})" if sst[d] == 1 else f"({t}) * {sst[d]}")
+        return " + ".join(terms)
+    if all(kept[d] or out_shape[d] == 1 for d in range(q, len(s))) and not any(kept[:q]):
+        return "j"
+    return None
 
 
 # -- scratch -------------------------------------------------------------------------------------------------
@@ -442,6 +500,12 @@ def gemm_source(name: str) -> str:
     return _GEMMS[name]
 
 
+def stacked(op: str) -> bool:
+    """Whether ``op``'s kernel is the elementwise loop, which reads broadcast inputs in place (stacking.py)."""
+    return not hasattr(_Kernel, "k_" + op) and (op in kernels_ew.UNARY or op in kernels_ew.BINARY
+                                                 or op in ("select", "mod"))
+
+
 # -- kernels --------------------------------------------------------------------------------------------------------
 _MEMO: dict = {}
 _MEMO_LIMIT = 8192
@@ -549,12 +613,22 @@ class _Kernel(QuantizedKernels):
         decls = [f"{ctype(out.type.dtype.name).storage} *out = {self.tptr(out)}"]
         for i, b in enumerate(args):
             decls.append(f"const {ctype(b.type.dtype.name).storage} *in{i} = {self.tptr(b, True)}")
-        names = [f"in{i}[i]" for i in range(len(args))]
+        split = broadcast_split(out.type.shape, [b.type.shape for b in args])
+        names = [f"in{i}[{idx}]" for i, idx in enumerate(split.index)]
         expr, checks = kernels_ew.expression(ins.op, [b.type.dtype.name for b in args], out.type.dtype.name,
                                              names, {k: v for k, v in ins.attrs.items() if not k.startswith("_")})
+        self.choice = ins.op + "".join(f", input {i} read in place from its broadcast source ({idx})"
+                                       for i, (b, idx) in enumerate(zip(args, split.index))
+                                       if b.type.shape != out.type.shape)
+        epi = self.epilogue(out.type.dtype.name)
+        store = f"out[i] = {expr}" if epi is None else \
+            f"const {ctype(out.type.dtype.name).storage} v = {expr}; out[i] = {epi}"
+        if checks:  # divisor checks, over input 1's own elements (a broadcast reads each of them)
+            checks = kernels_ew.expression(ins.op, [b.type.dtype.name for b in args], out.type.dtype.name,
+                                           [f"in{i}[i]" for i in range(len(args))], {})[1]
         return self.t("elementwise.c.j2",
-            fn=fn, decls=decls, loads=[], store=f"out[i] = {expr}", n=n,
-            parallel=self.nt > 1, checks=checks, err=ERR_DIV0)
+            fn=fn, decls=decls, loads=[], store=store, n=n, rows=split.rows, cols=split.cols,
+            check_n=args[1].type.numel if checks else n, parallel=self.nt > 1, checks=checks, err=ERR_DIV0)
 
     def k_cast(self, ins, fn):
         """Casts between computable types are elementwise expressions; those from or to a storage-only type

@@ -8,10 +8,18 @@ import numpy as np
 
 from glow_core.memory import align_up
 
-from .codegen import KernelCode, KernelInstr, c_comment, constant_value, gemm_source, kernel_code, template
+from .codegen import (KernelCode, KernelInstr, c_comment, constant_value, gemm_source, kernel_code, stacked,
+                      template)
+from .stacking import read_in_place
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
 REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
+
+
+#: The kernel of a broadcast its readers index in place (stacking.read_in_place): nothing to compute.
+ELIDED_BROADCAST = KernelCode("glow_k_nothing",
+                              "GLOW_KERNEL int glow_k_nothing(uint8_t *const *p) { (void)p; return 0; }\n", (), (),
+                              "not materialized: its elementwise readers index its source in place")
 
 
 @dataclass
@@ -34,10 +42,16 @@ class Program:
         self.derived: list[tuple[int, np.ndarray]] = []  # (offset in the constant region, array)
         end = align_up(irf.plan.constant_size)
         placed: dict = {}
+        elided = read_in_place(irf, stacked)
         for ins in irf.code:
-            code = kernel_code(KernelInstr.of(ins), num_threads)
+            if id(ins) in elided.broadcasts:
+                self.kernels.setdefault(ELIDED_BROADCAST.name, ELIDED_BROADCAST)
+                self.calls.append(Call(ins, ELIDED_BROADCAST, []))
+                continue
+            sources = elided.sources.get(id(ins), {})
+            code = kernel_code(KernelInstr.of(ins, sources), num_threads)
             self.kernels.setdefault(code.name, code)
-            ptrs = [(b.region, b.address) for b, _ in ins.operands]
+            ptrs = [(b.region, b.address) for b in (sources.get(i, b) for i, (b, _) in enumerate(ins.operands))]
             for d in code.derived:
                 bufs = [ins.operands[slot][0] for slot in d.slots]
                 key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
