@@ -14,10 +14,13 @@
 5. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
    (target < 1 s) of the ResNet-18-style model, each in a fresh process.
 
-Models (glow_core.example_models, seeded weights): cnn, linear_sigmoid, mlp (784-512-512-10, batch 64), resnet_small64
-(the small ResNet at 64x64), resnet18
-(224x224), mobilenetv2 (224x224), bert_encoder (2 layers, hidden 256, 4 heads, seq 128). ``--quick`` is a
-smoke mode (small models, 1 thread, one round, matmul 256, compile times of the cnn).
+Models (glow_core.example_models, seeded weights), the families of issue 13: cnn, linear_sigmoid, mlp
+(784-512-512-10, batch 64), resnet_small64 (the small ResNet at 64x64), resnet18 and resnet50 (224x224, BatchNorm
+kept), mobilenetv2 and efficientnet (224x224; EfficientNet-B0-style with SiLU and squeeze-excite), vit_tiny
+(224x224, patch 16, 12 layers, hidden 192), bert_encoder (2 layers, hidden 256, 4 heads, seq 128), bert12
+(12 layers, hidden 384, 6 heads, ffn 1536, seq 128), lstm_lm (embedding, 2 ONNX LSTM layers of hidden 256, 64
+steps, 4096-word decoder), unet (128x128, ConvTranspose, Resize, Concat). ``--quick`` is a smoke mode (small
+models, 1 thread, one round, matmul 256, compile times of the cnn).
 """
 from __future__ import annotations
 
@@ -50,7 +53,13 @@ MODELS = {
     "resnet_small64": (lambda: models.resnet(seed=0, size=64), 0.7, 10, 2000),
     "resnet18": (lambda: models.resnet18(seed=0), 1.5, 5, 200),
     "mobilenetv2": (lambda: models.mobilenetv2(seed=0), 1.5, 5, 200),
+    "resnet50": (lambda: models.resnet50(seed=0), 2.0, 5, 100),
+    "efficientnet": (lambda: models.efficientnet(seed=0), 1.5, 5, 200),
+    "vit_tiny": (lambda: models.vit_tiny(seed=0), 1.5, 5, 200),
     "bert_encoder": (lambda: models.bert_encoder(seed=0), 1.5, 5, 500),
+    "bert12": (lambda: models.bert_encoder(seed=0, layers=12, hidden=384, heads=6, ffn=1536), 2.0, 5, 200),
+    "lstm_lm": (lambda: models.lstm_lm(seed=0), 1.5, 5, 500),
+    "unet": (lambda: models.unet(seed=0), 1.5, 5, 200),
 }
 SMALL = ("cnn", "linear_sigmoid", "mlp")
 ORT_IR_VERSION = 8  # onnx.helper writes the newest IR version; onnxruntime may not read it yet
@@ -67,7 +76,11 @@ def feed_of(model, seed=1):
     out = {}
     for vi in model.graph.input:
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        out[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        if vi.type.tensor_type.elem_type == TensorProto.INT64:  # token ids: indices into the first Gather's table
+            table = next(i for i in model.graph.initializer if i.name == model.graph.node[0].input[0])
+            out[vi.name] = rng.integers(0, table.dims[0], shape, dtype=np.int64)
+        else:
+            out[vi.name] = rng.standard_normal(shape).astype(np.float32)
     return out
 
 
