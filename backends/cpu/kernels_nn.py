@@ -1,0 +1,92 @@
+"""Whole-op kernels of the CPU backend: the transformer ops it keeps whole (``CPUBackend.should_lower`` False)
+instead of running their lowering's chain of primitives, each a single pass per row with nothing materialized
+between the steps.
+
+* Softmax (opset >= 13, float32, over the last axis): per row max, exp(x - max) with the sum, divide
+  (templates/softmax.c.j2).
+* LayerNormalization (float32, the Y output only, scale and bias of the normalized dims' shape): per row mean,
+  variance of the centred row, (x - mean) * 1/sqrt(var + epsilon) * scale + bias (templates/layernorm.c.j2).
+
+Each computes what the lowering computes, in its order and precision (sums in double as ``reduce_sum`` does,
+the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds may round differently.
+The lowering (the interpreter's reference) stays the specification.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from .kernels_ew import reduce_parts
+
+
+def _trailing(shape) -> tuple:
+    """``shape`` without leading 1s (the broadcast-relevant part of a parameter's shape)."""
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _softmax_whole(node) -> bool:
+    x = node.inputs[0]
+    axis = node.attrs.get("axis", -1)
+    return node.opset >= 13 and x.rank >= 1 and axis in (-1, x.rank - 1)
+
+
+def _layernorm_whole(node) -> bool:
+    x = node.inputs[0]
+    axis = node.attrs.get("axis", -1)
+    axis = axis + x.rank if axis < 0 else axis
+    if len(node.outputs) != 1 or not 0 <= axis < x.rank or node.attrs.get("stash_type", 1) != 1:
+        return False
+    norm = _trailing(x.shape[axis:])
+    return all(v is None or (v.dtype.name == "float32" and _trailing(v.shape) == norm) for v in node.inputs[1:3])
+
+
+#: ONNX op -> whether a node of it (float32 input already checked) is kept whole.
+WHOLE = {"Softmax": _softmax_whole, "LayerNormalization": _layernorm_whole}
+
+
+def keeps_whole(node) -> bool:
+    """Whether the CPU backend runs ``node`` with its whole-op kernel (else it is lowered to primitives)."""
+    rule = WHOLE.get(node.op)
+    x = node.inputs[0] if node.inputs else None
+    return (rule is not None and x is not None and x.dtype.name == "float32" and x.type.numel > 0
+            and rule(node))
+
+
+def supported(node_info) -> bool:
+    """``is_op_supported`` for the ops of WHOLE (only nodes ``keeps_whole`` accepted reach the backend whole)."""
+    return node_info.op in WHOLE and node_info.in_dtypes[:1] == ("float32",)
+
+
+def _rows(x, axis: int) -> tuple[int, int]:
+    """(rows, row length) of ``x`` normalized over the dims from ``axis`` on."""
+    shape = x.type.shape
+    axis = axis + len(shape) if axis < 0 else axis
+    return prod(shape[:axis]), prod(shape[axis:])
+
+
+def k_softmax(kernel, ki, fn) -> str:
+    x, out = ki.ins[0], ki.outs[0]
+    rows, n = _rows(x, -1)
+    acc_t, init, update = reduce_parts("reduce_max", "float32")
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    kernel.choice = f"softmax whole: {rows} rows of {n}, one kernel (max, exp+sum, divide)"
+    return kernel.t("softmax.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), rows=rows, n=n,
+                    max_t=acc_t, max_init=init, max_update=update, sum_t=sum_t)
+
+
+def k_layernorm(kernel, ki, fn) -> str:
+    x, out = ki.ins[0], ki.outs[0]
+    rows, n = _rows(x, ki.attrs.get("axis", -1))
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    eps = float.hex(float(np.float32(ki.attrs.get("epsilon", 1e-5))))  # the lowering's float32 scalar
+    kernel.choice = f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance, normalize-scale-shift)"
+    return kernel.t("layernorm.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), scale=kernel.ptr(ki.ins[1]),
+                    bias=kernel.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps)
+
+
+#: ONNX op -> kernel renderer ``(codegen._Kernel, KernelInstr, function name) -> C source``.
+KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm}
