@@ -416,6 +416,8 @@ def scratch_layout(ki) -> ScratchLayout:
         return conv_plan(ki).scratch
     if ki.op == "matmul":
         return matmul_plan(ki).scratch
+    if ki.op in kernels_nn.SCRATCH:
+        return ScratchLayout.of([("nn", kernels_nn.SCRATCH[ki.op](ki))])
     if ki.op in BAKED:
         n = int8_scratch_bytes(ki)
         return ScratchLayout({"int8": 0}, n) if n else ScratchLayout({}, 0)
