@@ -121,7 +121,7 @@ def k_lstm(kernel, ki, fn) -> str:
     return kernel.t("lstm.c.j2", fn=fn, x=kernel.ptr(ki.ins[0]), w=kernel.ptr(ki.ins[1]), r=kernel.ptr(ki.ins[2]),
                     b=kernel.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0], y_h=outs[1], y_c=outs[2],
                     scratch=kernel.scratch_ptr(), steps=steps, batch=batch, inp=inp, hidden=hidden,
-                    gates=4 * hidden, lanes=32)
+                    gates=4 * hidden, lanes=32, rows=4)
 
 
 #: ONNX op -> kernel renderer ``(codegen._Kernel, KernelInstr, function name) -> C source``.
