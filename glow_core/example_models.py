@@ -206,8 +206,8 @@ class _Net:
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow-kit")
 
 
-def _resnet_stem(t: _Net):
-    x = t.conv_bn("input", 3, 64, 7, 2, "relu")
+def _resnet_stem(t: _Net, width: int = 64):
+    x = t.conv_bn("input", 3, width, 7, 2, "relu")
     return t.node("MaxPool", [x], "stem_pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
 
 
@@ -231,14 +231,16 @@ def resnet18(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000
     return t.model("resnet18", batch, size, classes)
 
 
-def resnet50(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000, blocks=(3, 4, 6, 3)):
-    """A ResNet-50-style network (v1.5: the stride in the 3x3 conv): the ResNet-18 stem, four stages of
-    bottleneck blocks (1x1 reduce-BN-Relu, 3x3-BN-Relu, 1x1 expand x4-BN, residual Add with a 1x1 projection
-    Conv-BN on the first block of each stage, Relu), ``blocks`` per stage, the classifier head. Input
-    [batch, 3, size, size]; BatchNormalization nodes kept (53 convolutions with the defaults)."""
+def resnet50(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000, blocks=(3, 4, 6, 3),
+             widths=(64, 128, 256, 512)):
+    """A ResNet-50-style network (v1.5: the stride in the 3x3 conv): the ResNet-18 stem (to ``widths[0]``
+    channels), stages of bottleneck blocks (1x1 reduce-BN-Relu, 3x3-BN-Relu, 1x1 expand x4-BN, residual Add with
+    a 1x1 projection Conv-BN on the first block of each stage, Relu), ``blocks`` per stage of ``widths``, the
+    classifier head. Input [batch, 3, size, size]; BatchNormalization nodes kept (53 convolutions with the
+    defaults)."""
     t = _Net(seed)
-    x, cin = _resnet_stem(t), 64
-    for s, (width, n) in enumerate(zip((64, 128, 256, 512), blocks)):
+    x, cin = _resnet_stem(t, widths[0]), widths[0]
+    for s, (width, n) in enumerate(zip(widths, blocks)):
         for blk in range(n):
             stride = 2 if s > 0 and blk == 0 else 1
             y = t.conv_bn(x, cin, width, 1, 1, "relu")
@@ -280,12 +282,12 @@ def mobilenetv2(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1
 
 def efficientnet(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000, se_ratio: float = 0.25,
                  stages=((1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5), (6, 80, 3, 2, 3), (6, 112, 3, 1, 5),
-                         (6, 192, 4, 2, 5), (6, 320, 1, 1, 3))):
+                         (6, 192, 4, 2, 5), (6, 320, 1, 1, 3)), head: int = 1280):
     """An EfficientNet-B0-style network (BatchNorm folded into conv biases, SiLU written x * Sigmoid(x) as torch
     exports it): stem Conv 3x3/2 to 32 + SiLU, MBConv blocks per ``stages`` (expansion, channels, repeats,
     stride, kernel): 1x1 expand-SiLU, kxk depthwise-SiLU, squeeze-excite (GlobalAveragePool, 1x1 Conv reduce to
     ``se_ratio`` of the block's input channels-SiLU, 1x1 Conv expand-Sigmoid, Mul), 1x1 project, residual Add
-    where shapes match; 1x1 Conv to 1280-SiLU and the classifier head. Input [batch, 3, size, size]."""
+    where shapes match; 1x1 Conv to ``head`` channels-SiLU and the classifier head. Input [batch, 3, size, size]."""
     t = _Net(seed)
     cin = 32
     x = t.conv("input", 3, cin, 3, 2, 1, "silu")
@@ -302,7 +304,7 @@ def efficientnet(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 
             if stride == 1 and cin == cout:
                 y = t.node("Add", [y, x], f"res{t.count}")
             x, cin = y, cout
-    t.classifier_head(t.conv(x, cin, 1280, 1, act="silu"), 1280, classes)
+    t.classifier_head(t.conv(x, cin, head, 1, act="silu"), head, classes)
     return t.model("efficientnet", batch, size, classes)
 
 
