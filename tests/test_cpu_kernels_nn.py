@@ -67,6 +67,17 @@ def test_lstm_whole(steps, batch, inp, hidden, outs, bias):
     assert "LSTM" in _check(m, vals)
 
 
+@pytest.mark.parametrize("steps,batch,inp,hidden,outs,bias,lbr", [
+    (4, 2, 3, 5, ["y", "yh"], True, 0), (4, 2, 3, 5, ["", "yh"], False, 1), (6, 3, 40, 37, ["y"], True, 1),
+    (5, 1, 33, 40, ["y", "yh"], True, 0)])
+def test_gru_whole(steps, batch, inp, hidden, outs, bias, lbr):
+    vals = {"x": rng.uniform(-1, 1, (steps, batch, inp)), "w": rng.uniform(-0.5, 0.5, (1, 3 * hidden, inp)),
+            "r": rng.uniform(-0.5, 0.5, (1, 3 * hidden, hidden)), "b": rng.uniform(-0.5, 0.5, (1, 6 * hidden))}
+    vals = {k: v.astype(np.float32) for k, v in vals.items() if bias or k != "b"}
+    m = _model(helper.make_node("GRU", list(vals), outs, hidden_size=hidden, linear_before_reset=lbr), vals)
+    assert "GRU" in _check(m, vals)
+
+
 def test_bidirectional_lstm_is_lowered():
     vals = {"x": rng.uniform(-1, 1, (3, 2, 4)), "w": rng.uniform(-0.5, 0.5, (2, 12, 4)),
             "r": rng.uniform(-0.5, 0.5, (2, 12, 3))}

@@ -24,8 +24,8 @@ FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul") for act in 
 
 class CPUBackend(Backend):
     """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
-    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine); float32 Softmax and
-    LayerNormalization kept whole (kernels_nn). Storage-only
+    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine); float32 Softmax,
+    LayerNormalization, LSTM and GRU kept whole (kernels_nn). Storage-only
     float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"
@@ -50,8 +50,9 @@ class CPUBackend(Backend):
         return p.movement
 
     def should_lower(self, node) -> bool:
-        """Softmax over the last axis and LayerNormalization on float32 run whole (kernels_nn: one pass per row
-        instead of the lowering's reductions and elementwise instructions); everything else is lowered."""
+        """Softmax over the last axis, LayerNormalization, and forward LSTM/GRU with default activations on
+        float32 run whole (kernels_nn: one kernel instead of the lowering's reductions, elementwise
+        instructions and per-step recurrences); everything else is lowered."""
         return not kernels_nn.keeps_whole(node)
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:

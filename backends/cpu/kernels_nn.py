@@ -6,10 +6,11 @@ between the steps.
   (templates/softmax.c.j2).
 * LayerNormalization (float32, the Y output only, scale and bias of the normalized dims' shape): per row mean,
   variance of the centred row, (x - mean) * 1/sqrt(var + epsilon) * scale + bias (templates/layernorm.c.j2).
-* LSTM (float32, forward, time-major, default activations, no clip, inputs X, W, R and optionally B, zero
-  initial state): the gate projections of the whole sequence in one GEMM, then per step one fused loop (the
-  recurrent projection h R^T and the gates) writing Y, Y_h, Y_c (templates/lstm.c.j2). No per-step
-  instructions, where the lowering unrolls a matmul and a dozen elementwise instructions per step.
+* LSTM and GRU (float32, forward, time-major, default activations, no clip, inputs X, W, R and optionally B,
+  zero initial state; GRU either linear_before_reset): the gate projections of the whole sequence in one GEMM,
+  then per step one fused loop (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c)
+  (templates/rnn.c.j2). No per-step instructions, where the lowering unrolls a matmul and a dozen elementwise
+  instructions per step.
 
 Each computes what the lowering computes, in its order and precision (sums in double as ``reduce_sum`` does,
 the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds may round differently.
@@ -48,17 +49,18 @@ def _layernorm_whole(node) -> bool:
     return all(v is None or (v.dtype.name == "float32" and _trailing(v.shape) == norm) for v in node.inputs[1:3])
 
 
-def _lstm_whole(node) -> bool:
+def _rnn_whole(node) -> bool:
     a = node.attrs
     acts = [str(x.decode() if isinstance(x, bytes) else x).lower() for x in (a.get("activations") or ())]
+    default = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}[node.op]
     return (3 <= len(node.inputs) <= 4 and all(v is not None and v.dtype.name == "float32" for v in node.inputs)
             and a.get("direction", "forward") == "forward" and a.get("layout", 0) == 0 and a.get("clip") is None
-            and not a.get("input_forget") and acts in ([], ["sigmoid", "tanh", "tanh"])
+            and not a.get("input_forget") and acts in ([], default)
             and a.get("activation_alpha") is None and a.get("activation_beta") is None)
 
 
 #: ONNX op -> whether a node of it (float32 input already checked) is kept whole.
-WHOLE = {"Softmax": _softmax_whole, "LayerNormalization": _layernorm_whole, "LSTM": _lstm_whole}
+WHOLE = {"Softmax": _softmax_whole, "LayerNormalization": _layernorm_whole, "LSTM": _rnn_whole, "GRU": _rnn_whole}
 
 
 def keeps_whole(node) -> bool:
@@ -101,30 +103,37 @@ def k_layernorm(kernel, ki, fn) -> str:
                     bias=kernel.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps)
 
 
-def _lstm_dims(ki) -> tuple[int, int, int, int]:
-    """(steps, batch, input size, hidden) of an LSTM instruction."""
+_GATES = {"LSTM": 4, "GRU": 3}
+
+
+def _rnn_dims(ki) -> tuple[int, int, int, int]:
+    """(steps, batch, input size, hidden) of an LSTM or GRU instruction."""
     steps, batch, inp = ki.ins[0].type.shape
     return steps, batch, inp, ki.ins[2].type.shape[2]
 
 
-def lstm_scratch_bytes(ki) -> int:
-    """The input projections of every step [steps, batch, 4 hidden], then the state h and c [batch, hidden]."""
-    steps, batch, _, hidden = _lstm_dims(ki)
-    return 4 * (steps * batch * 4 * hidden + 2 * batch * hidden)
+def rnn_scratch_bytes(ki) -> int:
+    """The input projections of every step [steps, batch, gates x hidden], then h and c (LSTM) or the new h
+    (GRU) [batch, hidden], and GRU's r * h [hidden]."""
+    steps, batch, _, hidden = _rnn_dims(ki)
+    return 4 * (steps * batch * _GATES[ki.op] * hidden + 2 * batch * hidden + hidden)
 
 
-def k_lstm(kernel, ki, fn) -> str:
-    steps, batch, inp, hidden = _lstm_dims(ki)
+def k_rnn(kernel, ki, fn) -> str:
+    steps, batch, inp, hidden = _rnn_dims(ki)
+    gates = _GATES[ki.op] * hidden
     outs = [kernel.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
-    kernel.choice = (f"lstm whole: input projections of {steps} steps in one GEMM [{steps * batch} x {inp}] x "
-                     f"[{inp} x {4 * hidden}], {steps} fused recurrent steps")
-    return kernel.t("lstm.c.j2", fn=fn, x=kernel.ptr(ki.ins[0]), w=kernel.ptr(ki.ins[1]), r=kernel.ptr(ki.ins[2]),
-                    b=kernel.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0], y_h=outs[1], y_c=outs[2],
-                    scratch=kernel.scratch_ptr(), steps=steps, batch=batch, inp=inp, hidden=hidden,
-                    gates=4 * hidden, lanes=32, rows=4)
+    lbr = bool(ki.attrs.get("linear_before_reset", 0))
+    kernel.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
+                     f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps")
+    return kernel.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=kernel.ptr(ki.ins[0]), w=kernel.ptr(ki.ins[1]),
+                    r=kernel.ptr(ki.ins[2]), b=kernel.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0],
+                    y_h=outs[1], y_c=outs[2] if ki.op == "LSTM" else None, scratch=kernel.scratch_ptr(),
+                    steps=steps, batch=batch, inp=inp, hidden=hidden, gates=gates, lanes=32, rows=4,
+                    rb_rows=gates if ki.op == "LSTM" else 2 * hidden, linear_before_reset=lbr)
 
 
 #: ONNX op -> kernel renderer ``(codegen._Kernel, KernelInstr, function name) -> C source``.
-KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm, "LSTM": k_lstm}
+KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm, "LSTM": k_rnn, "GRU": k_rnn}
 #: ONNX op -> bytes of scratch its kernel needs.
-SCRATCH = {"LSTM": lstm_scratch_bytes}
+SCRATCH = {"LSTM": rnn_scratch_bytes, "GRU": rnn_scratch_bytes}
