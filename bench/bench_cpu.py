@@ -43,6 +43,7 @@ from onnx import TensorProto, helper  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
 from glow_core import example_models as models  # noqa: E402
 
 #: name: (builder, seconds of timed runs per process, min runs, max runs)
@@ -95,18 +96,6 @@ def ort_session(model, threads):
 def glow_compile(model, threads):
     import glow_core
     return glow_core.compile(model, "cpu", num_threads=threads)
-
-
-def timed_runs(fn, budget, lo, hi):
-    """Per-call seconds: warm-up, then runs until ``budget`` seconds (at least ``lo``, at most ``hi``)."""
-    for _ in range(3):
-        fn()
-    ts, start = [], time.perf_counter()
-    while len(ts) < hi and (len(ts) < lo or time.perf_counter() - start < budget):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return ts
 
 
 # ----------------------------------------------------------------------------------------------- workers
@@ -177,12 +166,9 @@ def latency(names, thread_list, rounds):
     res = {}
     for name in names:
         for th in thread_list:
-            g, o = [], []
-            for r in range(rounds):
-                pair = (("glow", g), ("ort", o)) if r % 2 == 0 else (("ort", o), ("glow", g))
-                for rt, acc in pair:
-                    acc.append(spawn(["latency", rt, name, str(th)], th)["median"])
-            res[name, th] = (statistics.median(g), statistics.median(o))
+            per = alternating_rounds(("glow", "ort"), rounds,
+                                     lambda rt: spawn(["latency", rt, name, str(th)], th)["median"])  # noqa: B023
+            res[name, th] = (statistics.median(per["glow"]), statistics.median(per["ort"]))
             gm, om = res[name, th]
             print(f"  {name:15s} {th:7d} {gm * 1e3:12.3f} {om * 1e3:12.3f} {gm / om:8.2f}", flush=True)
     return res
