@@ -56,6 +56,13 @@ def test_layernorm_whole(axis, bias):
     assert "LayerNormalization" in _check(m, {"x": (rng.standard_normal(shape) * 3 + 1).astype(np.float32)})
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_whole(approximate):
+    m = _model(helper.make_node("Gelu", ["x"], ["y"], approximate=approximate), {"x": np.zeros((3, 50000), np.float32)},
+               opset=20)
+    assert "Gelu" in _check(m, {"x": (rng.standard_normal((3, 50000)) * 4).astype(np.float32)})
+
+
 @pytest.mark.parametrize("steps,batch,inp,hidden,outs,bias", [
     (4, 2, 3, 5, ["y", "yh"], True), (4, 2, 3, 5, ["", "yh", "yc"], False), (7, 3, 40, 37, ["y"], True),
     (3, 1, 70, 33, ["y", "yh", "yc"], True)])

@@ -6,6 +6,7 @@ between the steps.
   (templates/softmax.c.j2).
 * LayerNormalization (float32, the Y output only, scale and bias of the normalized dims' shape): per row mean,
   variance of the centred row, (x - mean) * 1/sqrt(var + epsilon) * scale + bias (templates/layernorm.c.j2).
+* Gelu (float32, erf or tanh form): one loop, the lowering's expression (templates/gelu.c.j2).
 * LSTM and GRU (float32, forward, time-major, default activations, no clip, inputs X, W, R and optionally B,
   zero initial state; GRU either linear_before_reset): the gate projections of the whole sequence in one GEMM,
   then per step one fused loop (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c)
@@ -18,6 +19,7 @@ The lowering (the interpreter's reference) stays the specification.
 """
 from __future__ import annotations
 
+import math
 from math import prod
 
 import numpy as np
@@ -31,6 +33,11 @@ def _trailing(shape) -> tuple:
     while shape and shape[0] == 1:
         shape = shape[1:]
     return shape
+
+
+def _f32(v: float) -> str:
+    """A C hexadecimal literal of ``v`` rounded to float32 (append ``f``), as the lowering's scalar constants."""
+    return float.hex(float(np.float32(v)))
 
 
 def _softmax_whole(node) -> bool:
@@ -59,8 +66,13 @@ def _rnn_whole(node) -> bool:
             and a.get("activation_alpha") is None and a.get("activation_beta") is None)
 
 
+def _gelu_whole(node) -> bool:
+    return node.attrs.get("approximate", "none") in ("none", "tanh")
+
+
 #: ONNX op -> whether a node of it (float32 input already checked) is kept whole.
-WHOLE = {"Softmax": _softmax_whole, "LayerNormalization": _layernorm_whole, "LSTM": _rnn_whole, "GRU": _rnn_whole}
+WHOLE = {"Softmax": _softmax_whole, "LayerNormalization": _layernorm_whole, "LSTM": _rnn_whole, "GRU": _rnn_whole,
+         "Gelu": _gelu_whole}
 
 
 def keeps_whole(node) -> bool:
@@ -97,13 +109,21 @@ def k_layernorm(kernel, ki, fn) -> str:
     x, out = ki.ins[0], ki.outs[0]
     rows, n = _rows(x, ki.attrs.get("axis", -1))
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
-    eps = float.hex(float(np.float32(ki.attrs.get("epsilon", 1e-5))))  # the lowering's float32 scalar
+    eps = _f32(ki.attrs.get("epsilon", 1e-5))
     kernel.choice = f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance, normalize-scale-shift)"
     return kernel.t("layernorm.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), scale=kernel.ptr(ki.ins[1]),
                     bias=kernel.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps)
 
 
 _GATES = {"LSTM": 4, "GRU": 3}
+
+
+def k_gelu(kernel, ki, fn) -> str:
+    tanh = ki.attrs.get("approximate", "none") == "tanh"
+    kernel.choice = f"gelu whole ({'tanh' if tanh else 'erf'} form): one loop"
+    return kernel.t("gelu.c.j2", fn=fn, x=kernel.ptr(ki.ins[0]), y=kernel.ptr(ki.outs[0]), n=ki.ins[0].type.numel,
+                    tanh=tanh, c_cube=_f32(0.044715),
+                    c_scale=_f32(math.sqrt(2.0 / math.pi) if tanh else 1.0 / math.sqrt(2.0)))
 
 
 def _rnn_dims(ki) -> tuple[int, int, int, int]:
@@ -134,6 +154,6 @@ def k_rnn(kernel, ki, fn) -> str:
 
 
 #: ONNX op -> kernel renderer ``(codegen._Kernel, KernelInstr, function name) -> C source``.
-KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm, "LSTM": k_rnn, "GRU": k_rnn}
+KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm, "LSTM": k_rnn, "GRU": k_rnn, "Gelu": k_gelu}
 #: ONNX op -> bytes of scratch its kernel needs.
 SCRATCH = {"LSTM": rnn_scratch_bytes, "GRU": rnn_scratch_bytes}
