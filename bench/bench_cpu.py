@@ -14,10 +14,13 @@
 5. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
    (target < 1 s) of the ResNet-18-style model, each in a fresh process.
 
-Models (glow_core.example_models, seeded weights): cnn, linear_sigmoid, mlp (784-512-512-10, batch 64), resnet_small64
-(the small ResNet at 64x64), resnet18
-(224x224), mobilenetv2 (224x224), bert_encoder (2 layers, hidden 256, 4 heads, seq 128). ``--quick`` is a
-smoke mode (small models, 1 thread, one round, matmul 256, compile times of the cnn).
+Models (glow_core.example_models, seeded weights), the families of issue 13: cnn, linear_sigmoid, mlp
+(784-512-512-10, batch 64), resnet_small64 (the small ResNet at 64x64), resnet18 and resnet50 (224x224, BatchNorm
+kept), mobilenetv2 and efficientnet (224x224; EfficientNet-B0-style with SiLU and squeeze-excite), vit_tiny
+(224x224, patch 16, 12 layers, hidden 192), bert_encoder (2 layers, hidden 256, 4 heads, seq 128), bert12
+(12 layers, hidden 384, 6 heads, ffn 1536, seq 128), lstm_lm (embedding, 2 ONNX LSTM layers of hidden 256, 64
+steps, 4096-word decoder), unet (128x128, ConvTranspose, Resize, Concat). ``--quick`` is a smoke mode (small
+models, 1 thread, one round, matmul 256, compile times of the cnn).
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from onnx import TensorProto, helper  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
 from glow_core import example_models as models  # noqa: E402
 
 #: name: (builder, seconds of timed runs per process, min runs, max runs)
@@ -50,7 +54,13 @@ MODELS = {
     "resnet_small64": (lambda: models.resnet(seed=0, size=64), 0.7, 10, 2000),
     "resnet18": (lambda: models.resnet18(seed=0), 1.5, 5, 200),
     "mobilenetv2": (lambda: models.mobilenetv2(seed=0), 1.5, 5, 200),
+    "resnet50": (lambda: models.resnet50(seed=0), 2.0, 5, 100),
+    "efficientnet": (lambda: models.efficientnet(seed=0), 1.5, 5, 200),
+    "vit_tiny": (lambda: models.vit_tiny(seed=0), 1.5, 5, 200),
     "bert_encoder": (lambda: models.bert_encoder(seed=0), 1.5, 5, 500),
+    "bert12": (lambda: models.bert_encoder(seed=0, layers=12, hidden=384, heads=6, ffn=1536), 2.0, 5, 200),
+    "lstm_lm": (lambda: models.lstm_lm(seed=0), 1.5, 5, 500),
+    "unet": (lambda: models.unet(seed=0), 1.5, 5, 200),
 }
 SMALL = ("cnn", "linear_sigmoid", "mlp")
 ORT_IR_VERSION = 8  # onnx.helper writes the newest IR version; onnxruntime may not read it yet
@@ -67,7 +77,11 @@ def feed_of(model, seed=1):
     out = {}
     for vi in model.graph.input:
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
-        out[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        if vi.type.tensor_type.elem_type == TensorProto.INT64:  # token ids: indices into the first Gather's table
+            table = next(i for i in model.graph.initializer if i.name == model.graph.node[0].input[0])
+            out[vi.name] = rng.integers(0, table.dims[0], shape, dtype=np.int64)
+        else:
+            out[vi.name] = rng.standard_normal(shape).astype(np.float32)
     return out
 
 
@@ -82,18 +96,6 @@ def ort_session(model, threads):
 def glow_compile(model, threads):
     import glow_core
     return glow_core.compile(model, "cpu", num_threads=threads)
-
-
-def timed_runs(fn, budget, lo, hi):
-    """Per-call seconds: warm-up, then runs until ``budget`` seconds (at least ``lo``, at most ``hi``)."""
-    for _ in range(3):
-        fn()
-    ts, start = [], time.perf_counter()
-    while len(ts) < hi and (len(ts) < lo or time.perf_counter() - start < budget):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return ts
 
 
 # ----------------------------------------------------------------------------------------------- workers
@@ -164,12 +166,9 @@ def latency(names, thread_list, rounds):
     res = {}
     for name in names:
         for th in thread_list:
-            g, o = [], []
-            for r in range(rounds):
-                pair = (("glow", g), ("ort", o)) if r % 2 == 0 else (("ort", o), ("glow", g))
-                for rt, acc in pair:
-                    acc.append(spawn(["latency", rt, name, str(th)], th)["median"])
-            res[name, th] = (statistics.median(g), statistics.median(o))
+            per = alternating_rounds(("glow", "ort"), rounds,
+                                     lambda rt: spawn(["latency", rt, name, str(th)], th)["median"])  # noqa: B023
+            res[name, th] = (statistics.median(per["glow"]), statistics.median(per["ort"]))
             gm, om = res[name, th]
             print(f"  {name:15s} {th:7d} {gm * 1e3:12.3f} {om * 1e3:12.3f} {gm / om:8.2f}", flush=True)
     return res

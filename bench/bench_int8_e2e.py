@@ -43,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import glow_core  # noqa: E402
+from bench.alternate import alternating_rounds  # noqa: E402
 from glow_core import example_models  # noqa: E402
 
 IMPLS = ("glow-int8", "glow-fp32", "ort-int8", "ort-fp32")
@@ -127,11 +128,7 @@ def main(argv=None) -> int:
         oq, of = ort_session(qdq, nt), ort_session(fp32, nt)
         calls = {"glow-int8": lambda: gq.run(x), "glow-fp32": lambda: gf.run(x),
                  "ort-int8": lambda: oq.run(None, x), "ort-fp32": lambda: of.run(None, x)}
-        rounds = {k: [] for k in IMPLS}
-        for r in range(a.rounds):
-            order = IMPLS if r % 2 == 0 else IMPLS[::-1]
-            for k in order:
-                rounds[k].append(time_call(calls[k], a.seconds))
+        rounds = alternating_rounds(IMPLS, a.rounds, lambda k: time_call(calls[k], a.seconds))  # noqa: B023
         med = {k: statistics.median(v) for k, v in rounds.items()}
         low = {k: min(v) for k, v in rounds.items()}
         print(f"  {'impl':10s} {'median ms':>10s} {'min ms':>8s}")

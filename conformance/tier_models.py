@@ -46,6 +46,14 @@ MODELS = {
     "lstm_unrolled": lambda dt: M.lstm_unrolled(seed=1, dt=dt),
     "unet": lambda dt: M.unet(seed=1, dt=dt),
     "fused_tails": lambda dt: M.fused_tails(seed=1, dt=dt),
+    # the bench families of glow_core.example_models at small sizes
+    "resnet50_small": lambda dt: example_models.resnet50(seed=1, size=16, classes=10, blocks=(1, 1), widths=(4, 8)),
+    "efficientnet_small": lambda dt: example_models.efficientnet(
+        seed=1, size=16, classes=10, stages=((1, 8, 1, 1, 3), (6, 16, 2, 2, 5)), head=32),
+    "unet_small": lambda dt: example_models.unet(seed=1, size=16, channels=2, widths=(4, 8, 16)),
+    "lstm_lm_small": lambda dt: example_models.lstm_lm(seed=1, seq=5, vocab=20, hidden=8),
+    "vit_small": lambda dt: example_models.vit_tiny(seed=1, size=16, patch=8, hidden=16, heads=2, layers=1, mlp=32,
+                                                    classes=10),
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),

@@ -1,6 +1,6 @@
 """Example and benchmark models, built with ``onnx.helper``: the CNN from Glow's docs, Linear+Sigmoid and a small
-ResNet (``MODELS``), and MLP, ResNet-18, MobileNetV2, BERT-style, ViT-Tiny-style and elementwise-chain models for
-benchmarks (``BENCH_MODELS``).
+ResNet (``MODELS``), and MLP, ResNet-18, ResNet-50, MobileNetV2, EfficientNet-style, U-Net-style, LSTM language
+model, BERT-style, ViT-Tiny-style and elementwise-chain models for benchmarks (``BENCH_MODELS``).
 
 Each builder takes a seed so that weights are reproducible; each returns a ModelProto.
 """
@@ -140,53 +140,116 @@ def mlp(seed: int = 0, batch: int = 64, sizes=(784, 512, 512, 10)):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-kit")
 
 
+class _Net:
+    """Nodes and initializers of a CNN being built, with the layers the CNN builders share: Conv (+ kept
+    BatchNormalization, or a bias) + activation, and the classifier head (GlobalAveragePool, Flatten, Gemm)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.count = [], [], 0
+
+    def node(self, op, ins, out, **kw):
+        self.nodes.append(helper.make_node(op, ins, [out], name=out, **kw))
+        return out
+
+    def act(self, x, kind, i):
+        """``kind`` applied to ``x``: relu, relu6 (Clip 0..6), silu (x * Sigmoid(x), as torch exports it),
+        sigmoid, or None."""
+        if kind is None:
+            return x
+        if kind == "relu6":
+            if not any(t.name == "clip_hi" for t in self.inits):
+                self.inits += [_init("clip_lo", np.float32(0)), _init("clip_hi", np.float32(6))]
+            return self.node("Clip", [x, "clip_lo", "clip_hi"], f"relu6_{i}")
+        if kind == "silu":
+            return self.node("Mul", [x, self.node("Sigmoid", [x], f"silu{i}_s")], f"silu{i}")
+        return self.node({"relu": "Relu", "sigmoid": "Sigmoid"}[kind], [x], f"{kind}{i}")
+
+    def conv_bn(self, x, cin, cout, k, stride, act):
+        """Conv (no bias) + BatchNormalization (kept) + ``act``."""
+        self.count += 1
+        i = self.count
+        self.inits.append(_init(f"conv{i}_w", self.rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))))
+        self.node("Conv", [x, f"conv{i}_w"], f"conv{i}", kernel_shape=[k, k], strides=[stride, stride],
+                  pads=[k // 2] * 4)
+        for nm, arr in (("scale", 1 + 0.1 * self.rng.standard_normal(cout)),
+                        ("bias", 0.1 * self.rng.standard_normal(cout)),
+                        ("mean", 0.1 * self.rng.standard_normal(cout)), ("var", 0.5 + self.rng.random(cout))):
+            self.inits.append(_init(f"bn{i}_{nm}", arr))
+        self.node("BatchNormalization", [f"conv{i}"] + [f"bn{i}_{nm}" for nm in ("scale", "bias", "mean", "var")],
+                  f"bn{i}", epsilon=1e-5)
+        return self.act(f"bn{i}", act, i)
+
+    def conv(self, x, cin, cout, k, stride=1, group=1, act=None):
+        """Conv with bias (BatchNormalization folded) + ``act``; ``group`` = ``cin`` = ``cout`` is depthwise."""
+        self.count += 1
+        i = self.count
+        fan = cin // group * k * k
+        self.inits.append(_init(f"conv{i}_w", self.rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan)))
+        self.inits.append(_init(f"conv{i}_b", 0.1 * self.rng.standard_normal(cout)))
+        self.node("Conv", [x, f"conv{i}_w", f"conv{i}_b"], f"conv{i}", kernel_shape=[k, k], strides=[stride, stride],
+                  pads=[k // 2] * 4, group=group)
+        return self.act(f"conv{i}", act, i)
+
+    def classifier_head(self, x, cin, classes):
+        """GlobalAveragePool, Flatten, Gemm from ``cin`` features to ``classes``: the output "output"."""
+        self.inits += [_init("fc_w", self.rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)),
+                       _init("fc_b", self.rng.standard_normal(classes) * 0.1)]
+        self.node("Gemm", [self.node("Flatten", [self.node("GlobalAveragePool", [x], "global_pool")], "flatten",
+                                     axis=1), "fc_w", "fc_b"], "output", transB=1)
+        return "output"
+
+    def model(self, name, batch, size, classes, channels=3, opset=17):
+        g = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info(
+            "input", TensorProto.FLOAT, [batch, channels, size, size])], [helper.make_tensor_value_info(
+                "output", TensorProto.FLOAT, [batch, classes])], self.inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow-kit")
+
+
+def _resnet_stem(t: _Net, width: int = 64):
+    x = t.conv_bn("input", 3, width, 7, 2, "relu")
+    return t.node("MaxPool", [x], "stem_pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+
+
+def _residual(t: _Net, y, short, name):
+    return t.node("Relu", [t.node("Add", [y, short], name)], name + "_relu")
+
+
 def resnet18(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000):
     """A ResNet-18-style network: stem Conv 7x7/2-BN-Relu, MaxPool 3x3/2, four stages (64, 128, 256, 512) of two
     basic blocks (1x1/2 projection Conv-BN at each downsampling), GlobalAveragePool, Flatten, Gemm to
     ``classes``. Input [batch, 3, size, size]; BatchNormalization nodes kept (20 convolutions)."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-    count = [0]
-
-    def conv_bn(x, cin, cout, k, stride, relu):
-        count[0] += 1
-        i = count[0]
-        inits.append(_init(f"conv{i}_w", rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k))))
-        nodes.append(helper.make_node("Conv", [x, f"conv{i}_w"], [f"conv{i}"], kernel_shape=[k, k],
-                                      strides=[stride, stride], pads=[k // 2] * 4, name=f"conv{i}"))
-        for nm, arr in (("scale", 1 + 0.1 * rng.standard_normal(cout)), ("bias", 0.1 * rng.standard_normal(cout)),
-                        ("mean", 0.1 * rng.standard_normal(cout)), ("var", 0.5 + rng.random(cout))):
-            inits.append(_init(f"bn{i}_{nm}", arr))
-        nodes.append(helper.make_node("BatchNormalization", [f"conv{i}"] + [f"bn{i}_{nm}" for nm in (
-            "scale", "bias", "mean", "var")], [f"bn{i}"], epsilon=1e-5, name=f"bn{i}"))
-        if not relu:
-            return f"bn{i}"
-        nodes.append(helper.make_node("Relu", [f"bn{i}"], [f"relu{i}"], name=f"relu{i}"))
-        return f"relu{i}"
-
-    x = conv_bn("input", 3, 64, 7, 2, True)
-    nodes.append(helper.make_node("MaxPool", [x], ["stem_pool"], kernel_shape=[3, 3], strides=[2, 2],
-                                  pads=[1, 1, 1, 1], name="stem_pool"))
-    x, cin = "stem_pool", 64
+    t = _Net(seed)
+    x, cin = _resnet_stem(t), 64
     for s, cout in enumerate((64, 128, 256, 512)):
         for blk in range(2):
             stride = 2 if s > 0 and blk == 0 else 1
-            y = conv_bn(x, cin, cout, 3, stride, True)
-            y = conv_bn(y, cout, cout, 3, 1, False)
-            short = conv_bn(x, cin, cout, 1, stride, False) if (stride != 1 or cin != cout) else x
-            name = f"add_s{s}b{blk}"
-            nodes.append(helper.make_node("Add", [y, short], [name], name=name))
-            nodes.append(helper.make_node("Relu", [name], [name + "_relu"], name=name + "_relu"))
-            x, cin = name + "_relu", cout
-    inits += [_init("fc_w", rng.standard_normal((classes, cin)) * np.sqrt(1.0 / cin)),
-              _init("fc_b", rng.standard_normal(classes) * 0.1)]
-    nodes += [helper.make_node("GlobalAveragePool", [x], ["pool"], name="global_pool"),
-              helper.make_node("Flatten", ["pool"], ["flat"], axis=1, name="flatten"),
-              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["output"], transB=1, name="fc")]
-    g = helper.make_graph(nodes, "resnet18",
-                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, size, size])],
-                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, classes])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-kit")
+            y = t.conv_bn(t.conv_bn(x, cin, cout, 3, stride, "relu"), cout, cout, 3, 1, None)
+            short = t.conv_bn(x, cin, cout, 1, stride, None) if (stride != 1 or cin != cout) else x
+            x, cin = _residual(t, y, short, f"add_s{s}b{blk}"), cout
+    t.classifier_head(x, cin, classes)
+    return t.model("resnet18", batch, size, classes)
+
+
+def resnet50(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000, blocks=(3, 4, 6, 3),
+             widths=(64, 128, 256, 512)):
+    """A ResNet-50-style network (v1.5: the stride in the 3x3 conv): the ResNet-18 stem (to ``widths[0]``
+    channels), stages of bottleneck blocks (1x1 reduce-BN-Relu, 3x3-BN-Relu, 1x1 expand x4-BN, residual Add with
+    a 1x1 projection Conv-BN on the first block of each stage, Relu), ``blocks`` per stage of ``widths``, the
+    classifier head. Input [batch, 3, size, size]; BatchNormalization nodes kept (53 convolutions with the
+    defaults)."""
+    t = _Net(seed)
+    x, cin = _resnet_stem(t, widths[0]), widths[0]
+    for s, (width, n) in enumerate(zip(widths, blocks)):
+        for blk in range(n):
+            stride = 2 if s > 0 and blk == 0 else 1
+            y = t.conv_bn(x, cin, width, 1, 1, "relu")
+            y = t.conv_bn(y, width, width, 3, stride, "relu")
+            y = t.conv_bn(y, width, 4 * width, 1, 1, None)
+            short = t.conv_bn(x, cin, 4 * width, 1, stride, None) if blk == 0 else x
+            x, cin = _residual(t, y, short, f"add_s{s}b{blk}"), 4 * width
+    t.classifier_head(x, cin, classes)
+    return t.model("resnet50", batch, size, classes)
 
 
 def mobilenetv2(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000, width: float = 1.0):
@@ -194,51 +257,119 @@ def mobilenetv2(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1
     17 inverted residual blocks (1x1 expand-Relu6, 3x3 depthwise (group = channels)-Relu6, 1x1 project,
     residual Add where shapes match), 1x1 Conv to 1280 + Relu6, GlobalAveragePool, Flatten, Gemm to
     ``classes``. Input [batch, 3, size, size]."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], [_init("clip_lo", np.float32(0)), _init("clip_hi", np.float32(6))]
-    count = [0]
+    t = _Net(seed)
 
     def ch(c):
         return max(8, int(c * width + 4) // 8 * 8)
 
-    def conv(x, cin, cout, k, stride, group, relu6):
-        count[0] += 1
-        i = count[0]
-        fan = cin // group * k * k
-        inits.append(_init(f"conv{i}_w", rng.standard_normal((cout, cin // group, k, k)) * np.sqrt(2.0 / fan)))
-        inits.append(_init(f"conv{i}_b", 0.1 * rng.standard_normal(cout)))
-        nodes.append(helper.make_node("Conv", [x, f"conv{i}_w", f"conv{i}_b"], [f"conv{i}"], kernel_shape=[k, k],
-                                      strides=[stride, stride], pads=[k // 2] * 4, group=group, name=f"conv{i}"))
-        if not relu6:
-            return f"conv{i}"
-        nodes.append(helper.make_node("Clip", [f"conv{i}", "clip_lo", "clip_hi"], [f"relu6_{i}"], name=f"relu6_{i}"))
-        return f"relu6_{i}"
-
     cin = ch(32)
-    x = conv("input", 3, cin, 3, 2, 1, True)
-    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+    x = t.conv("input", 3, cin, 3, 2, 1, "relu6")
+    for e, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
                        (6, 320, 1, 1)):
         cout = ch(c)
         for j in range(n):
             stride = s if j == 0 else 1
-            hid = cin * t
-            y = conv(x, cin, hid, 1, 1, 1, True) if t != 1 else x
-            y = conv(y, hid, hid, 3, stride, hid, True)
-            y = conv(y, hid, cout, 1, 1, 1, False)
+            hid = cin * e
+            y = t.conv(x, cin, hid, 1, 1, 1, "relu6") if e != 1 else x
+            y = t.conv(y, hid, hid, 3, stride, hid, "relu6")
+            y = t.conv(y, hid, cout, 1, 1, 1, None)
             if stride == 1 and cin == cout:
-                nm = f"res{count[0]}"
-                nodes.append(helper.make_node("Add", [y, x], [nm], name=nm))
-                y = nm
+                y = t.node("Add", [y, x], f"res{t.count}")
             x, cin = y, cout
-    x = conv(x, cin, 1280, 1, 1, 1, True)
-    inits += [_init("fc_w", rng.standard_normal((classes, 1280)) * np.sqrt(1.0 / 1280)),
-              _init("fc_b", rng.standard_normal(classes) * 0.1)]
-    nodes += [helper.make_node("GlobalAveragePool", [x], ["pool"], name="global_pool"),
-              helper.make_node("Flatten", ["pool"], ["flat"], axis=1, name="flatten"),
-              helper.make_node("Gemm", ["flat", "fc_w", "fc_b"], ["output"], transB=1, name="fc")]
-    g = helper.make_graph(nodes, "mobilenetv2",
-                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 3, size, size])],
-                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, classes])], inits)
+    t.classifier_head(t.conv(x, cin, 1280, 1, 1, 1, "relu6"), 1280, classes)
+    return t.model("mobilenetv2", batch, size, classes)
+
+
+def efficientnet(seed: int = 0, batch: int = 1, size: int = 224, classes: int = 1000, se_ratio: float = 0.25,
+                 stages=((1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5), (6, 80, 3, 2, 3), (6, 112, 3, 1, 5),
+                         (6, 192, 4, 2, 5), (6, 320, 1, 1, 3)), head: int = 1280):
+    """An EfficientNet-B0-style network (BatchNorm folded into conv biases, SiLU written x * Sigmoid(x) as torch
+    exports it): stem Conv 3x3/2 to 32 + SiLU, MBConv blocks per ``stages`` (expansion, channels, repeats,
+    stride, kernel): 1x1 expand-SiLU, kxk depthwise-SiLU, squeeze-excite (GlobalAveragePool, 1x1 Conv reduce to
+    ``se_ratio`` of the block's input channels-SiLU, 1x1 Conv expand-Sigmoid, Mul), 1x1 project, residual Add
+    where shapes match; 1x1 Conv to ``head`` channels-SiLU and the classifier head. Input [batch, 3, size, size]."""
+    t = _Net(seed)
+    cin = 32
+    x = t.conv("input", 3, cin, 3, 2, 1, "silu")
+    for e, cout, n, s, k in stages:
+        for j in range(n):
+            stride = s if j == 0 else 1
+            hid = cin * e
+            y = t.conv(x, cin, hid, 1, 1, 1, "silu") if e != 1 else x
+            y = t.conv(y, hid, hid, k, stride, hid, "silu")
+            sq = max(1, int(cin * se_ratio))
+            g = t.node("GlobalAveragePool", [y], f"se{t.count}_pool")
+            g = t.conv(t.conv(g, hid, sq, 1, act="silu"), sq, hid, 1, act="sigmoid")
+            y = t.conv(t.node("Mul", [y, g], f"se{t.count}"), hid, cout, 1)
+            if stride == 1 and cin == cout:
+                y = t.node("Add", [y, x], f"res{t.count}")
+            x, cin = y, cout
+    t.classifier_head(t.conv(x, cin, head, 1, act="silu"), head, classes)
+    return t.model("efficientnet", batch, size, classes)
+
+
+def unet(seed: int = 0, batch: int = 1, size: int = 128, channels: int = 3, classes: int = 2,
+         widths=(32, 64, 128, 256)):
+    """A U-Net-style encoder/decoder: per level two Conv 3x3-Relu (bias, BatchNorm folded) then MaxPool 2x2
+    down to a bottleneck at ``widths[-1]``; the decoder upsamples alternately with ConvTranspose 2x2/2 and
+    Resize (nearest, x2) + Conv 1x1, concatenates the encoder's skip connection (Concat on channels) and
+    applies two Conv 3x3-Relu; a final Conv 1x1 to ``classes`` channels. Input [batch, channels, size, size]
+    (``size`` divisible by 2 ** (len(widths) - 1)); output [batch, classes, size, size]. Opset 17."""
+    t = _Net(seed)
+    x, cin, skips = "input", channels, []
+    for lvl, w in enumerate(widths):
+        if lvl:
+            x = t.node("MaxPool", [x], f"down{lvl}", kernel_shape=[2, 2], strides=[2, 2])
+        x = t.conv(t.conv(x, cin, w, 3, act="relu"), w, w, 3, act="relu")
+        skips.append(x)
+        cin = w
+    t.inits.append(_init("up_scales", [1, 1, 2, 2]))
+    for lvl in range(len(widths) - 2, -1, -1):
+        w = widths[lvl]
+        if lvl % 2:
+            x = t.node("Resize", [x, "", "up_scales"], f"up{lvl}_resize", mode="nearest")
+            x = t.conv(x, cin, w, 1)
+        else:
+            t.inits += [_init(f"up{lvl}_w", t.rng.standard_normal((cin, w, 2, 2)) * np.sqrt(1.0 / cin)),
+                        _init(f"up{lvl}_b", 0.1 * t.rng.standard_normal(w))]
+            x = t.node("ConvTranspose", [x, f"up{lvl}_w", f"up{lvl}_b"], f"up{lvl}", kernel_shape=[2, 2],
+                       strides=[2, 2])
+        x = t.node("Concat", [x, skips[lvl]], f"cat{lvl}", axis=1)
+        x = t.conv(t.conv(x, 2 * w, w, 3, act="relu"), w, w, 3, act="relu")
+        cin = w
+    t.conv(x, cin, classes, 1)
+    t.nodes[-1].output[0] = "output"
+    g = helper.make_graph(t.nodes, "unet", [helper.make_tensor_value_info(
+        "input", TensorProto.FLOAT, [batch, channels, size, size])], [helper.make_tensor_value_info(
+            "output", TensorProto.FLOAT, [batch, classes, size, size])], t.inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-kit")
+
+
+def lstm_lm(seed: int = 0, batch: int = 1, seq: int = 64, vocab: int = 4096, hidden: int = 256, layers: int = 2):
+    """An LSTM language model: token ids [seq, batch] (int64) through an embedding table (Gather) of width
+    ``hidden``, ``layers`` ONNX LSTM ops (forward, hidden ``hidden``, bias, zero initial state; each Y
+    [seq, 1, batch, hidden] squeezed to [seq, batch, hidden]), then a MatMul + Add to ``vocab`` logits
+    [seq, batch, vocab]. Opset 17."""
+    rng = np.random.default_rng(seed)
+    s = 1.0 / np.sqrt(hidden)
+    inits = [_init("embedding", rng.standard_normal((vocab, hidden)) * 0.5),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    nodes = [helper.make_node("Gather", ["embedding", "input"], ["embedded"], name="embed")]
+    x = "embedded"
+    for li in range(layers):
+        inits += [_init(f"lstm{li}_W", rng.uniform(-s, s, (1, 4 * hidden, hidden))),
+                  _init(f"lstm{li}_R", rng.uniform(-s, s, (1, 4 * hidden, hidden))),
+                  _init(f"lstm{li}_B", rng.uniform(-s, s, (1, 8 * hidden)))]
+        nodes += [helper.make_node("LSTM", [x, f"lstm{li}_W", f"lstm{li}_R", f"lstm{li}_B"], [f"lstm{li}_y"],
+                                   hidden_size=hidden, name=f"lstm{li}"),
+                  helper.make_node("Squeeze", [f"lstm{li}_y", "axis1"], [f"lstm{li}_out"], name=f"squeeze{li}")]
+        x = f"lstm{li}_out"
+    inits += [_init("decoder_w", rng.standard_normal((hidden, vocab)) * s),
+              _init("decoder_b", 0.1 * rng.standard_normal(vocab))]
+    nodes += [helper.make_node("MatMul", [x, "decoder_w"], ["logits_mm"], name="decoder"),
+              helper.make_node("Add", ["logits_mm", "decoder_b"], ["output"], name="decoder_bias")]
+    g = helper.make_graph(nodes, "lstm_lm", [helper.make_tensor_value_info("input", TensorProto.INT64, [seq, batch])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, [seq, batch, vocab])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-kit")
 
 
@@ -384,5 +515,6 @@ def elementwise_chain(nodes: int, seed: int = 0, batch: int = 8, width: int = 32
 
 
 #: The larger benchmark models (bench/bench_cpu.py), kept out of ``MODELS``, which tests run in full on every backend.
-BENCH_MODELS = {"mlp": mlp, "resnet18": resnet18, "mobilenetv2": mobilenetv2, "bert_encoder": bert_encoder,
+BENCH_MODELS = {"mlp": mlp, "resnet18": resnet18, "resnet50": resnet50, "mobilenetv2": mobilenetv2,
+                "efficientnet": efficientnet, "unet": unet, "lstm_lm": lstm_lm, "bert_encoder": bert_encoder,
                 "vit_tiny": vit_tiny, "elementwise_chain": elementwise_chain}

@@ -30,7 +30,12 @@ def test_new_models_match_onnxruntime_small():
 
     for m in (example_models.mlp(batch=4, sizes=(32, 16, 8)), example_models.resnet18(size=32, classes=10),
               example_models.mobilenetv2(size=32, classes=10, width=0.25),
-              example_models.bert_encoder(seq=8, hidden=32, heads=2, layers=1, ffn=64)):
+              example_models.bert_encoder(seq=8, hidden=32, heads=2, layers=1, ffn=64),
+              example_models.resnet50(size=32, classes=10, blocks=(1, 1), widths=(8, 16)),
+              example_models.efficientnet(size=32, classes=10, stages=((1, 8, 1, 1, 3), (6, 16, 2, 2, 5)), head=32),
+              example_models.unet(size=32, widths=(4, 8, 16)),
+              example_models.lstm_lm(seq=6, vocab=30, hidden=16),
+              example_models.vit_tiny(size=32, patch=8, hidden=16, heads=2, layers=1, mlp=32, classes=10)):
         m.ir_version = min(m.ir_version, ORT_IR_VERSION)
         feed = feed_of(m)
         got = glow_core.compile(m, "cpu", num_threads=1).run(feed)[m.graph.output[0].name]

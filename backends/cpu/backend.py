@@ -8,7 +8,7 @@ import os
 from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.ops.registry import get_primitive
 
-from . import sanitize, toolchain
+from . import kernels_nn, sanitize, toolchain
 from .bundle import write_bundle
 from .codegen import KernelInstr, prelude_text, scratch_layout
 from .codegen_int8 import supported as quantized_supported
@@ -24,7 +24,8 @@ FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul", "add") for 
 
 class CPUBackend(Backend):
     """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
-    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine). Storage-only
+    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine); float32 Softmax,
+    LayerNormalization, LSTM and GRU kept whole (kernels_nn). Storage-only
     float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"
@@ -32,7 +33,7 @@ class CPUBackend(Backend):
     def is_op_supported(self, node_info: NodeInfo) -> "bool | Unsupported":
         p = get_primitive(node_info.op)
         if p is None:
-            return False
+            return kernels_nn.supported(node_info)
         if p.quantized == "own":
             return quantized_supported(node_info)
         if node_info.in_dtypes and node_info.in_dtypes[0] not in p.dtypes:
@@ -47,6 +48,12 @@ class CPUBackend(Backend):
         if node_info.op == "scatter_nd":
             return node_info.attrs.get("reduction", "none") == "none"
         return p.movement
+
+    def should_lower(self, node) -> bool:
+        """Softmax over the last axis, LayerNormalization, and forward LSTM/GRU with default activations on
+        float32 run whole (kernels_nn: one kernel instead of the lowering's reductions, elementwise
+        instructions and per-step recurrences); everything else is lowered."""
+        return not kernels_nn.keeps_whole(node)
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
         """conv (the conv engine, im2col/direct GEMM and depthwise), matmul and the elementwise add apply every

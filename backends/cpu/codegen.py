@@ -36,7 +36,7 @@ from .codegen_int8 import scratch_bytes as int8_scratch_bytes
 from .conv_algorithms import template_env
 from .conv_engine import ConvGeometry, Epilogue, plan_conv
 from .ctypes_map import INT_LIMITS, ctype, supported
-from . import kernels_ew, storage_cast
+from . import kernels_ew, kernels_nn, storage_cast
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 _ENV: jinja2.Environment | None = None
@@ -474,6 +474,8 @@ def scratch_layout(ki) -> ScratchLayout:
         return conv_plan(ki).scratch
     if ki.op == "matmul":
         return matmul_plan(ki).scratch
+    if ki.op in kernels_nn.SCRATCH:
+        return ScratchLayout.of([("nn", kernels_nn.SCRATCH[ki.op](ki))])
     if ki.op in BAKED:
         n = int8_scratch_bytes(ki)
         return ScratchLayout({"int8": 0}, n) if n else ScratchLayout({}, 0)
@@ -545,6 +547,8 @@ class _Kernel(QuantizedKernels):
             self.choice = "empty output: nothing to compute"
             return f"GLOW_KERNEL int {fn}(uint8_t *const *p) {{ (void)p; return 0; }}\n"
         method = getattr(self, "k_" + ki.op, None)
+        if method is None and ki.op in kernels_nn.KERNELS:  # ops the backend keeps whole
+            method = functools.partial(kernels_nn.KERNELS[ki.op], self)
         if method is None:
             if ki.op in kernels_ew.UNARY or ki.op in kernels_ew.BINARY or ki.op in ("select", "mod"):
                 method = self.k_elementwise

@@ -10,9 +10,13 @@ from ..registry import onnx_op
 
 
 def batched_matmul(b, x, y):
-    """numpy.matmul on two operands of rank >= 2: broadcast the batch dims, then primitive `matmul`."""
+    """numpy.matmul on two operands of rank >= 2: with a 2-D ``y``, one `matmul` of x's leading dims as rows;
+    otherwise broadcast the batch dims, then primitive `matmul`."""
     if x.shape[-1] != y.shape[-2]:
         raise ShapeError(f"{b.where}: inner dims differ: {x.shape} x {y.shape}")
+    if y.rank == 2 and x.rank > 2:  # no copy of y per batch
+        lead = x.shape[:-1]
+        return b.reshape_(b.matmul(b.reshape_(x, (prod(lead), x.shape[-1])), y), lead + (y.shape[-1],))
     batch = b.broadcast_shapes(x.shape[:-2], y.shape[:-2])
     x = b.broadcast_to(x, batch + x.shape[-2:])
     y = b.broadcast_to(y, batch + y.shape[-2:])

@@ -1,0 +1,159 @@
+"""Whole-op kernels of the CPU backend: the transformer ops it keeps whole (``CPUBackend.should_lower`` False)
+instead of running their lowering's chain of primitives, each a single pass per row with nothing materialized
+between the steps.
+
+* Softmax (opset >= 13, float32, over the last axis): per row max, exp(x - max) with the sum, divide
+  (templates/softmax.c.j2).
+* LayerNormalization (float32, the Y output only, scale and bias of the normalized dims' shape): per row mean,
+  variance of the centred row, (x - mean) * 1/sqrt(var + epsilon) * scale + bias (templates/layernorm.c.j2).
+* Gelu (float32, erf or tanh form): one loop, the lowering's expression (templates/gelu.c.j2).
+* LSTM and GRU (float32, forward, time-major, default activations, no clip, inputs X, W, R and optionally B,
+  zero initial state; GRU either linear_before_reset): the gate projections of the whole sequence in one GEMM,
+  then per step one fused loop (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c)
+  (templates/rnn.c.j2). No per-step instructions, where the lowering unrolls a matmul and a dozen elementwise
+  instructions per step.
+
+Each computes what the lowering computes, in its order and precision (sums in double as ``reduce_sum`` does,
+the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds may round differently.
+The lowering (the interpreter's reference) stays the specification.
+"""
+from __future__ import annotations
+
+import math
+from math import prod
+
+import numpy as np
+
+from .kernels_ew import reduce_parts
+
+
+def _trailing(shape) -> tuple:
+    """``shape`` without leading 1s (the broadcast-relevant part of a parameter's shape)."""
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _f32(v: float) -> str:
+    """A C hexadecimal literal of ``v`` rounded to float32 (append ``f``), as the lowering's scalar constants."""
+    return float.hex(float(np.float32(v)))
+
+
+def _softmax_whole(node) -> bool:
+    x = node.inputs[0]
+    axis = node.attrs.get("axis", -1)
+    return node.opset >= 13 and x.rank >= 1 and axis in (-1, x.rank - 1)
+
+
+def _layernorm_whole(node) -> bool:
+    x = node.inputs[0]
+    axis = node.attrs.get("axis", -1)
+    axis = axis + x.rank if axis < 0 else axis
+    if len(node.outputs) != 1 or not 0 <= axis < x.rank or node.attrs.get("stash_type", 1) != 1:
+        return False
+    norm = _trailing(x.shape[axis:])
+    return all(v is None or (v.dtype.name == "float32" and _trailing(v.shape) == norm) for v in node.inputs[1:3])
+
+
+def _rnn_whole(node) -> bool:
+    a = node.attrs
+    acts = [str(x.decode() if isinstance(x, bytes) else x).lower() for x in (a.get("activations") or ())]
+    default = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}[node.op]
+    return (3 <= len(node.inputs) <= 4 and all(v is not None and v.dtype.name == "float32" for v in node.inputs)
+            and a.get("direction", "forward") == "forward" and a.get("layout", 0) == 0 and a.get("clip") is None
+            and not a.get("input_forget") and acts in ([], default)
+            and a.get("activation_alpha") is None and a.get("activation_beta") is None)
+
+
+def _gelu_whole(node) -> bool:
+    return node.attrs.get("approximate", "none") in ("none", "tanh")
+
+
+#: ONNX op -> whether a node of it (float32 input already checked) is kept whole.
+WHOLE = {"Softmax": _softmax_whole, "LayerNormalization": _layernorm_whole, "LSTM": _rnn_whole, "GRU": _rnn_whole,
+         "Gelu": _gelu_whole}
+
+
+def keeps_whole(node) -> bool:
+    """Whether the CPU backend runs ``node`` with its whole-op kernel (else it is lowered to primitives)."""
+    rule = WHOLE.get(node.op)
+    x = node.inputs[0] if node.inputs else None
+    return (rule is not None and x is not None and x.dtype.name == "float32" and x.type.numel > 0
+            and rule(node))
+
+
+def supported(node_info) -> bool:
+    """``is_op_supported`` for the ops of WHOLE (only nodes ``keeps_whole`` accepted reach the backend whole)."""
+    return node_info.op in WHOLE and node_info.in_dtypes[:1] == ("float32",)
+
+
+def _rows(x, axis: int) -> tuple[int, int]:
+    """(rows, row length) of ``x`` normalized over the dims from ``axis`` on."""
+    shape = x.type.shape
+    axis = axis + len(shape) if axis < 0 else axis
+    return prod(shape[:axis]), prod(shape[axis:])
+
+
+def k_softmax(kernel, ki, fn) -> str:
+    x, out = ki.ins[0], ki.outs[0]
+    rows, n = _rows(x, -1)
+    acc_t, init, update = reduce_parts("reduce_max", "float32")
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    kernel.choice = f"softmax whole: {rows} rows of {n}, one kernel (max, exp+sum, divide)"
+    return kernel.t("softmax.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), rows=rows, n=n,
+                    max_t=acc_t, max_init=init, max_update=update, sum_t=sum_t)
+
+
+def k_layernorm(kernel, ki, fn) -> str:
+    x, out = ki.ins[0], ki.outs[0]
+    rows, n = _rows(x, ki.attrs.get("axis", -1))
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    eps = _f32(ki.attrs.get("epsilon", 1e-5))
+    kernel.choice = f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance, normalize-scale-shift)"
+    return kernel.t("layernorm.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), scale=kernel.ptr(ki.ins[1]),
+                    bias=kernel.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps)
+
+
+_GATES = {"LSTM": 4, "GRU": 3}
+
+
+def k_gelu(kernel, ki, fn) -> str:
+    tanh = ki.attrs.get("approximate", "none") == "tanh"
+    kernel.choice = f"gelu whole ({'tanh' if tanh else 'erf'} form): one loop"
+    return kernel.t("gelu.c.j2", fn=fn, x=kernel.ptr(ki.ins[0]), y=kernel.ptr(ki.outs[0]), n=ki.ins[0].type.numel,
+                    tanh=tanh, c_cube=_f32(0.044715),
+                    c_scale=_f32(math.sqrt(2.0 / math.pi) if tanh else 1.0 / math.sqrt(2.0)))
+
+
+def _rnn_dims(ki) -> tuple[int, int, int, int]:
+    """(steps, batch, input size, hidden) of an LSTM or GRU instruction."""
+    steps, batch, inp = ki.ins[0].type.shape
+    return steps, batch, inp, ki.ins[2].type.shape[2]
+
+
+def rnn_scratch_bytes(ki) -> int:
+    """The input projections of every step [steps, batch, gates x hidden], then h and c (LSTM) or the new h
+    (GRU) [batch, hidden], and GRU's r * h [hidden]."""
+    steps, batch, _, hidden = _rnn_dims(ki)
+    return 4 * (steps * batch * _GATES[ki.op] * hidden + 2 * batch * hidden + hidden)
+
+
+def k_rnn(kernel, ki, fn) -> str:
+    steps, batch, inp, hidden = _rnn_dims(ki)
+    gates = _GATES[ki.op] * hidden
+    outs = [kernel.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
+    lbr = bool(ki.attrs.get("linear_before_reset", 0))
+    kernel.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
+                     f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps")
+    return kernel.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=kernel.ptr(ki.ins[0]), w=kernel.ptr(ki.ins[1]),
+                    r=kernel.ptr(ki.ins[2]), b=kernel.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0],
+                    y_h=outs[1], y_c=outs[2] if ki.op == "LSTM" else None, scratch=kernel.scratch_ptr(),
+                    steps=steps, batch=batch, inp=inp, hidden=hidden, gates=gates, lanes=32, rows=4,
+                    rb_rows=gates if ki.op == "LSTM" else 2 * hidden, linear_before_reset=lbr)
+
+
+#: ONNX op -> kernel renderer ``(codegen._Kernel, KernelInstr, function name) -> C source``.
+KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm, "LSTM": k_rnn, "GRU": k_rnn, "Gelu": k_gelu}
+#: ONNX op -> bytes of scratch its kernel needs.
+SCRATCH = {"LSTM": rnn_scratch_bytes, "GRU": rnn_scratch_bytes}
