@@ -14,6 +14,7 @@ from glow_core.ops import custom_ops
 from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
+from . import paths
 from .onnx_cases import Init, model_case as _model_case, one_node
 from .primitive_cases import pairs, specials, sprinkle
 
@@ -218,6 +219,11 @@ def _structured():
                                                                           rnd(d, (3, 6, 5), r)]))
     add("MatMul", "vec_mat", F, lambda r, d: one_node("MatMul", [rnd(d, (6,), r), rnd(d, (2, 6, 3), r)]))
     add("MatMul", "mat_vec", F, lambda r, d: one_node("MatMul", [rnd(d, (4, 6), r), rnd(d, (6,), r)]))
+    # a constant B of a GEMM-sized product (paths.gemm_shapes: the CPU backend's GEMM, not its small loops):
+    # float16 B converted to float32 at compile time, float32/float64 B read in place
+    gm, gk, gn = paths.gemm_shapes("f32")[0]
+    add("MatMul", f"const_b_gemm_{gm}x{gk}x{gn}", F, lambda r, d: one_node(
+        "MatMul", [rnd(d, (gm, gk), r), Init(rnd(d, (gk, gn), r))]))
     for ta in (0, 1):
         for tb in (0, 1):
             add("Gemm", f"tA{ta}_tB{tb}", F, lambda r, d, ta=ta, tb=tb: one_node(
