@@ -18,6 +18,7 @@ from glow_core import example_models
 from glow_core.types import dtype as gdtype
 
 from . import networks as M
+from . import paths
 from .onnx_cases import model_case
 
 
@@ -45,6 +46,9 @@ MODELS = {
     "bert_encoder": lambda dt: M.bert_encoder(seed=1, dt=dt),
     "lstm_unrolled": lambda dt: M.lstm_unrolled(seed=1, dt=dt),
     "unet": lambda dt: M.unet(seed=1, dt=dt),
+    # Gemm + Relu above the CPU backend's GEMM thresholds (a batch past its M block): the fused epilogue
+    "mlp_gemm_epilogue": lambda dt: M.mlp(seed=2, dt=dt, batch=paths.gemm_tiles("f32")["mc"] + 1,
+                                          sizes=(64, 96, 40, 10)),
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "lstm_unrolled": ("float32", "float64")}
