@@ -9,8 +9,8 @@ kernel is compiled instrumented) and prints its wall time. The analysis reads th
 reports (``conformance/coverage.py``: per template, the lines executed, generated but never executed, never
 generated); several reports are united (a line is reached when any run executed it).
 
-*Reachable* lines: the lines gcov counts in some build (executable) plus the never-generated lines that hold a
-statement (a ``;`` or a control keyword), less the lines dead on this host: inside a ``#if`` on instruction-set
+*Reachable* lines: the lines gcov counts in some build (executable) plus the lines no run generated that hold a
+statement (a ``;`` or a control keyword, not a comment), less the lines dead on this host: inside a ``#if`` on instruction-set
 macros that the compiler, with the backend's flags (``-march=native``), evaluates false. Each unreached line
 gets one reason, in this order: dead for this ISA (the macro test); a reason of ``REASONS`` (template, pattern
 over the enclosing template condition or the line, why); never generated (the enclosing ``{% if %}`` no case
@@ -41,6 +41,8 @@ REASONS = [
     ("bundle*.j2", r".", "bundles only (glowc bundle: a standalone C program, not run by the conformance suite)"),
     ("*", r"sanitize|GLOW_SANITIZE", "sanitizer builds only (GLOW_CPU_SANITIZE; bench/ and CI's sanitizer step)"),
     ("*", r"timed|clock_gettime|trace", "timed runs only (glowc run --trace: the per-kernel timing walker)"),
+    ("gemm.c.j2", r"if \(K <= 0\)|Cm\[i \* ldc \+ j\] = v", "unreachable: codegen.matmul_plan takes the GEMM only for "
+     "m * n * k >= 32768 and conv's K = C * kh * kw >= 1, so K is never 0 (a defensive guard)"),
     ("*", r"fprintf\(stderr|abort\(\)|return -\d", "error exits (a failing allocation or a bad run-time index: "
      "the negative tier checks those that can happen; the rest guard what the memory plan rules out)"),
 ]
@@ -48,6 +50,7 @@ REASONS = [
 _JINJA = re.compile(r"\{%-?\s*(if|elif|else|endif|for|endfor|macro|endmacro)\b(.*?)-?%\}")
 _CPP = re.compile(r"^\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)$")
 _CTRL = re.compile(r"^\s*(\}\s*)?(if|else if|for|while|switch|case|do)\b")
+_COMMENT = re.compile(r"^\s*(/\*|\*|//|\{#)")
 _STMT = re.compile(r";|^\s*(if|for|while|switch|case|return|break|continue|goto)\b")
 ISA = re.compile(r"__(AVX\w*|SSE\w*|FMA\w*|F16C|ARM\w*|aarch64|x86_64|AMX\w*|VNNI\w*|BMI\w*|GNUC)__"
                  r"|GLOW_Q_PORTABLE")
@@ -122,7 +125,7 @@ def contexts(text: str, macros: set[str]):
 
 def _reason(name, kind, cond, ctrl, text):
     for glob, pattern, why in REASONS:
-        if fnmatch.fnmatch(name, glob) and re.search(pattern, f"{cond} | {text}"):
+        if fnmatch.fnmatch(name, glob) and re.search(pattern, f"{cond} | {ctrl} | {text}"):
             return why
     if kind == "never generated":
         return f"never generated: no case rendered {{% {cond} %}}" if cond else "never generated"
@@ -149,13 +152,15 @@ def analyse(reports: list[dict], macros: set[str]) -> dict:
             text = f.read()
         lines = c_lines(text)
         ctx = contexts(text, macros)
-        executable, executed = set(), set()
+        executable, executed, never = set(), set(), set(lines)
         for r in reports:
             t = r["templates"].get(name)
             if t:
                 executed |= set(t["executed"])
                 executable |= set(t["executed"]) | set(t["never_executed"])
-        ungenerated = {n for n in lines if n not in executable and _STMT.search(_JINJA.sub("", lines[n]))}
+                never &= set(t["never_generated"])
+        ungenerated = {n for n in never - executable if _STMT.search(_JINJA.sub("", lines[n]))
+                       and not _COMMENT.match(_JINJA.sub("", lines[n]))}
         dead = {n for n in executable | ungenerated if ctx[n][1]} - executed
         reachable = (executable | ungenerated) - dead
         groups, prev = {}, (None, None, None)
