@@ -39,6 +39,9 @@ TEMPLATES = os.path.join(ROOT, "backends", "cpu", "templates")
 #: only another configuration reaches. One line per known reason.
 REASONS = [
     ("bundle*.j2", r".", "bundles only (glowc bundle: a standalone C program, not run by the conformance suite)"),
+    ("module.c.j2", r".", "bundles only (program.source: the one translation unit of glowc bundle)"),
+    ("qcommon.h.j2", r"after if lanes == 16", "another target: the int8 engine renders 8-lane (AVX2) code only for "
+     "hosts without AVX-512 or an explicit --cpu (int8_common's target); this host renders 16 lanes"),
     ("*", r"sanitize|GLOW_SANITIZE", "sanitizer builds only (GLOW_CPU_SANITIZE; bench/ and CI's sanitizer step)"),
     ("*", r"timed|clock_gettime|trace", "timed runs only (glowc run --trace: the per-kernel timing walker)"),
     ("gemm.c.j2", r"if \(K <= 0\)|Cm\[i \* ldc \+ j\] = v", "unreachable: codegen.matmul_plan takes the GEMM only for "
