@@ -20,6 +20,7 @@ A primitive's class is named in its record (``PrimitiveDef.tolerance``); an ONNX
 - ``mag=k`` (ONNX compositions whose intermediates are larger than the result, e.g. ``exp(x) - 1``):
   ``|got - want| <= k * eps(type) * m + ulp(want)``, ``m`` the element's intermediate scale given by the caller
   (``max(1, |operands|)``).
+  ``n`` is given by the caller: the reduction length for primitives, the largest operand's size for ONNX ops.
 - ``tensor=k`` (whole networks and the ONNX ops listed as such in tier_ops): ``|got - want| <= k * eps(type) *
   max|want|`` over the tensor: the one allowance that is not per element.
 An element passes when it meets any of its class's bounds. Everywhere: NaN comes back as NaN and only there,
@@ -73,6 +74,9 @@ TOLERANCES = {
     "op-ulp": {"float16": Tol(ulp=2), "bfloat16": Tol(ulp=2), "*": Tol(ulp=8)},
     "op-cancel": {"float16": Tol(ulp=2, mag=4.0), "bfloat16": Tol(ulp=2, mag=4.0), "*": Tol(ulp=8, mag=4.0)},
     "op-acc": {"float16": Tol(ulp=2, acc=4.0), "bfloat16": Tol(ulp=2, acc=4.0), "*": Tol(ulp=8, acc=4.0)},
+    # products and quotients of positive sums (softmax, products, norms): relative to each element
+    "op-rel": {"float16": Tol(ulp=2, rel=1.0), "bfloat16": Tol(ulp=2, rel=1.0), "*": Tol(ulp=8, rel=1.0)},
+    # the ops still judged against the tensor's largest value (see tier_ops.TENSOR_RELATIVE for why)
     "op": {"float16": Tol(ulp=4, tensor=4.0), "bfloat16": Tol(ulp=4, tensor=4.0), "*": Tol(ulp=16, tensor=16.0)},
     "op-exact": EXACT, "op-bitwise": BITWISE,
     # whole networks

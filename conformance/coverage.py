@@ -66,12 +66,12 @@ def instrument(text: str, name: str) -> str:
     and a ``(python-generated)`` one before every line that only expands an expression."""
     lines, c = text.split("\n"), c_lines(text)
     out = []
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(lines, 1):  # each directive on a line of its own: a macro's output may follow text
         if n in c:
             lead, rest = _split_lead(line)
-            out.append(f'{lead}#line {n} "{name}"\n{rest}')
+            out.append(f'{lead}\n#line {n} "{name}"\n{rest}')
         elif _EXPR_ONLY.match(line):
-            out.append(f'#line 1 "{GENERATED}"\n{line}')
+            out.append(f'\n#line 1 "{GENERATED}"\n{line}')
         else:
             out.append(line)
     return "\n".join(out)

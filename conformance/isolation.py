@@ -25,6 +25,7 @@ import time
 import traceback
 
 from .cases import CaseFailure, Unsupported
+from .coverage import ENV as COVERAGE_ENV
 
 HANG_AFTER = 3.0
 CHILD_CASES = 3000  # a child is replaced after this many cases (it keeps every library it loaded)
@@ -135,14 +136,16 @@ class Runner:
         self.children.append(pid)
 
     def stop(self):
-        """Let the child finish (it exits through libc); kill it if it does not within a few seconds."""
+        """Let the child finish (it exits through libc); kill it if it does not within a few seconds (a few
+        minutes under --coverage: gcov then merges the counters of every library the child loaded, and a
+        killed child's counters are lost)."""
         if self.pid is None:
             return
         try:
             _send(self.wfd, ("exit",))
         except OSError:
             pass
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + (300 if os.environ.get(COVERAGE_ENV) else 10)
         while time.monotonic() < deadline:
             if os.waitpid(self.pid, os.WNOHANG)[0]:
                 break

@@ -5,7 +5,8 @@ test is the reference interpreter (or an oracle of the case's own where Referenc
 wrong or less precise); otherwise the reference interpreter's answer for the same model. Per-element scales
 for the tolerance classes that need one: ``op-cancel`` takes max(1, |operands|) broadcast to the output,
 ``op-acc`` the answer of the same model on |operands| (every input and initializer made non-negative: the
-per-element sum of |terms| of a multilinear op), with n the size of the largest operand.
+per-element sum of |terms| of a multilinear op), with n the size of the largest operand; ``op-rel`` that n
+alone (each element relative to itself).
 """
 from __future__ import annotations
 
@@ -107,6 +108,8 @@ def scales(model, feeds, ctx, out_names, tolerance, want):
                     m = np.maximum(m, a.max(initial=0.0))
             mags[nm] = m
         return 1, mags
+    if tolerance == "op-rel":
+        return max([v.size for v in feeds.values()] + [int(np.prod(t.dims)) for t in model.graph.initializer] + [1]), {}
     if tolerance == "op-acc":
         am, af = _abs_model(model, feeds)
         absw = expected(am, af, ctx, out_names)

@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from glow_core.storage_formats import numeric_cast as cast  # noqa: F401 (the oracle of Cast)
+from glow_core.storage_formats import wrap
 from glow_core.types import dtype as gdtype
 
 F64 = np.float64
@@ -20,16 +22,6 @@ F64 = np.float64
 
 def is_float(dt) -> bool:
     return gdtype(np.dtype(dt)).is_float
-
-
-def wrap(obj, dt) -> np.ndarray:
-    """Python ints (object array) wrapped to integer dtype ``dt`` (two's complement)."""
-    dt = np.dtype(dt)
-    bits = dt.itemsize * 8
-    m = 1 << bits
-    signed = dt.kind == "i"
-    f = np.frompyfunc(lambda v: (int(v) % m) - (m if signed and int(v) % m >= m // 2 else 0), 1, 1)
-    return np.asarray(f(np.asarray(obj, dtype=object)), dtype=object).astype(dt).reshape(np.shape(obj))
 
 
 def _obj(a):
@@ -148,30 +140,6 @@ def binary(name, a, b, fmod=0):
         with np.errstate(all="ignore"):
             return _FLOAT_BIN[name](a.astype(F64), b.astype(F64)).astype(dt)
     return wrap(np.frompyfunc(_INT_BIN[name], 2, 1)(_obj(a), _obj(b)), dt)
-
-
-def cast(x, to):
-    src, dst = gdtype(x.dtype), gdtype(to)
-    if dst.is_bool:
-        return x.astype(F64) != 0 if src.is_float else x.astype(object) != 0
-    if src.is_bool:
-        x = x.astype(np.uint8)
-        src = gdtype("uint8")
-    if dst.is_int:
-        if src.is_int:
-            return wrap(_obj(x.astype(np.int64) if src.kind == "int" or src.itemsize < 8 else x), dst.np)
-        lo, hi = (0, 2 ** 64 - 1) if dst.name == "uint64" else (-2 ** 63, 2 ** 63 - 1)
-
-        def conv(v):
-            if math.isnan(v):
-                return 0
-            if math.isinf(v):
-                return hi if v > 0 else lo
-            return min(max(math.trunc(v), lo), hi)
-        return wrap(np.frompyfunc(conv, 1, 1)(x.astype(F64).astype(object)), dst.np)
-    if src.is_int:
-        return np.asarray(np.frompyfunc(float, 1, 1)(_obj(x)), dtype=F64).reshape(x.shape).astype(dst.np)
-    return x.astype(np.float32 if src.itemsize < 4 and dst.itemsize < 4 else F64).astype(dst.np)
 
 
 def bitcast(x, to):

@@ -18,6 +18,8 @@ import time
 from .cases import PROFILES, SKIP_KINDS
 
 OUTCOMES = ("pass", "fail", "skip", "xfail", "xpass")
+DTYPE_ORDER = {d: i for i, d in enumerate(("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16",
+                                           "uint16", "int32", "uint32", "int64", "uint64", "bool"))}
 SEVERITY = {"fail": 4, "xpass": 3, "xfail": 2, "skip": 1, "pass": 0}
 
 
@@ -106,11 +108,25 @@ def summarize(records, info: dict, filtered: bool = False, expected: dict | None
     if skips.get("no-memory-regions"):
         memory = (f"not checked: the backend's compiled functions expose no memory regions (memory_regions() "
                   f"returned None), so no guard bytes were set; {skips['no-memory-regions']} memory cases skipped")
-    tiers = {}
+    tiers, dtypes, tier_dtypes, profile_cases = {}, {}, {}, {}
     for r in recs:
         tiers[r["tier"]] = tiers.get(r["tier"], 0) + 1
-    return dict(info, counts=counts, skips=skips, threads=threads, tiers=tiers, profiles=profiles,
-                filtered=filtered, nothing_verified=nothing, memory=memory, matrix=matrix, cases=recs)
+        dtypes[r["dtype"]] = dtypes.get(r["dtype"], 0) + 1
+        row = tier_dtypes.setdefault(r["tier"], {})
+        row[r["dtype"]] = row.get(r["dtype"], 0) + 1
+        for p in r["profiles"]:
+            profile_cases[p] = profile_cases.get(p, 0) + 1
+    dtypes = {d: dtypes[d] for d in sorted(dtypes, key=dtype_key)}
+    profile_cases = {p: profile_cases[p] for p in sorted(profile_cases, key=lambda p: (
+        PROFILES.index(p) if p in PROFILES else len(PROFILES), p))}
+    return dict(info, counts=counts, skips=skips, threads=threads, tiers=tiers, dtypes=dtypes,
+                tier_dtypes=tier_dtypes, profile_cases=profile_cases, profiles=profiles, filtered=filtered,
+                nothing_verified=nothing, memory=memory, matrix=matrix, cases=recs)
+
+
+def dtype_key(d: str):
+    """Sort key of dtype columns: the common types first, then by name."""
+    return DTYPE_ORDER.get(d, len(DTYPE_ORDER)), d
 
 
 def summary_lines(data: dict) -> list[str]:
@@ -121,8 +137,13 @@ def summary_lines(data: dict) -> list[str]:
            f"threads {', '.join(f'{t}: {n} cases' for t, n in sorted(data['threads'].items()))}",
            f"{c['total']} cases, {c['claimed']} claimed: {c['pass']} passed, {c['fail']} failed, {c['xfail']} known "
            f"failures, {c['xpass']} known failures passing; {c['skip']} skipped ({why})",
-           "tiers: " + ", ".join(f"{t} {n}" for t, n in sorted(data.get("tiers", {}).items())),
-           "filter: " + ("; ".join(data["filter"]) if data["filter"] else "none (the whole suite)")]
+           "cases per tier and dtype:"]
+    for t, n in sorted(data.get("tiers", {}).items()):
+        row = data.get("tier_dtypes", {}).get(t, {})
+        out.append(f"  {t:11s} {n:6d}: " + ", ".join(f"{d} {row[d]}" for d in sorted(row, key=dtype_key)))
+    out += [f"  {'all':11s} {c['total']:6d}: " + ", ".join(f"{d} {n}" for d, n in data.get("dtypes", {}).items()),
+            "cases per profile: " + (", ".join(f"{p} {n}" for p, n in data.get("profile_cases", {}).items()) or "-"),
+            "filter: " + ("; ".join(data["filter"]) if data["filter"] else "none (the whole suite)")]
     if data.get("nothing_verified"):
         out.append("FAIL: " + data["nothing_verified"])
     if data["memory"]:
@@ -202,10 +223,20 @@ def render_html(data: dict) -> str:
     for p, (verdict, why) in data.get("required", {}).items():
         out.append(f"<p class='required' data-profile='{e(p)}' data-verdict='{verdict}'>Required profile "
                    f"<b>{e(p)}</b>: <span class='{verdict}'>{verdict}</span> ({e(why)})</p>")
+    dts = list(data.get("dtypes", {}))
+    out.append("<h2>Cases per tier and dtype</h2><table id='tier-dtypes'><tr><th class='row'>tier</th>"
+               + "".join(f"<th>{e(d)}</th>" for d in dts) + "<th>total</th></tr>")
+    for tier, n in sorted(data.get("tiers", {}).items()):
+        row = data["tier_dtypes"].get(tier, {})
+        out.append(f"<tr data-tier='{e(tier)}'><td class='row'>{e(tier)}</td>"
+                   + "".join(f"<td>{row.get(d, '')}</td>" for d in dts) + f"<td>{n}</td></tr>")
+    out.append("<tr><td class='row'>all</td>" + "".join(f"<td>{data['dtypes'][d]}</td>" for d in dts)
+               + f"<td>{c['total']}</td></tr></table>")
+    out.append("<table id='profile-cases'><tr><th class='row'>profile</th><th>cases</th></tr>" + "".join(
+        f"<tr data-profile='{e(p)}'><td class='row'>{e(p)}</td><td>{n}</td></tr>"
+        for p, n in data.get("profile_cases", {}).items()) + "</table>")
     for tier, rows in data["matrix"].items():
-        order = {d: i for i, d in enumerate(("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16",
-                                              "uint16", "int32", "uint32", "int64", "uint64", "bool"))}
-        dts = sorted({d for cells in rows.values() for d in cells}, key=lambda d: (order.get(d, 99), d))
+        dts = sorted({d for cells in rows.values() for d in cells}, key=dtype_key)
         out.append(f"<h2>Tier {e(tier)}</h2><table class='matrix' data-tier='{e(tier)}'><tr><th class='row'>"
                    "subject</th>" + "".join(f"<th>{e(d)}</th>" for d in dts) + "</tr>")
         for subj in sorted(rows):

@@ -18,6 +18,7 @@ from glow_core import example_models
 from glow_core.types import dtype as gdtype
 
 from . import networks as M
+from . import paths
 from .onnx_cases import model_case
 
 
@@ -54,6 +55,9 @@ MODELS = {
     "lstm_lm_small": lambda dt: example_models.lstm_lm(seed=1, seq=5, vocab=20, hidden=8),
     "vit_small": lambda dt: example_models.vit_tiny(seed=1, size=16, patch=8, hidden=16, heads=2, layers=1, mlp=32,
                                                     classes=10),
+    # Gemm + Relu above the CPU backend's GEMM thresholds (a batch past its M block): the fused epilogue
+    "mlp_gemm_epilogue": lambda dt: M.mlp(seed=2, dt=dt, batch=paths.gemm_tiles("f32")["mc"] + 1,
+                                          sizes=(64, 96, 40, 10)),
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),

@@ -3,7 +3,7 @@ patterns included), attributes and special values (NaN, +-inf, +-0, denormals, e
 op, and for the reductions, pooling, arg-max/min, matmul, Gemm and Conv). Expectation: onnx.reference's
 ReferenceEvaluator on the unlowered op for the interpreter, the interpreter for other backends (see
 ``onnx_cases.expected``). Each op's tolerance class is in ``OP_CLASS`` (per element everywhere except the ops
-listed as "op", judged against the tensor's largest value). Ops not listed here are reported as uncovered by
+in ``TENSOR_RELATIVE``, judged against the tensor's largest value). Ops not listed here are reported as uncovered by
 ``uncovered()``.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from glow_core.ops import custom_ops
 from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
+from . import paths
 from .onnx_cases import Init, model_case as _model_case, one_node
 from .primitive_cases import pairs, specials, sprinkle
 
@@ -45,9 +46,9 @@ BINARY = {  # op -> dtypes
 }
 SHAPES = [(), (7,), (3, 5, 17), (2, 0, 3)]
 
-#: Tolerance class of each op (for float results; integer results are always exact). Unlisted elementwise
-#: ops (UNARY, BINARY) are op-ulp; unlisted structured ops are "op" (tensor-relative: normalizations,
-#: softmax, resampling, recurrences, signal processing...).
+#: Tolerance class of each op (for float results; integer results are always exact), per element (see
+#: checker.py). Unlisted elementwise ops (UNARY, BINARY) are op-ulp; a structured op must be listed here or in
+#: TENSOR_RELATIVE.
 OP_CLASS = {
     **dict.fromkeys(("Abs", "Neg", "Floor", "Ceil", "Round", "Sign", "Relu", "ThresholdedRelu", "IsNaN", "IsInf",
                      "Not", "Max", "Min", "Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "Clip",
@@ -62,8 +63,29 @@ OP_CLASS = {
                     "op-cancel"),
     **dict.fromkeys(("MatMul", "Gemm", "Conv", "ConvTranspose", "AveragePool", "GlobalAveragePool", "ReduceSum",
                      "ReduceMean", "ReduceL1", "ReduceSumSquare", "Einsum", "CumSum", "Sum", "Mean", "GlobalLpPool",
-                     "LpPool"), "op-acc"),
+                     "LpPool", "Resize", "Col2Im", "RoiAlign", "NegativeLogLikelihoodLoss"), "op-acc"),
+    # normalizations, log-sums, recurrences, windows and grids: each element within a few roundings of the
+    # scale of its own operands (x - mean, log(sum) - x, a0 - a1 cos(...): cancellation is absolute)
+    **dict.fromkeys(("LogSoftmax", "ReduceLogSumExp", "ReduceLogSum", "LayerNormalization", "BatchNormalization",
+                     "InstanceNormalization", "GroupNormalization", "MeanVarianceNormalization",
+                     "SoftmaxCrossEntropyLoss", "HannWindow", "HammingWindow", "BlackmanWindow", "Range", "LSTM",
+                     "GRU", "RNN", "AffineGrid", "GridSample", "DFT"), "op-cancel"),
+    # products and quotients of sums of positive terms: relative to each element
+    **dict.fromkeys(("Softmax", "ReduceProd", "ReduceL2", "LpNormalization", "LRN", "RMSNormalization"), "op-rel"),
+    # integer results (compared exactly whatever the class; listed so that no float allowance is implied)
+    **dict.fromkeys(("BitShift", "QuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
+                     "NonMaxSuppression"), "op-exact"),
+    # one rounding per element: (x - zero point) * scale; DynamicQuantizeLinear's scale (max - min) / 255
+    **dict.fromkeys(("DequantizeLinear", "DynamicQuantizeLinear"), "op-ulp"),
 }
+#: The ops still judged against the tensor's largest value ("op"), and why: a determinant's rounding error
+#: scales with the product of its rows' norms (Hadamard), not with its value, so no bound per element of the
+#: result exists; custom ops declare no tolerance class in their record.
+TENSOR_RELATIVE = {"Det"}
+#: (op, variant) -> class, where a variant computes something else than the op's other cases: nearest Resize
+#: selects; cubic Resize has negative coefficients, so running it on |x| (how op-acc gets each element's sum
+#: of |terms|) does not bound its terms, and it stays tensor-relative.
+VARIANT_CLASS = {("Resize", "nearest"): "op-bitwise", ("Resize", "cubic"): "op"}
 
 
 def op_specials(dt):
@@ -98,7 +120,17 @@ def model_case(case_id, tier, op, dt, build, tolerance, **kw):
 
 
 def op_class(op):
-    return OP_CLASS.get(op, "op-ulp" if op in UNARY or op in BINARY else "op")
+    """The tolerance class of an ONNX op's cases: OP_CLASS, op-ulp for other elementwise ops, "op" (tensor-
+    relative) for TENSOR_RELATIVE and custom ops."""
+    if op in OP_CLASS:
+        return OP_CLASS[op]
+    if op in UNARY or op in BINARY:
+        return "op-ulp"
+    if op in TENSOR_RELATIVE:
+        return "op"
+    raise KeyError(f"conformance/tier_ops.py: ONNX op {op!r} has cases but no tolerance class: list it in OP_CLASS "
+                   f"(per element: {', '.join(sorted(set(OP_CLASS.values())))}) or, with the reason, in "
+                   f"TENSOR_RELATIVE")
 BROADCAST = [((3, 4, 5), (5,)), ((3, 1, 5), (1, 4, 1)), ((1,), (2, 3)), ((), (4,)), ((2, 3, 4, 5), (3, 1, 1)),
              ((0, 3), (1, 3)), ((17, 65), (17, 65))]
 
@@ -187,6 +219,11 @@ def _structured():
                                                                           rnd(d, (3, 6, 5), r)]))
     add("MatMul", "vec_mat", F, lambda r, d: one_node("MatMul", [rnd(d, (6,), r), rnd(d, (2, 6, 3), r)]))
     add("MatMul", "mat_vec", F, lambda r, d: one_node("MatMul", [rnd(d, (4, 6), r), rnd(d, (6,), r)]))
+    # a constant B of a GEMM-sized product (paths.gemm_shapes: the CPU backend's GEMM, not its small loops):
+    # float16 B converted to float32 at compile time, float32/float64 B read in place
+    gm, gk, gn = paths.gemm_shapes("f32")[0]
+    add("MatMul", f"const_b_gemm_{gm}x{gk}x{gn}", F, lambda r, d: one_node(
+        "MatMul", [rnd(d, (gm, gk), r), Init(rnd(d, (gk, gn), r))]))
     for ta in (0, 1):
         for tb in (0, 1):
             add("Gemm", f"tA{ta}_tB{tb}", F, lambda r, d, ta=ta, tb=tb: one_node(
@@ -491,7 +528,7 @@ def structured_cases():
                       oracle=_lrn_oracle) for dt in ("float32", "float64")]
     # glowc fuzz --backend cpu (minimal model): an empty batch (the lowering divided by N * C)
     out.append(model_case("ops/LRN/float16/fuzz_empty_batch", "ops", "LRN", "float16",
-                          lambda r: one_node("LRN", [rnd("float16", (0, 1, 1, 1), r)], {"size": 1}), "op",
+                          lambda r: one_node("LRN", [rnd("float16", (0, 1, 1, 1), r)], {"size": 1}), op_class("LRN"),
                           oracle=_lrn_oracle))
     out += [model_case(f"ops/GlobalLpPool/{dt}/p{p}", "ops", "GlobalLpPool", dt,
                        lambda r, dt=dt, p=p: one_node("GlobalLpPool", [rnd(dt, (2, 3, 4, 5), r)], {"p": p}),
@@ -503,12 +540,14 @@ def structured_cases():
     # 0 (the specification; onnxruntime agrees), where Python's slices (and onnx.reference) give nothing
     out.append(model_case("ops/Slice/float32/fuzz_negative_step_start_below_range", "ops", "Slice", "float32",
                           lambda r: one_node("Slice", [rnd("float32", (3, 2), r), _c([-5]), _c([-4]), _c([0]),
-                                                       _c([-1])]), "op", oracle=lambda f: [f["x0"][0:1]]))
+                                                       _c([-1])]), op_class("Slice"),
+                          oracle=lambda f: [f["x0"][0:1]]))
     for op, variant, dts, fn in _structured():
         for dt in dts:
             prof = profiles_for(dt, quantized=op in QUANT)
             out.append(model_case(f"ops/{op}/{dt}/{variant}", "ops", op, dt, lambda r, fn=fn, dt=dt: fn(r, dt),
-                                  op_class(op), profiles=prof, oracle=SPEC_ORACLES.get((op, variant))))
+                                  VARIANT_CLASS.get((op, variant), op_class(op)), profiles=prof,
+                                  oracle=SPEC_ORACLES.get((op, variant))))
     return out
 
 

@@ -24,7 +24,7 @@ from glow_core.types import FLOATS, INTS, NUMERIC, dtype as gdtype
 
 from . import oracles as O
 from . import paths
-from . import storage_formats as SF
+from glow_core import storage_formats as SF
 from .cases import profiles_for
 from .primitive_cases import acc_specials, full_range, make_case, num_range, pairs, rand, specials, sprinkle
 from .quantized_cases import cases as quantized_cases

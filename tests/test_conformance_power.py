@@ -321,6 +321,68 @@ def test_a_backend_claiming_conv_then_refusing_it_fails_the_conv_cases(tmp_path)
     assert all(c["outcome"] == "pass" for c in data["cases"] if c["subject"] == "add")
 
 
+# -- ONNX ops judged per element: one small element off by half the old tensor-relative allowance -----------------
+PERTURB = 8  # in units of eps(type) * max|output|: half the old "op" class allowance (tensor=16)
+
+
+def _perturb_smallest(out):
+    """``out`` with its smallest nonzero finite element moved by PERTURB * eps * max|out| (away from zero)."""
+    out = np.array(out)
+    v = out.reshape(-1).astype(np.float64)
+    fin = np.isfinite(v) & (v != 0)
+    if out.dtype.kind != "f" or not fin.any():
+        return out
+    i = int(np.flatnonzero(fin)[np.argmin(np.abs(v[fin]))])
+    delta = PERTURB * float(np.finfo(out.dtype).eps) * float(np.abs(v[np.isfinite(v)]).max())
+    out.reshape(-1)[i] = v[i] + np.copysign(delta, v[i])
+    return out
+
+
+class _PerturbedFunction(InterpreterFunction):
+    def execute(self, inputs):
+        return {k: _perturb_smallest(v) for k, v in super().execute(inputs).items()}
+
+
+class PerturbsOneSmallElement(InterpreterBackend):
+    """Every float output right but for its smallest element, off by half what the old "op" class allowed."""
+
+    def compile(self, function, options):
+        return _PerturbedFunction(function)
+
+
+#: ops of the per-element classes that replaced "op" whose outputs have small elements (op-rel, op-cancel)
+PER_ELEMENT_OPS = ("Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization")
+
+
+def test_the_old_tensor_relative_class_let_a_small_element_through():
+    """The perturbation is inside the old "op" class and far off relatively: softmax over 17 elements."""
+    from glow_conformance.cases import CaseFailure
+    from glow_conformance.checker import compare
+    x = np.random.default_rng(0).uniform(-5, 5, (3, 4, 17))
+    e = np.exp(x - x.max(-1, keepdims=True))
+    want = (e / e.sum(-1, keepdims=True)).astype(np.float32)
+    got = _perturb_smallest(want)
+    i = np.flatnonzero(got != want)
+    assert i.size == 1 and abs(got.reshape(-1)[i[0]] / want.reshape(-1)[i[0]] - 1) > 0.01
+    compare(got, want, "op", "softmax", "-")
+    with pytest.raises(CaseFailure, match="1 of 204 elements out of tolerance"):
+        compare(got, want, "op-rel", "softmax", "-", n=204)
+
+
+def test_a_small_element_far_off_fails_every_per_element_op(tmp_path):
+    from glow_conformance.tier_ops import op_class
+    assert {op_class(op) for op in PER_ELEMENT_OPS} == {"op-rel", "op-cancel"}
+    rc, data = run_suite("tests.test_conformance_power:PerturbsOneSmallElement",
+                         [f"ops/{op}/float32/*" for op in PER_ELEMENT_OPS], tmp_path / "r.html")
+    by_op = {}
+    for c in data["cases"]:
+        by_op.setdefault(c["subject"], []).append(c)
+    assert rc == 1 and sorted(by_op) == sorted(PER_ELEMENT_OPS)
+    missed = [c["id"] for c in data["cases"] if c["outcome"] != "fail"]
+    assert not missed, f"a small element off by {PERTURB} eps * max|output| passed: {missed}"
+    assert all("out of tolerance (class op-" in c["detail"] for c in data["cases"])
+
+
 # -- CPU variants: one-token changes in a copy of the CPU backend's package ---------------------------------------
 # name -> (file in the package, text, replacement, --case patterns, primitives the failures must name)
 CPU_VARIANTS = {

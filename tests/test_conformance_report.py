@@ -79,6 +79,13 @@ def test_report_lists_every_case_with_its_outcome(tmp_path):
     fails = [x for x in data["cases"] if x["outcome"] == "fail"]
     assert all("primitive add" in x["detail"] and "--conformance-seed 0 --case" in x["detail"] for x in fails)
     assert "primitives/add/int32/17" in page and "elements differ" in page
+    by_dtype = {}
+    for x in data["cases"]:
+        by_dtype[x["dtype"]] = by_dtype.get(x["dtype"], 0) + 1
+    assert data["dtypes"] == by_dtype and data["tiers"] == {"primitives": len(ids)}
+    assert data["tier_dtypes"] == {"primitives": by_dtype} and data["dtypes"]["int8"] > by_dtype["float32"]
+    assert sum(data["profile_cases"].values()) == sum(len(x["profiles"]) for x in data["cases"])
+    assert "<table id='tier-dtypes'>" in page and f"<td>{by_dtype['int8']}</td>" in page
 
 
 class CrashingBackend(InterpreterBackend):

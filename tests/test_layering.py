@@ -20,7 +20,8 @@ ROOT = os.path.dirname(os.path.abspath(glow_core.__file__))
 #: The layers, lowest first; a module may import its own layer and the layers below it. Patterns are fnmatch
 #: patterns over dotted module names (a package is named by its ``__init__``).
 LAYERS = (
-    ("types", ("glow_core.errors", "glow_core.types", "glow_core.progress", "glow_core.timing")),
+    ("types", ("glow_core.errors", "glow_core.types", "glow_core.progress", "glow_core.timing",
+               "glow_core.storage_formats")),
     ("graph", ("glow_core.graph",)),
     ("ops", ("glow_core.ops", "glow_core.ops.*")),
     ("builder", ("glow_core.builder",)),
@@ -35,6 +36,11 @@ LAYERS = (
     ("tools", ("glow_core.cli", "glow_core.docs", "glow_core.example_models", "glow_core.bench",
                "glow_core.export_onnx", "glow_core", "glow_core.fuzz", "glow_core.fuzz.*")),
 )
+
+#: The storage-format cast oracle: shared by the conformance suite and the backends that derive tables from the
+#: specification, never used by the reference interpreter or by glow_core itself (the oracle must stay independent
+#: of the interpreter's astype path it checks).
+ORACLE = "glow_core.storage_formats"
 
 #: Packages glow_core must never import: the backends (constant folding uses the core's own reference kernels).
 BACKEND_PACKAGES = {"glow_interpreter", "glow_cpu"} | {
@@ -166,3 +172,24 @@ def test_the_checker_sees_function_level_and_relative_imports(tmp_path):
     assert sorted(found) == [("glow_core.ops.errors", 1, True), ("glow_core.ops.registry", 4, False)]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_storage_format_oracle_is_not_used_by_the_interpreter_or_the_core():
+    """The interpreter and glow_core import the storage-format oracle nowhere; no backend imports the suite."""
+    import glow_cpu
+    import glow_interpreter
+    mods = modules()
+    known = set(mods) | {ORACLE}
+    problems = []
+    for m, path in sorted(mods.items()):
+        for name, line, _ in imports(m, path, known):
+            if name == ORACLE and m != ORACLE:
+                problems.append(f"{os.path.relpath(path, os.path.dirname(ROOT))}:{line}: {m} imports {name}")
+    for pkg, forbidden in ((glow_interpreter, {ORACLE, "glow_conformance"}), (glow_cpu, {"glow_conformance"})):
+        folder = os.path.dirname(os.path.abspath(pkg.__file__))
+        for f in sorted(os.listdir(folder)):
+            if f.endswith(".py"):
+                for name, line, _ in imports(f"{pkg.__name__}.{f[:-3]}", os.path.join(folder, f), known):
+                    if name in forbidden or name.split(".")[0] in forbidden:
+                        problems.append(f"{pkg.__name__}/{f}:{line} imports {name}")
+    assert not problems, "\n".join(problems)

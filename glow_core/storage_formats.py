@@ -20,7 +20,14 @@ ONNX tables' ``[x]``, "x rounded to the target mantissa width"), then by the ONN
 - int4/uint4/int2/uint2: as any integer target: floats truncate toward zero (outside the range: unspecified,
   not generated), integers wrap to the bit width.
 Decoding is exact. ``cast(x, to, saturate, round_mode)`` converts a numpy array between any two dtypes of
-glow_core.types when one of them is storage-only; other casts use ``oracles.cast``.
+glow_core.types when one of them is storage-only; ``numeric_cast`` is the same ONNX Cast between the other
+types (float to integer truncates toward zero, NaN gives 0, out of range clamps to the int64/uint64 range, then
+integers wrap to the target's width), written on Python integers.
+
+This module is the *oracle* of these casts, shared by the conformance suite (which checks every backend against
+it) and by backends that derive their cast tables from the specification (the CPU backend). The reference
+interpreter must not import it (tests/test_layering.py): it casts through its own ``astype`` path, which the
+suite checks against this independent text.
 """
 from __future__ import annotations
 
@@ -31,6 +38,43 @@ from functools import lru_cache
 import numpy as np
 
 from glow_core.types import dtype as gdtype
+
+
+def wrap(obj, dt) -> np.ndarray:
+    """Python ints (object array) wrapped to integer dtype ``dt`` (two's complement)."""
+    dt = np.dtype(dt)
+    bits = dt.itemsize * 8
+    m = 1 << bits
+    signed = dt.kind == "i"
+    f = np.frompyfunc(lambda v: (int(v) % m) - (m if signed and int(v) % m >= m // 2 else 0), 1, 1)
+    return np.asarray(f(np.asarray(obj, dtype=object)), dtype=object).astype(dt).reshape(np.shape(obj))
+
+
+def numeric_cast(x, to) -> np.ndarray:
+    """``x`` cast to ``to`` between types that are not storage-only (the module doc's rules)."""
+    src, dst = gdtype(x.dtype), gdtype(to)
+    if dst.is_bool:
+        return x.astype(np.float64) != 0 if src.is_float else x.astype(object) != 0
+    if src.is_bool:
+        x = x.astype(np.uint8)
+        src = gdtype("uint8")
+    if dst.is_int:
+        if src.is_int:
+            return wrap(np.asarray(x.astype(np.int64) if src.kind == "int" or src.itemsize < 8 else x)
+                        .astype(object), dst.np)
+        lo, hi = (0, 2 ** 64 - 1) if dst.name == "uint64" else (-2 ** 63, 2 ** 63 - 1)
+
+        def conv(v):
+            if math.isnan(v):
+                return 0
+            if math.isinf(v):
+                return hi if v > 0 else lo
+            return min(max(math.trunc(v), lo), hi)
+        return wrap(np.frompyfunc(conv, 1, 1)(x.astype(np.float64).astype(object)), dst.np)
+    if src.is_int:
+        return np.asarray(np.frompyfunc(float, 1, 1)(np.asarray(x).astype(object)), dtype=np.float64) \
+            .reshape(x.shape).astype(dst.np)
+    return x.astype(np.float32 if src.itemsize < 4 and dst.itemsize < 4 else np.float64).astype(dst.np)
 
 
 @dataclass(frozen=True)
@@ -187,7 +231,6 @@ def _exact(x: np.ndarray) -> np.ndarray:
 
 def cast(x, to: str, saturate: int = 1, round_mode: str = "up") -> np.ndarray:
     """``x`` cast to ``to`` when either type is storage-only (the module doc's rules)."""
-    from .oracles import cast as numeric_cast
     x = np.asarray(x)
     shape = x.shape
     v = _exact(x)
