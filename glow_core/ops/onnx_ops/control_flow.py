@@ -21,6 +21,8 @@ from ..registry import onnx_op
 def if_(b, *inputs, then_branch, else_branch, **attrs):
     """The selected branch inlined (constant condition), or both branches and an elementwise select."""
     (cond, *_), outer = split_outer(inputs, attrs)
+    if cond.type.numel != 1:
+        raise ShapeError(f"{b.where}: cond has shape {list(cond.shape)}; a tensor of one boolean is accepted")
     if cond.is_const:
         take = bool(np.asarray(cond.const).ravel()[0])
         return b.inline(then_branch if take else else_branch, outer, "then_" if take else "else_")
@@ -46,8 +48,8 @@ def loop(b, *inputs, body, **attrs):
     declared, outer = split_outer(inputs, attrs)
     declared += [None] * (2 - len(declared))
     m, cond, state = declared[0], declared[1], list(declared[2:])
-    trips = None if m is None else int(np.asarray(b.value_of(m, "trip count M")).ravel()[0])
-    go = True if cond is None else bool(np.asarray(b.value_of(cond, "loop condition")).ravel()[0])
+    trips = None if m is None else int(b.scalar_of(m, "trip count M"))
+    go = True if cond is None else bool(b.scalar_of(cond, "loop condition"))
     n_state = len(state)
     if any(v is None for v in state):
         raise ShapeError(f"{b.where}: loop-carried values must be tensors (optional values are not supported)")
@@ -59,7 +61,7 @@ def loop(b, *inputs, body, **attrs):
         it = b.const(np.array(i, dtype=np.int64))
         c_in = b.const(np.array(go))
         outs = b.inline(body, [it, c_in] + state + outer, f"it{i}_")
-        go = bool(np.asarray(b.value_of(outs[0], "loop condition (computed by the body)")).ravel()[0])
+        go = bool(b.scalar_of(outs[0], "loop condition (computed by the body)"))
         state = list(outs[1:1 + n_state])
         scans.append(outs[1 + n_state:])
         i += 1

@@ -21,7 +21,7 @@ from ..registry import extended_op
 
 def _int(b, v, what):
     """A scalar operand's (constant) value as an int; an int attribute as itself."""
-    return int(np.asarray(b.value_of(v, what) if hasattr(v, "type") else v).ravel()[0])
+    return int(b.scalar_of(v, what) if hasattr(v, "type") else v)
 
 
 def _topk_types(b, x, k=None, *, axis=-1, largest=1, sorted=1):
@@ -48,7 +48,7 @@ def _unique_types(b, x, *, axis=None, sorted=1):
     vals = _as_f32(np.asarray(b.value_of(x, "input (Unique's output shape is its number of unique values)")))
     if axis is None:
         n = np.unique(vals.reshape(-1)).size
-        return [TensorType(x.dtype, (n,)), TensorType("int64", (n,)), TensorType("int64", (x.numel,)),
+        return [TensorType(x.dtype, (n,)), TensorType("int64", (n,)), TensorType("int64", (x.type.numel,)),
                 TensorType("int64", (n,))]
     ax = b.norm_axis(axis, x.rank)
     n = np.unique(vals, axis=ax).shape[ax]

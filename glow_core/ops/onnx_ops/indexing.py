@@ -135,6 +135,10 @@ def compress(b, x, condition, *, axis=None):
 def reverse_sequence(b, x, sequence_lens, *, batch_axis=1, time_axis=0):
     """`gather_nd` with an index grid whose time component is (t < len ? len - 1 - t : t)."""
     shape = x.shape
+    if x.rank < 2 or sorted((batch_axis, time_axis)) != [0, 1] or sequence_lens.shape != (shape[batch_axis],):
+        raise ShapeError(f"{b.where}: input {list(shape)}, batch_axis {batch_axis}, time_axis {time_axis}, "
+                         f"sequence_lens {list(sequence_lens.shape)}: an input of rank >= 2, the axes 0 and 1 (one "
+                         f"each) and one length per batch entry are accepted")
     t = b.const(np.broadcast_to(np.arange(shape[time_axis], dtype=np.int64).reshape(
         [-1 if i == time_axis else 1 for i in range(x.rank)]), shape).copy())
     lens = b.reshape_(b.cast_(sequence_lens, "int64"), [shape[batch_axis] if i == batch_axis else 1
@@ -200,8 +204,7 @@ def constant_of_shape(b, shape, *, value=None):
 def range_(b, start, limit, delta, *, stash_type=None):
     """A constant: numpy arange(start, limit, delta) in the input type (low-precision floats computed in
     `stash_type`, float64 otherwise)."""
-    s, l, d = (np.asarray(b.value_of(v, n)).reshape(-1)[0] for v, n in ((start, "start"), (limit, "limit"),
-                                                                        (delta, "delta")))
+    s, l, d = (b.scalar_of(v, n) for v, n in ((start, "start"), (limit, "limit"), (delta, "delta")))
     if d == 0 or not np.isfinite([s, l, d]).all():
         raise ShapeError(f"{b.where}: start {s}, limit {l}, delta {d}: finite values and a non-zero delta are "
                          f"accepted")
