@@ -98,6 +98,9 @@ def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
 def _scan(b, vals, body, n_in, in_axes, in_dirs, out_axes, out_dirs, outer, tag):
     n_state = len(vals) - n_in
     state, xs = list(vals[:n_state]), vals[n_state:]
+    if any(v is None for v in vals):
+        raise ShapeError(f"{b.where}: input {[v is None for v in vals].index(True)} is left empty; every state and "
+                         f"scan input must be given")
     if n_state < 0 or not xs or any(x.rank < 1 for x in xs):
         raise ShapeError(f"{b.where}: {len(vals)} inputs with num_scan_inputs {n_in}: scan inputs of rank >= 1 "
                          f"after the state inputs are accepted")

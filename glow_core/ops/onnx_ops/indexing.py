@@ -65,6 +65,10 @@ def gather_elements(b, x, indices, *, axis=0):
 @onnx_op("GatherND")
 def gather_nd(b, x, indices, *, batch_dims=0):
     """Primitive `gather_nd` with negative indices normalized per indexed axis."""
+    if not 0 <= batch_dims < min(x.rank, indices.rank) or not 1 <= indices.shape[-1] <= x.rank - batch_dims:
+        raise ShapeError(f"{b.where}: data {list(x.shape)}, indices {list(indices.shape)}, batch_dims {batch_dims}: "
+                         f"batch_dims below both ranks and an index length (last dim of indices) of 1 to "
+                         f"rank(data) - batch_dims are accepted")
     k = indices.shape[-1]
     dims = np.asarray(x.shape[batch_dims:batch_dims + k], np.int64)
     return b.gather_nd(x, _index(b, indices, dims), batch_dims=int(batch_dims))
