@@ -257,6 +257,14 @@ FUZZ_REFUSALS = (
         [helper.make_node("DeformConv", ["x", "w", "off"], ["y"], kernel_shape=[2, 2, 2])],
         [("x", 1, [1, 1, 3, 3]), ("w", 1, [1, 1, 2, 2]), ("off", 1, [1, 8, 2, 2])], [("y", 1, None)], opset=22),
      _feeds(x=(1, 1, 3, 3), w=(1, 1, 2, 2), off=(1, 8, 2, 2))),
+    ("lp_pool_p_zero", "p", lambda tmp: _model(
+        [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=0)], [("x", 1, [1, 1, 4, 4])],
+        [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),
+    # found by glowc fuzz --backend cpu (the reference interpreter failed): a zero point of another shape
+    ("quantize_zero_point_shape", "y_zero_point", lambda tmp: _model(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], [("x", 1, [])], [("y", 3, None)],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+         numpy_helper.from_array(np.array([[[[-11, -1, 10]]]], np.int8), "z")]), _feeds(x=())),
     # refused with the schema's reason (glow_core.importer's ONNX inference when a lowering fails internally)
     ("qlinear_matmul_zero_point_type", "y_zero_point", lambda tmp: _model(
         [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],

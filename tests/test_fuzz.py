@@ -170,3 +170,35 @@ def test_onnxruntime_differences_apply_only_under_their_condition():
     assert conditions([np.array([1, np.iinfo(np.int64).min], np.int64)]) == {"overflow"}
     assert conditions([np.array([1.0, 2.0], np.float16), np.array([3], np.int32)]) == set()
     assert all(cond in ("nan", "overflow") and reason for cond, reason in ORT_DIFFERENCES.values())
+
+
+def _one_node(op, shape, opset, **attrs):
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def test_onnxruntime_operand_differences_hold_and_apply_only_under_their_condition():
+    """MeanVarianceNormalization of a constant slice: the specification's function body gives
+    (x - mean) / (sqrt(var) + 1e-9) = 0, onnxruntime 0/0 = NaN (the interpreter follows the specification);
+    the condition holds for flat slices only. Gelu's entry holds below -1 only."""
+    ort = pytest.importorskip("onnxruntime")
+    import glow_core
+    from glow_core.fuzz.compare import ORT_OPERAND_DIFFERENCES, operand_differences
+    m = _one_node("MeanVarianceNormalization", [1, 3, 1, 1], 21)
+    x = np.array([0.5, -1.0, 2.0], np.float32).reshape(1, 3, 1, 1)
+    spec = np.zeros_like(x)  # each [0, 2, 3] slice holds one element: x - mean = 0, var = 0
+    (got,) = glow_core.compile(m, "interpreter").run({"x": x}).values()
+    np.testing.assert_array_equal(got, spec)
+    theirs = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.isnan(theirs).all()
+    assert operand_differences(m, {"x": x}) == {"y"}
+    spread = np.array([[[[0.5, -1.0]], [[2.0, 3.0]]]], np.float32).reshape(1, 2, 1, 2)
+    assert operand_differences(_one_node("MeanVarianceNormalization", [1, 2, 1, 2], 21), {"x": spread}) == set()
+    gelu = _one_node("Gelu", [3], 20)
+    assert operand_differences(gelu, {"x": np.array([-0.5, 0.0, 3.0], np.float32)}) == set()
+    assert operand_differences(gelu, {"x": np.array([-0.5, -1.5, 3.0], np.float32)}) == {"y"}
+    assert all(callable(cond) and reason for cond, reason in ORT_OPERAND_DIFFERENCES.values())

@@ -37,3 +37,16 @@ def test_mutants_raise_only_glow_errors():
     assert n == 1000, f"only {n} mutants in the time limit"
     assert not bugs, "\n".join(f"{c} ({w}): {p}: {m[:800]}" for c, p, w, m in bugs[:5])
     assert outcomes["ok"] > 0 and sum(v for k, v in outcomes.items() if k.startswith("glow-error:")) > n // 3
+
+
+def test_lp_pool_of_no_channels_is_empty():
+    """Found by the importer fuzzer (a group-0 window sum): an input of 0 channels pools to an empty tensor of
+    the pooled shape, floor((4 - 2) / 1) + 1 = 3 per spatial dim."""
+    import glow_core
+    from onnx import helper
+    g = helper.make_graph([helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2])], "g",
+                          [helper.make_tensor_value_info("x", 1, [1, 0, 4, 4])],
+                          [helper.make_tensor_value_info("y", 1, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    (y,) = glow_core.compile(m, "interpreter").run({"x": np.zeros((1, 0, 4, 4), np.float32)}).values()
+    assert np.asarray(y).shape == (1, 0, 3, 3)

@@ -85,9 +85,10 @@ def _param(b, v, shape, axis, block_size, what):
         return b.reshape_(v, ())
     rank = len(shape)
     if not block_size:
-        if v.rank != 1 or v.shape[0] != shape[axis]:
-            raise ShapeError(f"{b.where}: {what} of shape {v.shape} must be a scalar or 1-D of length "
-                             f"{shape[axis]} (input dim {axis}) for per-axis quantization")
+        if axis >= rank or v.rank != 1 or v.shape[0] != shape[axis]:
+            raise ShapeError(f"{b.where}: {what} of shape {v.shape} must be a scalar, or 1-D of the length of "
+                             f"input dim {axis} for per-axis quantization (the input is {tuple(shape)}, the other "
+                             f"parameter per-tensor or per-axis alike)")
         return b.reshape_(v, tuple(shape[axis] if i == axis else 1 for i in range(rank)))
     nb = -(-shape[axis] // block_size)
     if block_size < 0 or v.rank != rank or v.shape[axis] != nb or any(
