@@ -201,4 +201,25 @@ def test_onnxruntime_operand_differences_hold_and_apply_only_under_their_conditi
     gelu = _one_node("Gelu", [3], 20)
     assert operand_differences(gelu, {"x": np.array([-0.5, 0.0, 3.0], np.float32)}) == set()
     assert operand_differences(gelu, {"x": np.array([-0.5, -1.5, 3.0], np.float32)}) == {"y"}
+    assert operand_differences(gelu, {"x": np.array([1.0], np.float64)}) == set()
+    gelu_tanh = _one_node("Gelu", [1], 20, approximate="tanh")
+    assert operand_differences(gelu_tanh, {"x": np.array([1.0], np.float64)}) == {"y"}
     assert all(callable(cond) and reason for cond, reason in ORT_OPERAND_DIFFERENCES.values())
+
+
+def test_prelu_slopes_broadcast_to_the_input_only():
+    """PRelu's slope must be unidirectionally broadcastable to X (onnxruntime also accepts a larger slope, the
+    specification does not: drawing one was the fuzzer's PRelu false positive)."""
+    seen = 0
+    for i in range(40):
+        model, _ = generate(np.random.default_rng([3, i]), drawable_ops(["PRelu"]), 4)
+        if model is None:
+            continue
+        g = onnx.shape_inference.infer_shapes(model).graph
+        shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                  for v in list(g.input) + list(g.value_info) + list(g.output)}
+        for n in model.graph.node:
+            x, s = shapes[n.input[0]], shapes[n.input[1]]
+            assert len(s) <= len(x) and all(b in (1, a) for a, b in zip(x[len(x) - len(s):], s)), (x, s)
+            seen += 1
+    assert seen >= 40

@@ -52,10 +52,14 @@ def _flat_slice_normalized(node, operands) -> bool:
     return bool(np.any(~(spread >= np.maximum(mag / 16, 1e-6))))
 
 
-def _negative_tail(node, operands) -> bool:
-    """Some operand element is below -1, where 1 + erf(x / sqrt 2) (or 1 + tanh(...)) cancels in float32."""
+def _gelu_inexact(node, operands) -> bool:
+    """Some operand element is below -1, where 1 + erf(x / sqrt 2) (or 1 + tanh(...)) cancels in float32; or a
+    float64 operand of the tanh approximation, which onnxruntime computes to about float32 precision."""
     x = operands[0]
-    return x is not None and bool(np.any(np.asarray(x, np.float64) < -1))
+    if x is None:
+        return False
+    tanh = any(a.name == "approximate" and a.s == b"tanh" for a in node.attribute)
+    return bool(np.any(np.asarray(x, np.float64) < -1)) or (tanh and np.asarray(x).dtype == np.float64)
 
 
 #: op -> (condition on the node's operands, why onnxruntime's answer differs there): outputs computed from a
@@ -66,9 +70,11 @@ ORT_OPERAND_DIFFERENCES = {
                                   "without the specification's epsilon (1e-9): a constant slice gives NaN (the "
                                   "specification 0), a nearly constant one infinities or a result of no correct "
                                   "digit in float32 (the interpreter follows the specification's function body)"),
-    "Gelu": (_negative_tail, "below -1 the specification's formula cancels (1 + erf(x/sqrt 2), 1 + tanh(...)) "
-                             "in float32: the interpreter's and onnxruntime's answers both lose digits against "
-                             "numpy of the formula in float64 (up to all of them below -5), differently"),
+    "Gelu": (_gelu_inexact, "below -1 the specification's formula cancels (1 + erf(x/sqrt 2), 1 + tanh(...)) "
+                            "in float32: the interpreter's and onnxruntime's answers both lose digits against "
+                            "numpy of the formula in float64 (up to all of them below -5), differently; in "
+                            "float64 onnxruntime's tanh approximation is off by ~1e-8 relative (Gelu(1) = "
+                            "0.84119198579 where the formula gives 0.84119199061, as the interpreter does)"),
 }
 
 
