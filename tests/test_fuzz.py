@@ -169,7 +169,8 @@ def test_onnxruntime_differences_apply_only_under_their_condition():
     assert conditions([np.array([1.0, np.nan], np.float32)]) == {"nan"}
     assert conditions([np.array([1, np.iinfo(np.int64).min], np.int64)]) == {"overflow"}
     assert conditions([np.array([1.0, 2.0], np.float16), np.array([3], np.int32)]) == set()
-    assert all(cond in ("nan", "overflow") and reason for cond, reason in ORT_DIFFERENCES.values())
+    assert conditions([np.array([1.0, -65504.0], np.float16)]) == {"overflow", "overflow16"}
+    assert all(cond in ("nan", "overflow", "overflow16") and reason for cond, reason in ORT_DIFFERENCES.values())
 
 
 def _one_node(op, shape, opset, **attrs):
