@@ -50,3 +50,24 @@ def test_lp_pool_of_no_channels_is_empty():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     (y,) = glow_core.compile(m, "interpreter").run({"x": np.zeros((1, 0, 4, 4), np.float32)}).values()
     assert np.asarray(y).shape == (1, 0, 3, 3)
+
+
+def test_max_pool_indices_of_bfloat16():
+    """Found by the importer fuzzer (the padding slot's lowest value was taken from iinfo for bfloat16): the
+    indices of 2x2 windows (stride 2) of a bfloat16 input are the flat positions of numpy's window maxima."""
+    import glow_core
+    import ml_dtypes
+    from onnx import helper
+    g = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], strides=[2, 2])],
+                          "g", [helper.make_tensor_value_info("x", onnx.TensorProto.BFLOAT16, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.BFLOAT16, None),
+                           helper.make_tensor_value_info("i", onnx.TensorProto.INT64, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 22)])
+    x = np.random.default_rng(0).permutation(32).astype(np.float32).reshape(1, 2, 4, 4)
+    out = glow_core.compile(m, "interpreter").run({"x": x.astype(ml_dtypes.bfloat16)})
+    win = x.reshape(1, 2, 2, 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(1, 2, 2, 2, 4)
+    k = win.argmax(-1)
+    rows, cols = 2 * np.arange(2)[:, None] + k // 2, 2 * np.arange(2)[None, :] + k % 2
+    want = np.arange(2).reshape(1, 2, 1, 1) * 16 + rows * 4 + cols
+    np.testing.assert_array_equal(np.asarray(out["i"]), want)
+    np.testing.assert_array_equal(np.asarray(out["y"]).astype(np.float32), win.max(-1))

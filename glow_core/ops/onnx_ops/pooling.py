@@ -62,7 +62,7 @@ def max_pool(b, x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
     out_sp, K = y.shape[2:], prod(k)
     O, S = prod(out_sp), prod(sp)
     gidx, sidx = _window_tables(sp, out_sp, k, s, d, p, storage_order)
-    if x.dtype.np.kind == "f":
+    if x.dtype.is_float:
         low = -np.inf
     else:
         low = np.iinfo(x.dtype.np).min
