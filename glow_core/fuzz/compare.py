@@ -68,6 +68,16 @@ def _gelu_inexact(node, operands) -> bool:
     return bool(np.any(np.asarray(x, np.float64) < -1)) or (tanh and np.asarray(x).dtype == np.float64)
 
 
+def _zero_range(node, operands) -> bool:
+    """max(x, 0) == min(x, 0): an input of zeros only (or no elements)."""
+    x = operands[0]
+    return x is not None and not np.any(np.asarray(x, np.float64))
+
+
+def _float64(node, operands) -> bool:
+    return operands[0] is not None and np.asarray(operands[0]).dtype == np.float64
+
+
 #: op -> (condition on the node's operands, why onnxruntime's answer differs there): outputs computed from a
 #: node of the op are not compared when the condition holds for its operand values. Each entry comes from a
 #: finding of ``glowc fuzz --backend interpreter --against onnxruntime`` analysed against numpy of the spec.
@@ -76,6 +86,10 @@ ORT_OPERAND_DIFFERENCES = {
                                   "without the specification's epsilon (1e-9): a constant slice gives NaN (the "
                                   "specification 0), a nearly constant one infinities or a result of no correct "
                                   "digit in float32 (the interpreter follows the specification's function body)"),
+    "DynamicQuantizeLinear": (_zero_range, "a zero range gives the scale 1/255 in ONNX's reference (and the "
+                                           "interpreter), 1 in onnxruntime"),
+    "Shrink": (_float64, "onnxruntime rounds a float64 Shrink's result to float32 (x + bias with bias 0 is x "
+                         "exactly by the specification)"),
     "Gelu": (_gelu_inexact, "below -1 the specification's formula cancels (1 + erf(x/sqrt 2), 1 + tanh(...)) "
                             "in float32: the interpreter's and onnxruntime's answers both lose digits against "
                             "numpy of the formula in float64 (up to all of them below -5), differently; in "
