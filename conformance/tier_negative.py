@@ -265,6 +265,13 @@ FUZZ_REFUSALS = (
         [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], [("x", 1, [])], [("y", 3, None)],
         [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
          numpy_helper.from_array(np.array([[[[-11, -1, 10]]]], np.int8), "z")]), _feeds(x=())),
+    ("qlinear_matmul_float8_output", "float8e4m3fn", lambda tmp: _model(
+        [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
+        [("a", 3, [2, 4]), ("b", 3, [4, 3])], [("y", 17, None)],
+        [numpy_helper.from_array(np.array([v], t), n) for n, v, t in (
+            ("as", 0.1, np.float32), ("az", 0, np.int8), ("bs", 0.1, np.float32), ("bz", 0, np.int8),
+            ("ys", 0.1, np.float32))] + [helper.make_tensor("yz", onnx.TensorProto.FLOAT8E4M3FN, [1], [0])]),
+     {"a": np.zeros((2, 4), np.int8), "b": np.zeros((4, 3), np.int8)}),
     # refused with the schema's reason (glow_core.importer's ONNX inference when a lowering fails internally)
     ("qlinear_matmul_zero_point_type", "y_zero_point", lambda tmp: _model(
         [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],

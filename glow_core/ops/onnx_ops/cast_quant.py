@@ -276,6 +276,9 @@ def _requantize(b, acc, multiplier, y_zp, out):
     y = b.binary("mul", b.cast_(acc, "float64"), b.cast_(multiplier, "float64"))
     if y_zp is not None:
         y = b.binary("add", y, b.cast_(y_zp, "float64"))
+    if not out.is_int:
+        raise UnsupportedOpError(f"{b.where}: requantizing to {out} (the y_zero_point type) is not supported; "
+                                 f"accepted: integer output types (int8, uint8, ...)")
     info = np.iinfo(out.np)
     return b.cast_(_clip(b, b.round(y), int(info.min), int(info.max)), out)
 
