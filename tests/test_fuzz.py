@@ -205,6 +205,9 @@ def test_onnxruntime_operand_differences_hold_and_apply_only_under_their_conditi
     assert operand_differences(gelu, {"x": np.array([1.0], np.float64)}) == set()
     gelu_tanh = _one_node("Gelu", [1], 20, approximate="tanh")
     assert operand_differences(gelu_tanh, {"x": np.array([1.0], np.float64)}) == {"y"}
+    rmax = _one_node("ReduceMax", [3], 18)  # a NaN computed inside the graph (Pow of a negative base) counts too
+    assert operand_differences(rmax, {"x": np.array([1.0, np.nan, 2.0], np.float32)}) == {"y"}
+    assert operand_differences(rmax, {"x": np.array([1.0, 3.0, 2.0], np.float32)}) == set()
     dql = _one_node("DynamicQuantizeLinear", [3], 21)
     assert operand_differences(dql, {"x": np.zeros(3, np.float32)}) == {"y"}
     assert operand_differences(dql, {"x": np.array([0, 1, 0], np.float32)}) == set()

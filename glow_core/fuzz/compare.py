@@ -141,7 +141,7 @@ def mismatch(model: onnx.ModelProto, got: dict, want: dict, rerun: str = "") -> 
     return None
 
 
-def depends_on(model: onnx.ModelProto, ops, nodes=()) -> set[str]:
+def depends_on(model: onnx.ModelProto, ops, nodes=frozenset()) -> set[str]:
     """Names of the values computed (transitively) from a node whose op is in ``ops`` or that is in ``nodes``
     (node output names)."""
     tainted: set[str] = set()
@@ -152,10 +152,15 @@ def depends_on(model: onnx.ModelProto, ops, nodes=()) -> set[str]:
 
 
 def operand_differences(model: onnx.ModelProto, values: dict) -> set[str]:
-    """First output names of the nodes whose ``ORT_OPERAND_DIFFERENCES`` condition holds on ``values``."""
+    """First output names of the nodes whose ``ORT_OPERAND_DIFFERENCES`` condition, or ``ORT_DIFFERENCES``
+    condition, holds on their own operands in ``values``."""
     out = set()
     for n in model.graph.node:
+        operands = [values.get(i) for i in n.input]
         cond = ORT_OPERAND_DIFFERENCES.get(n.op_type)
-        if cond and n.output and cond[0](n, [values.get(i) for i in n.input]):
+        held = cond is not None and cond[0](n, operands)
+        if not held and n.op_type in ORT_DIFFERENCES:
+            held = ORT_DIFFERENCES[n.op_type][0] in conditions([np.asarray(a) for a in operands if a is not None])
+        if held and n.output:
             out.add(n.output[0])
     return out
