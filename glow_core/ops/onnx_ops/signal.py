@@ -157,8 +157,8 @@ def mel_weight_matrix(b, num_mel_bins, dft_length, sample_rate, lower_edge_hertz
     hi = float(b.scalar_of(upper_edge_hertz, "upper_edge_hertz"))
     if n_mel < 1 or n_dft < 1 or rate < 1 or not 0 <= lo <= hi <= rate / 2:
         raise ShapeError(f"{b.where}: num_mel_bins {n_mel}, dft_length {n_dft}, sample_rate {rate}, edges {lo}..{hi} "
-                         f"Hz: positive counts and rate and 0 <= lower_edge_hertz <= upper_edge_hertz <= sample_rate / 2 "
-                         f"are accepted")
+                         f"Hz: positive counts and rate and 0 <= lower_edge_hertz <= upper_edge_hertz <= "
+                         f"sample_rate / 2 are accepted")
     if (n_dft // 2 + 1) * n_mel > MAX_CONSTANT_ELEMENTS:
         raise MemoryLimitError(f"{b.where}: a [{n_dft // 2 + 1}, {n_mel}] matrix; at most {MAX_CONSTANT_ELEMENTS} "
                                f"elements fit a compile-time constant in host memory")
