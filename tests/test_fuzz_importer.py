@@ -71,3 +71,22 @@ def test_max_pool_indices_of_bfloat16():
     want = np.arange(2).reshape(1, 2, 1, 1) * 16 + rows * 4 + cols
     np.testing.assert_array_equal(np.asarray(out["i"]), want)
     np.testing.assert_array_equal(np.asarray(out["y"]).astype(np.float32), win.max(-1))
+
+
+def test_tfidf_with_an_unbounded_skip_count_runs():
+    """Found by the importer fuzzer as a hang (max_skip_count 2^63 - 1 looped over every skip): the skips are
+    bounded by the row, and every ordered pair of items counts once for a bigram of the pool."""
+    import glow_core
+    from onnx import helper
+    pool = [2, 3, 5, 4, 5, 6, 7, 8, 6, 7]  # unigrams 2, 3, 5, 4; bigrams (5, 6), (7, 8), (6, 7)
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=2, max_gram_length=2,
+                            max_skip_count=2 ** 63 - 1, ngram_counts=[0, 4], ngram_indexes=list(range(7)),
+                            pool_int64s=pool)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.INT64, [12])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    x = np.array([1, 1, 3, 3, 3, 7, 8, 6, 7, 5, 6, 8], np.int64)
+    (y,) = glow_core.compile(m, "interpreter").run({"x": x}).values()
+    pairs = [(int(x[i]), int(x[j])) for i in range(12) for j in range(i + 1, 12)]
+    want = [0, 0, 0, 0] + [pairs.count(bg) for bg in [(5, 6), (7, 8), (6, 7)]]
+    np.testing.assert_array_equal(np.asarray(y), np.array(want, np.float32))

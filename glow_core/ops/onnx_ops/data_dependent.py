@@ -264,9 +264,11 @@ def tfidf_vectorizer(x, *, max_gram_length, min_gram_length, max_skip_count, mod
     n_out = max(ngram_indexes) + 1
     rows = x.reshape(1, -1) if x.ndim == 1 else x
     out = np.zeros((rows.shape[0], n_out), dtype=np.float32)
+    # the pool has no n-gram longer than len(ngram_counts), and no window fits a skip of the row's length
+    longest, widest = min(max_gram_length, len(ngram_counts)), min(max_skip_count, rows.shape[-1])
     for r, row in enumerate(rows.tolist()):
-        for n in range(max(min_gram_length, 1), max_gram_length + 1):
-            for skip in range(0, (max_skip_count if n > 1 else 0) + 1):
+        for n in range(max(min_gram_length, 1), longest + 1):
+            for skip in range(0, (widest if n > 1 else 0) + 1):
                 step = skip + 1
                 for i in range(len(row) - (n - 1) * step):
                     k = table.get(tuple(row[i:i + (n - 1) * step + 1:step]))
