@@ -160,7 +160,7 @@ NN = {
     "GlobalMaxPool": R("unary", F, min_rank=3, exact=True),
     "GlobalLpPool": R("unary", F, min_rank=3, attrs={"p": [OMIT, 1]}, finite=True),
     "MatMul": R("matmul", F + ("int32", "int64"), finite=True), "Gemm": R("gemm", F, finite=True),
-    "Einsum": R("einsum", F, finite=True),
+    "Einsum": R("einsum", F, finite=True), "Det": R("generic", F, finite=True),
     "BatchNormalization": R("batchnorm", F, attrs={"epsilon": [OMIT, 1e-3]}, finite=True),
     "InstanceNormalization": R("channel_norm", F, finite=True),
     "GroupNormalization": R("channel_norm", F, finite=True),
