@@ -230,3 +230,15 @@ def test_prelu_slopes_broadcast_to_the_input_only():
             assert len(s) <= len(x) and all(b in (1, a) for a, b in zip(x[len(x) - len(s):], s)), (x, s)
             seen += 1
     assert seen >= 40
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_gelu_of_the_largest_float_does_not_overflow(backend):
+    """Found by glowc fuzz against onnxruntime: 0.5 * x * (1 + erf(x / sqrt 2)) is x for x = 3.4e38 (numpy of the
+    formula in float64), where x * 2 overflowed before the halving."""
+    import math
+    import glow_core
+    x = np.array([np.finfo(np.float32).max, 2.0], np.float32)
+    want = np.array([0.5 * float(v) * (1 + math.erf(float(v) / math.sqrt(2))) for v in x], np.float32)
+    (got,) = glow_core.compile(_one_node("Gelu", [2], 20), backend).run({"x": x}).values()
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
