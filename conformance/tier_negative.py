@@ -212,7 +212,7 @@ FUZZ_REFUSALS = (
     ("space_to_depth_blocksize_zero", "blocksize", lambda tmp: _model(
         [helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=0)], [("x", 1, [1, 1, 4, 4])],
         [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),
-    # found by the importer fuzzer on mutants of ONNX's node-suite models (bench/fuzz_importer.py, seeds 0 and 8)
+    # found by the importer fuzzer on mutants of ONNX's node-suite models (bench/fuzz_importer.py, seeds 0 to 8)
     ("cum_prod_of_a_scalar", "rank", lambda tmp: _model(
         [helper.make_node("CumProd", ["x", "a"], ["y"])], [("x", 1, [])], [("y", 1, None)],
         [numpy_helper.from_array(np.array(0, np.int64), "a")], opset=26), _feeds(x=())),

@@ -90,3 +90,16 @@ def test_tfidf_with_an_unbounded_skip_count_runs():
     pairs = [(int(x[i]), int(x[j])) for i in range(12) for j in range(i + 1, 12)]
     want = [0, 0, 0, 0] + [pairs.count(bg) for bg in [(5, 6), (7, 8), (6, 7)]]
     np.testing.assert_array_equal(np.asarray(y), np.array(want, np.float32))
+
+
+def test_range_from_far_above_its_limit_is_empty():
+    """Found by the importer fuzzer (numpy's arange failed on a length of -3.5e29): start 3.5e29, limit 2,
+    delta 1 give max(ceil((limit - start) / delta), 0) = 0 elements, as the specification defines."""
+    import glow_core
+    from onnx import helper, numpy_helper
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("s", 3.5e29), ("l", 2.0), ("d", 1.0))]
+    g = helper.make_graph([helper.make_node("Range", ["s", "l", "d"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], inits)
+    (y,) = glow_core.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]),
+                             "interpreter").run({}).values()
+    assert np.asarray(y).shape == (0,)

@@ -217,6 +217,8 @@ def range_(b, start, limit, delta, *, stash_type=None):
         raise MemoryLimitError(f"{b.where}: start {s}, limit {l}, delta {d} make {count:.0f} elements; at most "
                                f"{MAX_CONSTANT_ELEMENTS} fit a compile-time constant in host memory")
     dt = start.dtype.np
+    if count == 0:  # (numpy's arange fails on a length below -2^63 instead of giving none)
+        return b.const(np.zeros(0, dt))
     if start.dtype.is_float:
         comp = np.float64
         if stash_type is not None and start.dtype.name in ("float16", "bfloat16"):
