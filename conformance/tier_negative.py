@@ -257,6 +257,11 @@ FUZZ_REFUSALS = (
         [helper.make_node("DeformConv", ["x", "w", "off"], ["y"], kernel_shape=[2, 2, 2])],
         [("x", 1, [1, 1, 3, 3]), ("w", 1, [1, 1, 2, 2]), ("off", 1, [1, 8, 2, 2])], [("y", 1, None)], opset=22),
      _feeds(x=(1, 1, 3, 3), w=(1, 1, 2, 2), off=(1, 8, 2, 2))),
+    ("celu_alpha_zero", "alpha", lambda tmp: _model(
+        [helper.make_node("Celu", ["x"], ["y"], alpha=0.0)], [("x", 1, [3])], [("y", 1, None)]), _feeds(x=(3,))),
+    ("group_normalization_without_channels", "channel", lambda tmp: _model(
+        [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=1)],
+        [("x", 1, [4]), ("s", 1, [4]), ("b", 1, [4])], [("y", 1, None)]), _feeds(x=(4,), s=(4,), b=(4,))),
     ("lp_pool_p_zero", "p", lambda tmp: _model(
         [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=0)], [("x", 1, [1, 1, 4, 4])],
         [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),

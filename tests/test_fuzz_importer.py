@@ -103,3 +103,20 @@ def test_range_from_far_above_its_limit_is_empty():
     (y,) = glow_core.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]),
                              "interpreter").run({}).values()
     assert np.asarray(y).shape == (0,)
+
+
+def test_lrn_window_wider_than_the_channels():
+    """Found by the importer fuzzer (size 2^63 - 1 made an all-ones kernel of that many rows): a window wider
+    than the channels sums all of them, x / (bias + alpha / size * sum_c x^2) ** beta (numpy of the spec)."""
+    import glow_core
+    from onnx import helper
+    size, alpha, beta, bias = 2 ** 40, 1e9, 0.75, 1.0
+    g = helper.make_graph([helper.make_node("LRN", ["x"], ["y"], size=size, alpha=alpha, beta=beta, bias=bias)],
+                          "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 2, 2])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    x = np.random.default_rng(0).standard_normal((1, 3, 2, 2)).astype(np.float32)
+    (y,) = glow_core.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+                             "interpreter").run({"x": x}).values()
+    xd = x.astype(np.float64)
+    want = xd / (bias + alpha / size * (xd ** 2).sum(axis=1, keepdims=True)) ** beta
+    np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5)

@@ -82,6 +82,8 @@ def selu(b, x, *, alpha=1.67326319217681884765625, gamma=1.050701022148132324218
 @_float_op
 def celu(b, x, *, alpha=1.0):
     """max(x, 0) + min(0, alpha * (exp(x / alpha) - 1))."""
+    if not alpha:
+        raise ShapeError(f"{b.where}: alpha = 0 divides by zero; a non-zero alpha is accepted")
     neg = _mul(b, _expm1(b, _mul(b, x, 1.0 / alpha)), alpha)
     return b.add(b.binary("max", x, _c(b, 0, x)), b.binary("min", neg, _c(b, 0, x)))
 
