@@ -262,6 +262,12 @@ FUZZ_REFUSALS = (
     ("group_normalization_without_channels", "channel", lambda tmp: _model(
         [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=1)],
         [("x", 1, [4]), ("s", 1, [4]), ("b", 1, [4])], [("y", 1, None)]), _feeds(x=(4,), s=(4,), b=(4,))),
+    ("loop_trip_count_too_large", "100000", lambda tmp: _model(
+        [helper.make_node("Loop", ["m", "", "v"], ["w"], body=helper.make_graph(
+            [helper.make_node("Identity", ["c"], ["co"]), helper.make_node("Identity", ["x"], ["xo"])], "body",
+            [helper.make_tensor_value_info(n, t, []) for n, t in (("i", 7), ("c", 9), ("x", 1))],
+            [helper.make_tensor_value_info(n, t, []) for n, t in (("co", 9), ("xo", 1))]))], [("v", 1, [])],
+        [("w", 1, None)], [numpy_helper.from_array(np.array(1 << 40, np.int64), "m")]), _feeds(v=())),
     ("lp_pool_p_zero", "p", lambda tmp: _model(
         [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=0)], [("x", 1, [1, 1, 4, 4])],
         [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),

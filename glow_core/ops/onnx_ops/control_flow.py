@@ -56,8 +56,9 @@ def loop(b, *inputs, body, **attrs):
     scans: list[list] = []
     i = 0
     while go and (trips is None or i < trips):
-        if trips is None and i >= 100000:
-            raise ShapeError(f"{b.where}: the loop has no trip count and its condition stays true")
+        if i >= 100000:
+            raise ShapeError(f"{b.where}: the loop runs past 100000 iterations (trip count {trips}); the lowering "
+                             f"unrolls at most 100000")
         it = b.const(np.array(i, dtype=np.int64))
         c_in = b.const(np.array(go))
         outs = b.inline(body, [it, c_in] + state + outer, f"it{i}_")
