@@ -212,7 +212,108 @@ FUZZ_REFUSALS = (
     ("space_to_depth_blocksize_zero", "blocksize", lambda tmp: _model(
         [helper.make_node("SpaceToDepth", ["x"], ["y"], blocksize=0)], [("x", 1, [1, 1, 4, 4])],
         [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),
+    # found by the importer fuzzer on mutants of ONNX's node-suite models (bench/fuzz_importer.py, seeds 0 to 8)
+    ("cum_prod_of_a_scalar", "rank", lambda tmp: _model(
+        [helper.make_node("CumProd", ["x", "a"], ["y"])], [("x", 1, [])], [("y", 1, None)],
+        [numpy_helper.from_array(np.array(0, np.int64), "a")], opset=26), _feeds(x=())),
+    ("top_k_k_empty", "K", lambda tmp: _model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"])], [("x", 1, [4])], [("v", 1, None), ("i", 7, None)],
+        [numpy_helper.from_array(np.zeros(0, np.int64), "k")]), _feeds(x=(4,))),
+    ("range_limit_empty", "limit", lambda tmp: _model(
+        [helper.make_node("Range", ["s", "l", "d"], ["y"])], [], [("y", 7, None)],
+        [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("s", 0), ("l", []), ("d", 1))]), {}),
+    ("if_condition_empty", "cond", lambda tmp: _model(
+        [helper.make_node("If", ["c"], ["y"], then_branch=_branch("t", 1.0), else_branch=_branch("e", 2.0))],
+        [("c", 9, [0])], [("y", 1, None)]), {"c": np.zeros(0, bool)}),
+    ("mel_weight_matrix_edges", "sample_rate", lambda tmp: _model(
+        [helper.make_node("MelWeightMatrix", ["n", "d", "r", "lo", "hi"], ["y"])], [], [("y", 1, None)],
+        [numpy_helper.from_array(np.array(v, t), n) for n, v, t in (
+            ("n", 2, np.int32), ("d", 1, np.int32), ("r", 1, np.int32), ("lo", 0.64, np.float32),
+            ("hi", 0.1, np.float32))], opset=17), {}),
+    ("reverse_sequence_time_axis", "time_axis", lambda tmp: _model(
+        [helper.make_node("ReverseSequence", ["x", "n"], ["y"], time_axis=1 << 40)], [("x", 1, [4, 4])],
+        [("y", 1, None)], [numpy_helper.from_array(np.full(4, 2, np.int64), "n")]), _feeds(x=(4, 4))),
+    ("attention_no_key_value_heads", "key/value heads", lambda tmp: _model(
+        [helper.make_node("Attention", ["q", "k", "v"], ["y"])],
+        [("q", 1, [1, 2, 2, 8]), ("k", 1, [1, 0, 2, 8]), ("v", 1, [1, 2, 2, 8])], [("y", 1, None)], opset=23),
+     _feeds(q=(1, 2, 2, 8), k=(1, 0, 2, 8), v=(1, 2, 2, 8))),
+    ("lstm_weight_rank", "W", lambda tmp: _model(
+        [helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=3, direction="bidirectional")],
+        [("x", 1, [3, 1, 2]), ("w", 1, []), ("r", 1, [2, 12, 3])], [("y", 1, None)]),
+     _feeds(x=(3, 1, 2), w=(), r=(2, 12, 3))),
+    ("non_max_suppression_scores_rank", "scores", lambda tmp: _model(
+        [helper.make_node("NonMaxSuppression", ["b", "s"], ["y"])], [], [("y", 7, None)],
+        [numpy_helper.from_array(np.zeros(s, np.float32), n) for n, s in (("b", (1, 6, 4)), ("s", (1, 6)))]), {}),
+    ("dft_empty_signal_axis", "dft_length", lambda tmp: _model(
+        [helper.make_node("DFT", ["x", "", "a"], ["y"])], [("x", 1, [1, 10, 0, 2])], [("y", 1, None)],
+        [numpy_helper.from_array(np.array(2, np.int64), "a")], opset=20), _feeds(x=(1, 10, 0, 2))),
+    ("scan_state_left_empty", "empty", lambda tmp: _model(
+        [helper.make_node("Scan", ["", "x"], ["y", "z"], num_scan_inputs=1, body=_scan_sum_body())],
+        [("x", 1, [5])], [("y", 1, None), ("z", 1, None)], opset=9), _feeds(x=(5,))),
+    ("gather_nd_batch_dims_too_large", "batch_dims", lambda tmp: _model(
+        [helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=3)], [("x", 6, [2, 2, 2]), ("i", 7, [2, 1])],
+        [("y", 6, None)], opset=13), {"x": np.zeros((2, 2, 2), np.int32), "i": np.zeros((2, 1), np.int64)}),
+    ("deform_conv_kernel_shape_length", "kernel", lambda tmp: _model(
+        [helper.make_node("DeformConv", ["x", "w", "off"], ["y"], kernel_shape=[2, 2, 2])],
+        [("x", 1, [1, 1, 3, 3]), ("w", 1, [1, 1, 2, 2]), ("off", 1, [1, 8, 2, 2])], [("y", 1, None)], opset=22),
+     _feeds(x=(1, 1, 3, 3), w=(1, 1, 2, 2), off=(1, 8, 2, 2))),
+    ("celu_alpha_zero", "alpha", lambda tmp: _model(
+        [helper.make_node("Celu", ["x"], ["y"], alpha=0.0)], [("x", 1, [3])], [("y", 1, None)]), _feeds(x=(3,))),
+    ("group_normalization_without_channels", "channel", lambda tmp: _model(
+        [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=1)],
+        [("x", 1, [4]), ("s", 1, [4]), ("b", 1, [4])], [("y", 1, None)]), _feeds(x=(4,), s=(4,), b=(4,))),
+    ("loop_trip_count_too_large", "100000", lambda tmp: _model(
+        [helper.make_node("Loop", ["m", "", "v"], ["w"], body=helper.make_graph(
+            [helper.make_node("Identity", ["c"], ["co"]), helper.make_node("Identity", ["x"], ["xo"])], "body",
+            [helper.make_tensor_value_info(n, t, []) for n, t in (("i", 7), ("c", 9), ("x", 1))],
+            [helper.make_tensor_value_info(n, t, []) for n, t in (("co", 9), ("xo", 1))]))], [("v", 1, [])],
+        [("w", 1, None)], [numpy_helper.from_array(np.array(1 << 40, np.int64), "m")]), _feeds(v=())),
+    ("lp_pool_p_zero", "p", lambda tmp: _model(
+        [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2, 2], p=0)], [("x", 1, [1, 1, 4, 4])],
+        [("y", 1, None)]), _feeds(x=(1, 1, 4, 4))),
+    # found by glowc fuzz --backend cpu (the reference interpreter failed): a zero point of another shape
+    ("quantize_zero_point_shape", "y_zero_point", lambda tmp: _model(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], [("x", 1, [])], [("y", 3, None)],
+        [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+         numpy_helper.from_array(np.array([[[[-11, -1, 10]]]], np.int8), "z")]), _feeds(x=())),
+    ("qlinear_matmul_float8_output", "float8e4m3fn", lambda tmp: _model(
+        [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
+        [("a", 3, [2, 4]), ("b", 3, [4, 3])], [("y", 17, None)],
+        [numpy_helper.from_array(np.array([v], t), n) for n, v, t in (
+            ("as", 0.1, np.float32), ("az", 0, np.int8), ("bs", 0.1, np.float32), ("bz", 0, np.int8),
+            ("ys", 0.1, np.float32))] + [helper.make_tensor("yz", onnx.TensorProto.FLOAT8E4M3FN, [1], [0])]),
+     {"a": np.zeros((2, 4), np.int8), "b": np.zeros((4, 3), np.int8)}),
+    # refused with the schema's reason (glow_core.importer's ONNX inference when a lowering fails internally)
+    ("qlinear_matmul_zero_point_type", "y_zero_point", lambda tmp: _model(
+        [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
+        [("a", 3, [2, 4]), ("b", 3, [4, 3])], [("y", 3, None)],
+        [numpy_helper.from_array(np.array([v], t), n) for n, v, t in (
+            ("as", 0.1, np.float32), ("az", 0, np.int8), ("bs", 0.1, np.float32), ("bz", 0, np.int8),
+            ("ys", 0.1, np.float32))] + [helper.make_tensor("yz", onnx.TensorProto.UINT2, [1], [0])]),
+     {"a": np.zeros((2, 4), np.int8), "b": np.zeros((4, 3), np.int8)}),
+    ("conv_transpose_group_zero", "group", lambda tmp: _model(
+        [helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=0)],
+        [("x", 1, [1, 2, 3, 3]), ("w", 1, [2, 1, 3, 3])], [("y", 1, None)]), _feeds(x=(1, 2, 3, 3), w=(2, 1, 3, 3))),
+    ("unique_axis_out_of_range", "axis", lambda tmp: _model(
+        [helper.make_node("Unique", ["x"], ["y"], axis=-2 ** 31)], [], [("y", 1, None)],
+        [numpy_helper.from_array(np.eye(3, dtype=np.float32), "x")]), {}),
+    ("max_pool_pad_overflow", "overflow", lambda tmp: _model(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], pads=[2, 2, 2 ** 63 - 1, 2])],
+        [("x", 1, [1, 1, 5, 5])], [("y", 1, None)], opset=7), _feeds(x=(1, 1, 5, 5))),
 )
+
+
+def _branch(name, value):
+    """A subgraph of no inputs returning the float32 constant ``value`` (an If branch)."""
+    return helper.make_graph([helper.make_node("Constant", [], [name + "_y"], value=numpy_helper.from_array(
+        np.array(value, np.float32)))], name, [], [helper.make_tensor_value_info(name + "_y", 1, [])])
+
+
+def _scan_sum_body():
+    """Scan body (sum_in, next) -> (sum_out, scan_out): a running sum."""
+    return helper.make_graph([helper.make_node("Add", ["s", "n"], ["so"]), helper.make_node("Identity", ["so"], ["o"])],
+                             "scan_body", [helper.make_tensor_value_info(n, 1, []) for n in ("s", "n")],
+                             [helper.make_tensor_value_info(n, 1, []) for n in ("so", "o")])
 
 
 

@@ -91,6 +91,18 @@ class Builder:
                                       f"a shape), but it is computed at run time", ph)
         return v.const
 
+    def scalar_of(self, v: Value | None, what: str, default=None):
+        """The one element of constant operand ``v`` (a scalar or a one-element tensor), ``default`` when it is
+        missing; ShapeError naming ``what`` when it has another number of elements."""
+        a = self.value_of(v, what)
+        if a is None:
+            return default
+        a = np.asarray(a)
+        if a.size != 1:
+            raise ShapeError(f"{self.where}: {what} has shape {list(a.shape)} ({a.size} elements); a scalar (or one "
+                             f"element) is accepted")
+        return a.ravel()[0]
+
     # -- helpers -------------------------------------------------------------------------------------
     def reshape_(self, x: Value, shape) -> Value:
         shape = tuple(int(s) for s in shape)
@@ -283,6 +295,7 @@ def build_node(fn: Function, node: Node, n_outputs: int, *, fold: bool = True, l
         if not d.is_extended and ((all_const and d.foldable) or d.shape_only or lower):
             return lower_node(fn, node, fold=fold, n_outputs=n_outputs)
         if d.is_extended and all_const and d.foldable and fold:
+            infer_node_types(node, n_outputs)  # the shape rule checks the operands before the kernel meets them
             with compile_time(node):
                 arrays = d.run([None if v is None else v.const for v in node.inputs], _semantic(node.attrs))
             if len(arrays) < n_outputs:

@@ -81,7 +81,10 @@ def runtime_env(names, log_dir: str | None = None) -> dict[str, str]:
     env["UBSAN_OPTIONS"] = ":".join(ubsan)
     if "address" in names:
         env["ASAN_OPTIONS"] = ":".join(asan)
-        preload = [runtime_library("asan")] + [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p]
+        # libstdc++ right after the runtime: ASan's __cxa_throw interceptor needs the real one resolvable, else
+        # an exception thrown in a C++ extension (onnx's schema lookups and inference) stops at an ASan CHECK
+        preload = [runtime_library("asan"), runtime_library("stdc++")] + [
+            p for p in os.environ.get("LD_PRELOAD", "").split(":") if p]
         env["LD_PRELOAD"] = ":".join(dict.fromkeys(preload))
     return env
 

@@ -21,7 +21,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..builder import build_node
-from ..errors import GlowError, ImportError_, MemoryLimitError, ModelLoadError, ShapeError, UnsupportedOpError
+from ..errors import (GlowError, ImportError_, InternalError, MemoryLimitError, ModelLoadError, ShapeError,
+                      UnsupportedOpError)
 from ..graph import OUTER, Function, Node, Value
 from ..ops.registry import OPS, REQUIRED, get_op
 from ..types import TensorType, dtype
@@ -437,6 +438,25 @@ def _check_input_types(n: onnx.NodeProto, ins: list, opset: int, where: str):
             seen.setdefault(want, (i, v))
 
 
+def _check_schema_inference(n: onnx.NodeProto, ins: list, opset: int, where: str):
+    """ONNX's own type and shape inference of the node's schema on its typed inputs, run when the op's lowering
+    failed internally: operands or attributes the specification does not admit (a type outside the schema's
+    constraint, an axis out of range, a non-positive group) are refused with the schema's reason (ShapeError)."""
+    try:
+        schema = onnx.defs.get_schema(n.op_type, opset, n.domain or "")
+    except onnx.defs.SchemaError:
+        return
+    if any(x and (v is None or v.type is None) for x, v in zip(n.input, ins)):
+        return  # an operand typed only when a body is inlined
+    types = {x: helper.make_tensor_type_proto(v.dtype.onnx, list(v.shape)) for x, v in zip(n.input, ins) if x}
+    try:
+        onnx.shape_inference.infer_node_outputs(schema, n, types, opset_imports=[helper.make_opsetid("", opset)])
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as e:
+        msg = " ".join(str(e).split())
+        raise ShapeError(f"{where}: the opset {opset} schema refuses its operands "
+                         f"({', '.join(str(v.type) for v in ins if v is not None)}): {msg}") from None
+
+
 @lru_cache(maxsize=None)
 def _parameters(f) -> tuple[int, int | None, frozenset | None, frozenset]:
     """(required inputs, most inputs or None, accepted attribute names or None for any, required attributes) of
@@ -502,7 +522,12 @@ def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, templ
         if outer:
             ins, attrs[OUTER] = ins + [env[x] for x in outer], outer
         node = Node(n.op_type, ins, attrs, [], name, opset)
-        outs = build_node(fn, node, len(n.output), template=template)
+        try:
+            outs = build_node(fn, node, len(n.output), template=template)
+        except InternalError:
+            if not d.domain:
+                _check_schema_inference(n, ins, opset, where)
+            raise
         for o, v in zip(n.output, outs):
             if o:
                 env[o] = v

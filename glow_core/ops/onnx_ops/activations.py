@@ -82,6 +82,8 @@ def selu(b, x, *, alpha=1.67326319217681884765625, gamma=1.050701022148132324218
 @_float_op
 def celu(b, x, *, alpha=1.0):
     """max(x, 0) + min(0, alpha * (exp(x / alpha) - 1))."""
+    if not alpha:
+        raise ShapeError(f"{b.where}: alpha = 0 divides by zero; a non-zero alpha is accepted")
     neg = _mul(b, _expm1(b, _mul(b, x, 1.0 / alpha)), alpha)
     return b.add(b.binary("max", x, _c(b, 0, x)), b.binary("min", neg, _c(b, 0, x)))
 
@@ -138,7 +140,8 @@ def shrink(b, x, *, bias=0.0, lambd=0.5):
 @onnx_op("Gelu")
 @_float_op
 def gelu(b, x, *, approximate="none"):
-    """0.5 * x * (1 + erf(x / sqrt 2)); approximate='tanh': 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))."""
+    """(0.5 * x) * (1 + erf(x / sqrt 2)); approximate='tanh': (0.5 * x) * (1 + tanh(sqrt(2/pi) * (x + 0.044715
+    x^3)))."""
     if approximate == "tanh":
         inner = b.add(x, _mul(b, b.mul(b.mul(x, x), x), 0.044715))
         t = b.tanh(_mul(b, inner, math.sqrt(2.0 / math.pi)))
@@ -146,7 +149,7 @@ def gelu(b, x, *, approximate="none"):
         t = b.erf(_mul(b, x, 1.0 / math.sqrt(2.0)))
     else:
         raise ShapeError(f"{b.where}: approximate '{approximate}' is not one of 'none', 'tanh'")
-    return _mul(b, b.mul(x, b.binary("add", t, _c(b, 1, t))), 0.5)
+    return b.mul(_mul(b, x, 0.5), b.binary("add", t, _c(b, 1, t)))  # halved first: no overflow for x near max
 
 
 @onnx_op("Mish")

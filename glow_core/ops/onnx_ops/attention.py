@@ -136,7 +136,7 @@ def attention(b, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad
     # grouped-query attention: repeat each K/V head
     hq, hk = q.shape[1], k.shape[1]
     if hq != hk:
-        if hq % hk or v.shape[1] != hk:
+        if not hk or hq % hk or v.shape[1] != hk:
             raise ShapeError(f"{b.where}: {hq} query heads are not a multiple of {hk} key/value heads")
         r = hq // hk
 

@@ -85,9 +85,10 @@ def _param(b, v, shape, axis, block_size, what):
         return b.reshape_(v, ())
     rank = len(shape)
     if not block_size:
-        if v.rank != 1 or v.shape[0] != shape[axis]:
-            raise ShapeError(f"{b.where}: {what} of shape {v.shape} must be a scalar or 1-D of length "
-                             f"{shape[axis]} (input dim {axis}) for per-axis quantization")
+        if axis >= rank or v.rank != 1 or v.shape[0] != shape[axis]:
+            raise ShapeError(f"{b.where}: {what} of shape {v.shape} must be a scalar, or 1-D of the length of "
+                             f"input dim {axis} for per-axis quantization (the input is {tuple(shape)}, the other "
+                             f"parameter per-tensor or per-axis alike)")
         return b.reshape_(v, tuple(shape[axis] if i == axis else 1 for i in range(rank)))
     nb = -(-shape[axis] // block_size)
     if block_size < 0 or v.rank != rank or v.shape[axis] != nb or any(
@@ -275,6 +276,9 @@ def _requantize(b, acc, multiplier, y_zp, out):
     y = b.binary("mul", b.cast_(acc, "float64"), b.cast_(multiplier, "float64"))
     if y_zp is not None:
         y = b.binary("add", y, b.cast_(y_zp, "float64"))
+    if not out.is_int:
+        raise UnsupportedOpError(f"{b.where}: requantizing to {out} (the y_zero_point type) is not supported; "
+                                 f"accepted: integer output types (int8, uint8, ...)")
     info = np.iinfo(out.np)
     return b.cast_(_clip(b, b.round(y), int(info.min), int(info.max)), out)
 

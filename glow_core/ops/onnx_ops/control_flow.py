@@ -21,6 +21,8 @@ from ..registry import onnx_op
 def if_(b, *inputs, then_branch, else_branch, **attrs):
     """The selected branch inlined (constant condition), or both branches and an elementwise select."""
     (cond, *_), outer = split_outer(inputs, attrs)
+    if cond.type.numel != 1:
+        raise ShapeError(f"{b.where}: cond has shape {list(cond.shape)}; a tensor of one boolean is accepted")
     if cond.is_const:
         take = bool(np.asarray(cond.const).ravel()[0])
         return b.inline(then_branch if take else else_branch, outer, "then_" if take else "else_")
@@ -46,20 +48,21 @@ def loop(b, *inputs, body, **attrs):
     declared, outer = split_outer(inputs, attrs)
     declared += [None] * (2 - len(declared))
     m, cond, state = declared[0], declared[1], list(declared[2:])
-    trips = None if m is None else int(np.asarray(b.value_of(m, "trip count M")).ravel()[0])
-    go = True if cond is None else bool(np.asarray(b.value_of(cond, "loop condition")).ravel()[0])
+    trips = None if m is None else int(b.scalar_of(m, "trip count M"))
+    go = True if cond is None else bool(b.scalar_of(cond, "loop condition"))
     n_state = len(state)
     if any(v is None for v in state):
         raise ShapeError(f"{b.where}: loop-carried values must be tensors (optional values are not supported)")
     scans: list[list] = []
     i = 0
     while go and (trips is None or i < trips):
-        if trips is None and i >= 100000:
-            raise ShapeError(f"{b.where}: the loop has no trip count and its condition stays true")
+        if i >= 100000:
+            raise ShapeError(f"{b.where}: the loop runs past 100000 iterations (trip count {trips}); the lowering "
+                             f"unrolls at most 100000")
         it = b.const(np.array(i, dtype=np.int64))
         c_in = b.const(np.array(go))
         outs = b.inline(body, [it, c_in] + state + outer, f"it{i}_")
-        go = bool(np.asarray(b.value_of(outs[0], "loop condition (computed by the body)")).ravel()[0])
+        go = bool(b.scalar_of(outs[0], "loop condition (computed by the body)"))
         state = list(outs[1:1 + n_state])
         scans.append(outs[1 + n_state:])
         i += 1
@@ -96,6 +99,9 @@ def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
 def _scan(b, vals, body, n_in, in_axes, in_dirs, out_axes, out_dirs, outer, tag):
     n_state = len(vals) - n_in
     state, xs = list(vals[:n_state]), vals[n_state:]
+    if any(v is None for v in vals):
+        raise ShapeError(f"{b.where}: input {[v is None for v in vals].index(True)} is left empty; every state and "
+                         f"scan input must be given")
     if n_state < 0 or not xs or any(x.rank < 1 for x in xs):
         raise ShapeError(f"{b.where}: {len(vals)} inputs with num_scan_inputs {n_in}: scan inputs of rank >= 1 "
                          f"after the state inputs are accepted")

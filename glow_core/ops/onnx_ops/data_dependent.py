@@ -21,7 +21,7 @@ from ..registry import extended_op
 
 def _int(b, v, what):
     """A scalar operand's (constant) value as an int; an int attribute as itself."""
-    return int(np.asarray(b.value_of(v, what) if hasattr(v, "type") else v).ravel()[0])
+    return int(b.scalar_of(v, what) if hasattr(v, "type") else v)
 
 
 def _topk_types(b, x, k=None, *, axis=-1, largest=1, sorted=1):
@@ -48,7 +48,7 @@ def _unique_types(b, x, *, axis=None, sorted=1):
     vals = _as_f32(np.asarray(b.value_of(x, "input (Unique's output shape is its number of unique values)")))
     if axis is None:
         n = np.unique(vals.reshape(-1)).size
-        return [TensorType(x.dtype, (n,)), TensorType("int64", (n,)), TensorType("int64", (x.numel,)),
+        return [TensorType(x.dtype, (n,)), TensorType("int64", (n,)), TensorType("int64", (x.type.numel,)),
                 TensorType("int64", (n,))]
     ax = b.norm_axis(axis, x.rank)
     n = np.unique(vals, axis=ax).shape[ax]
@@ -264,9 +264,11 @@ def tfidf_vectorizer(x, *, max_gram_length, min_gram_length, max_skip_count, mod
     n_out = max(ngram_indexes) + 1
     rows = x.reshape(1, -1) if x.ndim == 1 else x
     out = np.zeros((rows.shape[0], n_out), dtype=np.float32)
+    # the pool has no n-gram longer than len(ngram_counts), and no window fits a skip of the row's length
+    longest, widest = min(max_gram_length, len(ngram_counts)), min(max_skip_count, rows.shape[-1])
     for r, row in enumerate(rows.tolist()):
-        for n in range(max(min_gram_length, 1), max_gram_length + 1):
-            for skip in range(0, (max_skip_count if n > 1 else 0) + 1):
+        for n in range(max(min_gram_length, 1), longest + 1):
+            for skip in range(0, (widest if n > 1 else 0) + 1):
                 step = skip + 1
                 for i in range(len(row) - (n - 1) * step):
                     k = table.get(tuple(row[i:i + (n - 1) * step + 1:step]))

@@ -65,6 +65,10 @@ def gather_elements(b, x, indices, *, axis=0):
 @onnx_op("GatherND")
 def gather_nd(b, x, indices, *, batch_dims=0):
     """Primitive `gather_nd` with negative indices normalized per indexed axis."""
+    if not 0 <= batch_dims < min(x.rank, indices.rank) or not 1 <= indices.shape[-1] <= x.rank - batch_dims:
+        raise ShapeError(f"{b.where}: data {list(x.shape)}, indices {list(indices.shape)}, batch_dims {batch_dims}: "
+                         f"batch_dims below both ranks and an index length (last dim of indices) of 1 to "
+                         f"rank(data) - batch_dims are accepted")
     k = indices.shape[-1]
     dims = np.asarray(x.shape[batch_dims:batch_dims + k], np.int64)
     return b.gather_nd(x, _index(b, indices, dims), batch_dims=int(batch_dims))
@@ -135,6 +139,10 @@ def compress(b, x, condition, *, axis=None):
 def reverse_sequence(b, x, sequence_lens, *, batch_axis=1, time_axis=0):
     """`gather_nd` with an index grid whose time component is (t < len ? len - 1 - t : t)."""
     shape = x.shape
+    if x.rank < 2 or sorted((batch_axis, time_axis)) != [0, 1] or sequence_lens.shape != (shape[batch_axis],):
+        raise ShapeError(f"{b.where}: input {list(shape)}, batch_axis {batch_axis}, time_axis {time_axis}, "
+                         f"sequence_lens {list(sequence_lens.shape)}: an input of rank >= 2, the axes 0 and 1 (one "
+                         f"each) and one length per batch entry are accepted")
     t = b.const(np.broadcast_to(np.arange(shape[time_axis], dtype=np.int64).reshape(
         [-1 if i == time_axis else 1 for i in range(x.rank)]), shape).copy())
     lens = b.reshape_(b.cast_(sequence_lens, "int64"), [shape[batch_axis] if i == batch_axis else 1
@@ -200,8 +208,7 @@ def constant_of_shape(b, shape, *, value=None):
 def range_(b, start, limit, delta, *, stash_type=None):
     """A constant: numpy arange(start, limit, delta) in the input type (low-precision floats computed in
     `stash_type`, float64 otherwise)."""
-    s, l, d = (np.asarray(b.value_of(v, n)).reshape(-1)[0] for v, n in ((start, "start"), (limit, "limit"),
-                                                                        (delta, "delta")))
+    s, l, d = (b.scalar_of(v, n) for v, n in ((start, "start"), (limit, "limit"), (delta, "delta")))
     if d == 0 or not np.isfinite([s, l, d]).all():
         raise ShapeError(f"{b.where}: start {s}, limit {l}, delta {d}: finite values and a non-zero delta are "
                          f"accepted")
@@ -210,6 +217,8 @@ def range_(b, start, limit, delta, *, stash_type=None):
         raise MemoryLimitError(f"{b.where}: start {s}, limit {l}, delta {d} make {count:.0f} elements; at most "
                                f"{MAX_CONSTANT_ELEMENTS} fit a compile-time constant in host memory")
     dt = start.dtype.np
+    if count == 0:  # (numpy's arange fails on a length below -2^63 instead of giving none)
+        return b.const(np.zeros(0, dt))
     if start.dtype.is_float:
         comp = np.float64
         if stash_type is not None and start.dtype.name in ("float16", "bfloat16"):

@@ -167,7 +167,8 @@ def _deform_conv_types(b, x, w, offset, bias=None, mask=None, *, dilations=None,
         raise ShapeError(f"{b.where}: input {x.shape} and weights {w.shape} must be [N, C, H, W] and "
                          f"[F, C/group, kh, kw] with group {group} (only 2-D is supported)")
     k = list(kernel_shape or w.shape[2:])
-    strides, dilations, pads = list(strides or [1, 1]), list(dilations or [1, 1]), list(pads or [0, 0, 0, 0])
+    strides, dilations = list(strides or [1, 1]), list(dilations or [1, 1])
+    pads = conv_pads(b, x.shape[2:], k, strides, dilations, pads, "NOTSET")
     out = tuple((x.shape[2 + i] + pads[i] + pads[i + 2] - ((k[i] - 1) * dilations[i] + 1)) // strides[i] + 1
                 for i in range(2))
     want = (x.shape[0], (offset_group or 1) * 2 * k[0] * k[1]) + out

@@ -117,6 +117,8 @@ def group_normalization(b, x, scale, bias, *, epsilon=1e-5, num_groups=None, sta
     """Reshape to [N, G, rest], moments over rest, normalize, reshape back, * scale + bias per channel
     (per-group scale/bias of opset 18 are repeated to the channels)."""
     _check_float(b, x)
+    if x.rank < 2:
+        raise ShapeError(f"{b.where}: input {list(x.shape)} has no channel axis; [N, C, ...] is accepted")
     N, C = x.shape[:2]
     G = int(num_groups)
     if G <= 0 or C % G:
@@ -172,8 +174,9 @@ def lrn(b, x, *, alpha=1e-4, beta=0.75, bias=1.0, size=None):
         return b.const(np.zeros(x.shape, dtype=x.dtype.np))
     N, C = x.shape[:2]
     sq = b.reshape_(b.mul(x, x), (N, 1, C, x.type.numel // (N * C)))
-    w = b.const(np.ones((1, 1, size, 1), dtype=x.dtype.np))
-    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    # the window's reach on either side, cut at C (a wider one sums no more channels)
+    lo, hi = min((size - 1) // 2, C), min(size - 1 - (size - 1) // 2, C)
+    w = b.const(np.ones((1, 1, lo + hi + 1, 1), dtype=x.dtype.np))
     ssum = b.conv(sq, w, b.scalar_like(0, x, shape=(1,)), strides=[1, 1], dilations=[1, 1],
                   pads=[lo, 0, hi, 0], group=1)
     ssum = b.reshape_(ssum, x.shape)

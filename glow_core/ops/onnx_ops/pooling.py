@@ -62,7 +62,7 @@ def max_pool(b, x, *, auto_pad="NOTSET", ceil_mode=0, dilations=None, kernel_sha
     out_sp, K = y.shape[2:], prod(k)
     O, S = prod(out_sp), prod(sp)
     gidx, sidx = _window_tables(sp, out_sp, k, s, d, p, storage_order)
-    if x.dtype.np.kind == "f":
+    if x.dtype.is_float:
         low = -np.inf
     else:
         low = np.iinfo(x.dtype.np).min
@@ -94,12 +94,16 @@ def average_pool(b, x, *, auto_pad="NOTSET", ceil_mode=0, count_include_pad=0, d
 def _window_sum(b, x, k, s, d, p):
     """Sum over each window: a depthwise `conv` with an all-ones kernel."""
     C = x.shape[1]
+    if C == 0:  # no channels: an empty result of the pooled shape (a group-0 conv has no meaning)
+        return b.avg_pool(x, kernel=k, strides=s, dilations=d, pads=p, count_include_pad=0)
     w = b.const(np.ones((C, 1) + tuple(k), dtype=x.dtype.np))
     return b.conv(x, w, b.scalar_like(0, x, shape=(C,)), strides=s, dilations=d, pads=p, group=C)
 
 
 def _pow_abs(b, x, p):
     """|x| ** p (x * x for p = 2)."""
+    if p < 1:
+        raise ShapeError(f"{b.where}: p = {p}; the Lp norm of a pool takes p >= 1")
     if p == 2:
         return b.mul(x, x)
     a = b.abs(x)

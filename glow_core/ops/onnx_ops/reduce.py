@@ -143,10 +143,9 @@ def _shift(b, x, axis, k, identity):
 
 def _scan(prim, identity):
     def lower(b, x, axis, *, exclusive=0, reverse=0):
-        a = np.asarray(b.value_of(axis, "axis")).reshape(-1)
-        if a.size != 1:
-            raise ShapeError(f"{b.where}: axis must be a scalar or 1-element tensor, got {a.size} values")
-        ax = b.norm_axis(int(a[0]), x.rank)
+        if x.rank < 1:
+            raise ShapeError(f"{b.where}: a scalar input has no axis to scan; inputs of rank >= 1 are accepted")
+        ax = b.norm_axis(int(b.scalar_of(axis, "axis")), x.rank)
         n = x.shape[ax]
         if x.dtype.is_bool:
             raise ShapeError(f"{b.where}: bool input is not accepted; accepted: numeric dtypes")

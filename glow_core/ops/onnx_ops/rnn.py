@@ -97,10 +97,10 @@ class _Rnn:
         if self.s > MAX_STEPS:
             raise ShapeError(f"{b.where}: a sequence of {self.s} steps; the lowering unrolls the recurrence and "
                              f"accepts at most {MAX_STEPS} steps")
-        h = attrs.get("hidden_size") or w.shape[1] // gates
+        h = attrs.get("hidden_size") or (w.shape[1] // gates if w.rank == 3 else 0)
         self.h, self.g = h, gates
         nd = len(self.dirs)
-        if w.shape[0] != nd or w.shape[1] != gates * h or r.shape != (nd, gates * h, h):
+        if w.rank != 3 or w.shape[0] != nd or w.shape[1] != gates * h or r.shape != (nd, gates * h, h):
             raise ShapeError(f"{b.where}: W {w.shape} / R {r.shape} do not match {nd} direction(s), {gates} gates "
                              f"and hidden_size {h}")
         self.w, self.r = w, r

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...errors import ShapeError
+from ...errors import MemoryLimitError, ShapeError
 from ...types import dtype
 from ..registry import onnx_op
+from .indexing import MAX_CONSTANT_ELEMENTS
 
 
 def _split_complex(b, x):
@@ -52,6 +53,9 @@ def dft_lower(b, x, axis, n=None, inverse=False, onesided=False):
         K = xr.shape[axis]
         n = n or 2 * (K - 1)
     n = n or xr.shape[axis]
+    if n < 1 or (real_out and K < 1):
+        raise ShapeError(f"{b.where}: a transform of length {n} over an axis of {xr.shape[axis]} elements; a positive "
+                         f"dft_length (or a non-empty signal axis) is accepted")
     dt = x.dtype.np
     if real_out:
         k = np.arange(K)
@@ -84,19 +88,12 @@ def dft_lower(b, x, axis, n=None, inverse=False, onesided=False):
     return outs[0] if len(outs) == 1 else b.concat(*outs, axis=outs[0].rank - 1)
 
 
-def _scalar(b, v, what, default=None):
-    a = b.value_of(v, what)
-    if a is not None and np.asarray(a).size != 1:
-        raise ShapeError(f"{b.where}: {what} has {np.asarray(a).size} elements; a scalar is accepted")
-    return default if a is None else np.asarray(a).ravel()[0]
-
-
 @onnx_op("DFT", const_inputs=(1, 2))
 def dft(b, x, dft_length=None, axis_input=None, *, axis=None, inverse=0, onesided=0):
     """Matmuls by constant cosine/sine matrices (axis: attribute before opset 20, input since)."""
-    n = _scalar(b, dft_length, "dft_length")
+    n = b.scalar_of(dft_length, "dft_length")
     if axis is None:  # opset 20: axis is an input, default -2 (counting the trailing complex axis)
-        ax = int(_scalar(b, axis_input, "axis", -2))
+        ax = int(b.scalar_of(axis_input, "axis", -2))
         ax = ax + x.rank if ax < 0 else ax
         if not 0 <= ax < x.rank - 1:
             raise ShapeError(f"{b.where}: axis {ax} must name a signal axis of {x.shape}, not the complex axis")
@@ -108,8 +105,8 @@ def dft(b, x, dft_length=None, axis_input=None, *, axis=None, inverse=0, oneside
 @onnx_op("STFT", const_inputs=(1, 3))
 def stft(b, signal, frame_step, window=None, frame_length=None, *, onesided=1):
     """Frames gathered by a constant index matrix, times the window, then the DFT of each frame."""
-    step = int(_scalar(b, frame_step, "frame_step"))
-    fl = _scalar(b, frame_length, "frame_length")
+    step = int(b.scalar_of(frame_step, "frame_step"))
+    fl = b.scalar_of(frame_length, "frame_length")
     fl = int(fl) if fl is not None else (window.shape[0] if window is not None else signal.shape[1])
     if signal.rank != 3 or step < 1 or not 1 <= fl <= signal.shape[1]:
         raise ShapeError(f"{b.where}: signal {signal.shape}, frame_step {step}, frame_length {fl}: a [batch, "
@@ -124,7 +121,7 @@ def stft(b, signal, frame_step, window=None, frame_length=None, *, onesided=1):
 
 
 def _window(b, size, output_datatype, periodic, coeffs, what):
-    n = int(_scalar(b, size, "size"))
+    n = int(b.scalar_of(size, "size"))
     d = n if periodic else n - 1
     k = np.arange(n)
     w = sum(c * np.cos(2 * np.pi * i * k / d) for i, c in enumerate(coeffs)) if d else np.ones(n)
@@ -153,22 +150,29 @@ def blackman_window(b, size, *, output_datatype=1, periodic=1):
 def mel_weight_matrix(b, num_mel_bins, dft_length, sample_rate, lower_edge_hertz, upper_edge_hertz, *,
                       output_datatype=1):
     """A constant [dft_length // 2 + 1, num_mel_bins] of triangular mel filters (ONNX's definition)."""
-    n_mel = int(_scalar(b, num_mel_bins, "num_mel_bins"))
-    n_dft = int(_scalar(b, dft_length, "dft_length"))
-    rate = int(_scalar(b, sample_rate, "sample_rate"))
-    lo = float(_scalar(b, lower_edge_hertz, "lower_edge_hertz"))
-    hi = float(_scalar(b, upper_edge_hertz, "upper_edge_hertz"))
+    n_mel = int(b.scalar_of(num_mel_bins, "num_mel_bins"))
+    n_dft = int(b.scalar_of(dft_length, "dft_length"))
+    rate = int(b.scalar_of(sample_rate, "sample_rate"))
+    lo = float(b.scalar_of(lower_edge_hertz, "lower_edge_hertz"))
+    hi = float(b.scalar_of(upper_edge_hertz, "upper_edge_hertz"))
+    if n_mel < 1 or n_dft < 1 or rate < 1 or not 0 <= lo <= hi <= rate / 2:
+        raise ShapeError(f"{b.where}: num_mel_bins {n_mel}, dft_length {n_dft}, sample_rate {rate}, edges {lo}..{hi} "
+                         f"Hz: positive counts and rate and 0 <= lower_edge_hertz <= upper_edge_hertz <= "
+                         f"sample_rate / 2 are accepted")
+    if (n_dft // 2 + 1) * n_mel > MAX_CONSTANT_ELEMENTS:
+        raise MemoryLimitError(f"{b.where}: a [{n_dft // 2 + 1}, {n_mel}] matrix; at most {MAX_CONSTANT_ELEMENTS} "
+                               f"elements fit a compile-time constant in host memory")
     lo_mel, hi_mel = (2595 * np.log1p(f / 700) / np.log(10) for f in (lo, hi))
     bins = np.arange(n_mel + 2) * ((hi_mel - lo_mel) / (n_mel + 2)) + lo_mel
-    bins = (((n_dft + 1) * (700 * np.expm1(bins / 2595 * np.log(10)))) // rate).astype(int)
-    out = np.zeros((n_dft // 2 + 1, n_mel))
-    for i in range(n_mel):
-        left, center, right = bins[i], bins[i + 1], bins[i + 2]
-        if center == left:
-            out[center, i] = 1
-        else:
-            for j in range(left, center + 1):
-                out[j, i] = (j - left) / (center - left)
-        for j in range(center, right):
-            out[j, i] = (right - j) / (right - center)
+    bins = (((n_dft + 1) * (700 * np.expm1(bins / 2595 * np.log(10)))) // rate).astype(np.int64)
+    if bins[-1] > n_dft // 2:
+        raise ShapeError(f"{b.where}: upper_edge_hertz {hi} falls in bin {bins[-1]} of a spectrum of {n_dft // 2 + 1} "
+                         f"bins (dft_length {n_dft}, sample_rate {rate}); a lower edge or a longer dft is accepted")
+    # column i: a triangle rising from bins[i] to 1 at bins[i + 1], falling to 0 at bins[i + 2]
+    j = np.arange(n_dft // 2 + 1)[:, None]
+    left, center, right = bins[:-2], bins[1:-1], bins[2:]
+    with np.errstate(all="ignore"):
+        rise = np.where(center > left, (j - left) / np.maximum(center - left, 1), 1.0)
+        fall = (right - j) / np.maximum(right - center, 1)
+    out = np.where((j >= left) & (j <= center), rise, np.where((j > center) & (j < right), fall, 0.0))
     return b.const(out, dtype(int(output_datatype)).name)
