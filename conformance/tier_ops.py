@@ -16,7 +16,7 @@ from glow_core.types import dtype as gdtype
 
 from . import paths
 from .onnx_cases import Init, model_case as _model_case, one_node
-from .primitive_cases import pairs, specials, sprinkle
+from .primitive_cases import acc_specials, pairs, specials, sprinkle
 
 F = ("float32", "float16", "float64")
 I = ("int32", "int64", "int8", "uint8")
@@ -453,19 +453,23 @@ def _structured():
                               Init(np.array([[[0.9, 0.8, 0.7]]], np.float32)), _c([2]), _c([0.5], "float32")]))
     add("Constant", "tensor", ("float32",), lambda r, d: one_node(
         "Constant", [], {"value": _tensor(rnd(d, (2, 3), r))}))
-    # special values (NaN, +-inf, +-0, denormals) into accumulations, windows, reductions and arg-max/min
+    # special values (NaN, +-inf, +-0, denormals) into accumulations, windows, reductions and arg-max/min; sums
+    # and products get no finite extremes (acc_specials): whether max*2 - max*2 overflows depends on the order of
+    # the sum and on FMA contraction, which IEEE leaves to the implementation (inf and NaN are both right)
     sp = lambda d, shape, r: sprinkle(rnd(d, shape, r), r, 0.08)  # noqa: E731
-    add("MatMul", "specials", F, lambda r, d: one_node("MatMul", [sp(d, (6, 9), r), sp(d, (9, 5), r)]))
-    add("Gemm", "specials", F, lambda r, d: one_node("Gemm", [sp(d, (4, 7), r), sp(d, (7, 3), r), sp(d, (3,), r)]))
-    add("Conv", "specials", F, lambda r, d: one_node("Conv", [sp(d, (1, 2, 6, 6), r), sp(d, (3, 2, 3, 3), r)],
+    acc = lambda d, shape, r: sprinkle(rnd(d, shape, r), r, 0.08, acc_specials(d))  # noqa: E731
+    add("MatMul", "specials", F, lambda r, d: one_node("MatMul", [acc(d, (6, 9), r), acc(d, (9, 5), r)]))
+    add("Gemm", "specials", F, lambda r, d: one_node("Gemm", [acc(d, (4, 7), r), acc(d, (7, 3), r),
+                                                              acc(d, (3,), r)]))
+    add("Conv", "specials", F, lambda r, d: one_node("Conv", [acc(d, (1, 2, 6, 6), r), acc(d, (3, 2, 3, 3), r)],
                                                      {"pads": [1, 1, 1, 1]}))
-    for op in ("MaxPool", "AveragePool"):  # NaN in pooling is left open by ONNX: see SPEC_ORACLES
-        add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (1, 2, 7, 7), r)],
-                                                           {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}))
-    for op in ("GlobalMaxPool", "GlobalAveragePool"):
-        add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (2, 3, 4, 5), r)]))
-    for op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean"):
-        add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (3, 4, 5), r), _c([1])]))
+    for op, vals in (("MaxPool", sp), ("AveragePool", acc)):  # NaN in pooling is left open by ONNX: SPEC_ORACLES
+        add(op, "specials", F, lambda r, d, op=op, vals=vals: one_node(op, [vals(d, (1, 2, 7, 7), r)],
+                                                                       {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}))
+    for op, vals in (("GlobalMaxPool", sp), ("GlobalAveragePool", acc)):
+        add(op, "specials", F, lambda r, d, op=op, vals=vals: one_node(op, [vals(d, (2, 3, 4, 5), r)]))
+    for op, vals in (("ReduceSum", acc), ("ReduceMax", sp), ("ReduceMin", sp), ("ReduceMean", acc)):
+        add(op, "specials", F, lambda r, d, op=op, vals=vals: one_node(op, [vals(d, (3, 4, 5), r), _c([1])]))
     for op in ("ArgMax", "ArgMin"):
         add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (3, 4, 5), r)], {"axis": 1}))
     add("Softmax", "specials", F, lambda r, d: one_node("Softmax", [sp(d, (3, 7), r)], {"axis": -1}))
