@@ -149,7 +149,8 @@ def test_cli_fuzz_exit_status_and_output(tmp_path, capsys):
 def test_progress_line_only_on_a_terminal():
     import io
 
-    from glow_core.fuzz.driver import Progress, Summary
+    from glow_core.fuzz.driver import Summary, status
+    from glow_core.progress import Progress
 
     class Tty(io.StringIO):
         def isatty(self):
@@ -157,11 +158,11 @@ def test_progress_line_only_on_a_terminal():
     s = Summary("cpu", "interpreter", 0, seconds=30.0, graphs=12)
     pipe, tty = io.StringIO(), Tty()
     for stream in (pipe, tty):
-        p = Progress(stream)
-        p.update(s, force=True)
-        p.done()
+        p = Progress("fuzz cpu", total=60.0, unit="s", stream=stream, interval=0.0)
+        p.update(s.seconds, note=status(s))
+        p.close()
     assert pipe.getvalue() == ""
-    assert "graphs 12 (24/min)" in tty.getvalue() and tty.getvalue().startswith("\r")
+    assert "graphs 12 (24/min), failures 0" in tty.getvalue() and tty.getvalue().startswith("\r")
 
 
 def test_onnxruntime_differences_apply_only_under_their_condition():

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from ..progress import Progress
 from . import runner
 from .compare import ORT_DIFFERENCES, ORT_OPERAND_DIFFERENCES, conditions, depends_on, mismatch, operand_differences
 from .generator import drawable_ops, generate
@@ -187,26 +188,10 @@ def write_finding(out_dir, fid, model, feeds, want, got, signature, replay_args)
     return files
 
 
-class Progress:
-    """One status line rewritten in place on a terminal; nothing when stderr is a pipe or file."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.on = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.last = 0.0
-
-    def update(self, s: Summary, force=False):
-        if not self.on or (not force and time.monotonic() - self.last < 0.5):
-            return
-        self.last = time.monotonic()
-        self.stream.write(f"\rgraphs {s.graphs} ({s.per_minute:.0f}/min), compared {s.compared}, failures "
-                          f"{len(s.findings)}, discarded {sum(s.discarded.values())}, unsupported {s.unsupported}, "
-                          f"{s.seconds:.0f} s   ")
-        self.stream.flush()
-
-    def done(self):
-        if self.on:
-            self.stream.write("\n")
+def status(s: Summary) -> str:
+    """The progress line's note: graphs tried and their rate, failures found, compared, discarded."""
+    return (f"graphs {s.graphs} ({s.per_minute:.0f}/min), failures {len(s.findings)}, compared {s.compared}, "
+            f"discarded {sum(s.discarded.values())}, unsupported {s.unsupported}")
 
 
 def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out", ops=None, dtypes=None,
@@ -217,7 +202,8 @@ def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out
     drawable_ops(ops)  # unknown op names fail here, before any child starts
     summary = Summary(str(backend), against, seed)
     sess = Session(backend, against, timeout, options=options, env=env)
-    progress = progress or Progress()
+    progress = progress or Progress(f"fuzz {backend}", total=max_graphs or seconds,
+                                    unit="graphs" if max_graphs else "s")
     replay_args = ["--backend", str(backend), "--against", against]
     t0 = time.monotonic()
     i = graph if graph is not None else 0
@@ -234,7 +220,7 @@ def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out
             i += 1
             summary.node_rejects.update(rejects)
             summary.graphs += 1
-            progress.update(summary)
+            progress.update(summary.graphs if max_graphs else summary.seconds, note=status(summary))
             if model is None:
                 summary.discarded["invalid"] += 1
                 continue
@@ -264,10 +250,9 @@ def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out
                         len(small.graph.node), [n.op_type for n in small.graph.node], tests, files=files)
             summary.findings.append(f)
             log(f"{gid}: shrunk to {f.nodes_after} nodes ({', '.join(f.ops)}) in {tests} tests -> {files[0]}")
-            progress.update(summary, force=True)
     finally:
         sess.close()
-        progress.done()
+        progress.close()
     summary.seconds = time.monotonic() - t0
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "summary.json"), "w") as fh:
