@@ -300,6 +300,23 @@ FUZZ_REFUSALS = (
     ("max_pool_pad_overflow", "overflow", lambda tmp: _model(
         [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], pads=[2, 2, 2 ** 63 - 1, 2])],
         [("x", 1, [1, 1, 5, 5])], [("y", 1, None)], opset=7), _feeds(x=(1, 1, 5, 5))),
+    ("reshape_rank_255", "rank", lambda tmp: _model(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])], [("x", 1, [2])], [("y", 1, None)],
+        [numpy_helper.from_array(np.array([2] + [1] * 254, np.int64), "s")]), _feeds(x=(2,))),
+    ("lp_pool_kernel_beyond_int", "kernel", lambda tmp: _model(
+        [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2 ** 63 - 1], p=3)],
+        [("x", 1, [1, 3, 32])], [("y", 1, None)], opset=22), _feeds(x=(1, 3, 32))),
+    ("average_pool_same_upper_kernel_beyond_int", "kernel", lambda tmp: _model(
+        [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2 ** 63 - 1], strides=[2, 2],
+                          auto_pad="SAME_UPPER")], [("x", 1, [1, 1, 5, 5])], [("y", 1, None)], opset=22),
+     _feeds(x=(1, 1, 5, 5))),
+    ("max_pool_window_larger_than_input", "window", lambda tmp: _model(
+        [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[7, 7])], [("x", 1, [1, 1, 5, 5])],
+        [("y", 1, None)]), _feeds(x=(1, 1, 5, 5))),
+    ("rnn_empty_sequence", "steps", lambda tmp: _model(
+        [helper.make_node("RNN", ["x", "w", "r", "b"], ["", "y_h"], hidden_size=5)],
+        [("x", 1, [0, 3, 3]), ("w", 1, [1, 5, 3]), ("r", 1, [1, 5, 5]), ("b", 1, [1, 10])], [("y_h", 1, None)]),
+     _feeds(x=(0, 3, 3), w=(1, 5, 3), r=(1, 5, 5), b=(1, 10))),
 )
 
 

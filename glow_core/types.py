@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
-from .errors import GlowError
+from .errors import GlowError, ShapeError
 
 
 @dataclass(frozen=True)
@@ -130,6 +130,10 @@ def dtype(x) -> DType:
     raise GlowError(f"numpy dtype {npd} is not supported; accepted: {', '.join(DTYPES)}")
 
 
+#: Highest tensor rank (numpy's own limit is 64; no network comes near it).
+MAX_RANK = 32
+
+
 @dataclass(frozen=True)
 class TensorType:
     """A dtype with a static shape, and a scale/offset when quantized."""
@@ -142,6 +146,9 @@ class TensorType:
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         object.__setattr__(self, "dtype", dtype(self.dtype))
+        if len(self.shape) > MAX_RANK:
+            raise ShapeError(f"a tensor of rank {len(self.shape)} (shape {list(self.shape[:8])}...): ranks up to "
+                             f"{MAX_RANK} are accepted")
 
     @property
     def rank(self) -> int:

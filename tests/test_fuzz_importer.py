@@ -120,3 +120,19 @@ def test_lrn_window_wider_than_the_channels():
     xd = x.astype(np.float64)
     want = xd / (bias + alpha / size * (xd ** 2).sum(axis=1, keepdims=True)) ** beta
     np.testing.assert_allclose(np.asarray(y), want, rtol=1e-5)
+
+
+def test_split_1_without_axis_splits_the_first_axis():
+    """Split-1's schema gives `axis` no default value; its documentation says 0 (an importer-fuzz finding: the
+    unset attribute reached the lowering as None). Equal parts along axis 0, as numpy's split."""
+    import glow_core
+    from onnx import helper
+    g = helper.make_graph([helper.make_node("Split", ["x"], ["a", "b", "c"])], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [6, 2])],
+                          [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in "abc"])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 1)])
+    m.ir_version = 3
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    got = glow_core.compile(m, "interpreter").run({"x": x})
+    for name, want in zip("abc", np.split(x, 3, axis=0)):
+        np.testing.assert_array_equal(got[name], want)

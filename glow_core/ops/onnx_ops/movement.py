@@ -99,8 +99,9 @@ def concat(b, *xs, axis=0):
 
 @onnx_op("Split", const_inputs=(1,))
 def split(b, x, split_in=None, *, axis=0, split=None, num_outputs=None):
-    """One `slice` per output along `axis` (sizes from `split`, else equal parts, the last smaller)."""
-    axis = b.norm_axis(axis, x.rank)
+    """One `slice` per output along `axis` (sizes from `split`, else equal parts, the last smaller). Split-1's
+    schema gives `axis` no default value; its documentation says 0."""
+    axis = b.norm_axis(0 if axis is None else axis, x.rank)
     d = x.shape[axis]
     sizes = ints(b.value_of(split_in, "split")) if split_in is not None else (
         ints(split) if split is not None else None)

@@ -7,14 +7,20 @@ from ...errors import ShapeError
 from ..registry import extended_op, onnx_op
 
 
+#: Largest kernel size, stride, dilation or pad of a window (2^31 - 1: C kernels index windows with int).
+WINDOW_MAX = (1 << 31) - 1
+
+
 def conv_pads(b, x_sp, k, strides, dilations, pads, auto_pad):
     """Explicit begin+end pads for ONNX auto_pad / pads attributes (the window attributes checked)."""
     n = len(x_sp)
+    window = list(k) + list(strides) + list(dilations)
     if (len(k) != n or len(strides) != n or len(dilations) != n or (pads and len(pads) != 2 * n)
-            or min(list(k) + list(strides) + list(dilations), default=1) < 1 or min(pads or [0]) < 0):
+            or min(window, default=1) < 1 or min(pads or [0]) < 0 or max(window + list(pads or []), default=0)
+            > WINDOW_MAX):
         raise ShapeError(f"{b.where}: kernel {list(k)}, strides {list(strides)}, dilations {list(dilations)}, pads "
                          f"{list(pads or [])} for {n} spatial dims: one kernel size, stride and dilation >= 1 per "
-                         f"dim and 2 * {n} pads >= 0 are accepted")
+                         f"dim and 2 * {n} pads >= 0 are accepted, each at most {WINDOW_MAX}")
     auto_pad = auto_pad or "NOTSET"
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         out = []

@@ -21,6 +21,11 @@ def pool_geometry(b, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_m
     strides = list(strides or [1] * n)
     dilations = list(dilations or [1] * n)
     p = conv_pads(b, x.shape[2:], k, strides, dilations, pads, auto_pad)
+    for i in range(n if not ceil_mode else 0):  # (ceil_mode: a window may reach past the end padding)
+        if (k[i] - 1) * dilations[i] + 1 > x.shape[2 + i] + p[i] + p[i + n]:
+            raise ShapeError(f"{b.where}: the window of kernel {k}, dilations {dilations} does not fit spatial dim "
+                             f"{i} of {x.shape} with pads {p}: windows at most as large as the padded input are "
+                             f"accepted")
     if ceil_mode:
         for i in range(n):
             eff = (k[i] - 1) * dilations[i] + 1

@@ -94,9 +94,9 @@ class _Rnn:
                 init_h = b.transpose_(init_h, (1, 0, 2))
         self.x = x
         self.s, self.n, _ = x.shape
-        if self.s > MAX_STEPS:
+        if not 1 <= self.s <= MAX_STEPS:
             raise ShapeError(f"{b.where}: a sequence of {self.s} steps; the lowering unrolls the recurrence and "
-                             f"accepts at most {MAX_STEPS} steps")
+                             f"accepts 1 to {MAX_STEPS} steps")
         h = attrs.get("hidden_size") or (w.shape[1] // gates if w.rank == 3 else 0)
         self.h, self.g = h, gates
         nd = len(self.dirs)
