@@ -123,8 +123,8 @@ def test_lrn_window_wider_than_the_channels():
 
 
 def test_split_1_without_axis_splits_the_first_axis():
-    """Split-1's schema gives `axis` no default value; its documentation says 0 (an importer-fuzz finding: the
-    unset attribute reached the lowering as None). Equal parts along axis 0, as numpy's split."""
+    """Split-1's schema gives `axis` no default value (an importer-fuzz finding: the unset attribute reached the
+    lowering as None); Split-2's default 0 applies. Equal parts along axis 0, as numpy's split."""
     import glow_core
     from onnx import helper
     g = helper.make_graph([helper.make_node("Split", ["x"], ["a", "b", "c"])], "g",
@@ -136,3 +136,18 @@ def test_split_1_without_axis_splits_the_first_axis():
     got = glow_core.compile(m, "interpreter").run({"x": x})
     for name, want in zip("abc", np.split(x, 3, axis=0)):
         np.testing.assert_array_equal(got[name], want)
+
+
+def test_concat_1_without_axis_concatenates_axis_1():
+    """Concat-1's schema gives `axis` no default value; its documentation says "Default value is 1" (an
+    importer-fuzz finding, as Split-1's)."""
+    import glow_core
+    from onnx import helper
+    g = helper.make_graph([helper.make_node("Concat", ["a", "b"], ["y"])], "g",
+                          [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2, 2, 2]) for n in "ab"],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 1)])
+    m.ir_version = 3
+    a, b = np.arange(8, dtype=np.float32).reshape(2, 2, 2), -np.arange(8, dtype=np.float32).reshape(2, 2, 2)
+    np.testing.assert_array_equal(glow_core.compile(m, "interpreter").run({"a": a, "b": b})["y"],
+                                  np.concatenate([a, b], axis=1))

@@ -89,18 +89,19 @@ def unsqueeze(b, x, axes_in=None, *, axes=None):
 
 @onnx_op("Concat")
 def concat(b, *xs, axis=0):
-    """Primitive `concat` (inputs of dtype/rank mismatch are rejected by the primitive)."""
+    """Primitive `concat` (inputs of dtype/rank mismatch are rejected by the primitive). Concat-1's schema gives
+    `axis` no default value; its documentation says 1."""
     xs = [x for x in xs if x is not None]
     if not xs:
         raise ShapeError(f"{b.where}: Concat needs at least one input")
-    axis = b.norm_axis(axis, xs[0].rank)
+    axis = b.norm_axis(1 if axis is None else axis, xs[0].rank)
     return xs[0] if len(xs) == 1 else b.concat(*xs, axis=axis)
 
 
 @onnx_op("Split", const_inputs=(1,))
 def split(b, x, split_in=None, *, axis=0, split=None, num_outputs=None):
     """One `slice` per output along `axis` (sizes from `split`, else equal parts, the last smaller). Split-1's
-    schema gives `axis` no default value; its documentation says 0."""
+    schema gives `axis` no default value and documents none; Split-2 and later default to 0, as used here."""
     axis = b.norm_axis(0 if axis is None else axis, x.rank)
     d = x.shape[axis]
     sizes = ints(b.value_of(split_in, "split")) if split_in is not None else (
