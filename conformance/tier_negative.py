@@ -297,7 +297,7 @@ FUZZ_REFUSALS = (
     ("unique_axis_out_of_range", "axis", lambda tmp: _model(
         [helper.make_node("Unique", ["x"], ["y"], axis=-2 ** 31)], [], [("y", 1, None)],
         [numpy_helper.from_array(np.eye(3, dtype=np.float32), "x")]), {}),
-    ("max_pool_pad_overflow", "overflow", lambda tmp: _model(
+    ("max_pool_pad_overflow", "pads", lambda tmp: _model(
         [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[5, 5], pads=[2, 2, 2 ** 63 - 1, 2])],
         [("x", 1, [1, 1, 5, 5])], [("y", 1, None)], opset=7), _feeds(x=(1, 1, 5, 5))),
     ("reshape_rank_255", "rank", lambda tmp: _model(
