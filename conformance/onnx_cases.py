@@ -108,7 +108,7 @@ def scales(model, feeds, ctx, out_names, tolerance, want):
                     m = np.maximum(m, a.max(initial=0.0))
             mags[nm] = m
         return 1, mags
-    if tolerance == "op-rel":
+    if tolerance in ("op-rel", "op-exp"):
         return max([v.size for v in feeds.values()] + [int(np.prod(t.dims)) for t in model.graph.initializer] + [1]), {}
     if tolerance == "op-acc":
         am, af = _abs_model(model, feeds)
