@@ -145,6 +145,19 @@ def _external_model(tmp, length):
 
 #: Minimal models of what importer and differential fuzzing (glowc fuzz, glow_core/fuzz/importer.py) found
 #: escaping as other exceptions: (label, must be named in the error, () -> model or path, feeds).
+def _qlinear_matmul(yz_type, y_type):
+    """An int8 2x4 by 4x3 QLinearMatMul whose output zero point has type ``yz_type`` and output ``y_type``."""
+    return _model(
+        [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
+        [("a", 3, [2, 4]), ("b", 3, [4, 3])], [("y", y_type, None)],
+        [numpy_helper.from_array(np.array([v], t), n) for n, v, t in (
+            ("as", 0.1, np.float32), ("az", 0, np.int8), ("bs", 0.1, np.float32), ("bz", 0, np.int8),
+            ("ys", 0.1, np.float32))] + [helper.make_tensor("yz", yz_type, [1], [0])])
+
+
+_QLINEAR_MATMUL_FEEDS = {"a": np.zeros((2, 4), np.int8), "b": np.zeros((4, 3), np.int8)}
+
+
 FUZZ_REFUSALS = (
     ("external_data_negative_length", "length", lambda tmp: _external_model(tmp, -5),
      {"x": np.zeros((2, 3), np.float32)}),
@@ -276,21 +289,11 @@ FUZZ_REFUSALS = (
         [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], [("x", 1, [])], [("y", 3, None)],
         [numpy_helper.from_array(np.array(0.5, np.float32), "s"),
          numpy_helper.from_array(np.array([[[[-11, -1, 10]]]], np.int8), "z")]), _feeds(x=())),
-    ("qlinear_matmul_float8_output", "float8e4m3fn", lambda tmp: _model(
-        [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
-        [("a", 3, [2, 4]), ("b", 3, [4, 3])], [("y", 17, None)],
-        [numpy_helper.from_array(np.array([v], t), n) for n, v, t in (
-            ("as", 0.1, np.float32), ("az", 0, np.int8), ("bs", 0.1, np.float32), ("bz", 0, np.int8),
-            ("ys", 0.1, np.float32))] + [helper.make_tensor("yz", onnx.TensorProto.FLOAT8E4M3FN, [1], [0])]),
-     {"a": np.zeros((2, 4), np.int8), "b": np.zeros((4, 3), np.int8)}),
+    ("qlinear_matmul_float8_output", "float8e4m3fn",
+     lambda tmp: _qlinear_matmul(onnx.TensorProto.FLOAT8E4M3FN, 17), _QLINEAR_MATMUL_FEEDS),
     # refused with the schema's reason (glow_core.importer's ONNX inference when a lowering fails internally)
-    ("qlinear_matmul_zero_point_type", "y_zero_point", lambda tmp: _model(
-        [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])],
-        [("a", 3, [2, 4]), ("b", 3, [4, 3])], [("y", 3, None)],
-        [numpy_helper.from_array(np.array([v], t), n) for n, v, t in (
-            ("as", 0.1, np.float32), ("az", 0, np.int8), ("bs", 0.1, np.float32), ("bz", 0, np.int8),
-            ("ys", 0.1, np.float32))] + [helper.make_tensor("yz", onnx.TensorProto.UINT2, [1], [0])]),
-     {"a": np.zeros((2, 4), np.int8), "b": np.zeros((4, 3), np.int8)}),
+    ("qlinear_matmul_zero_point_type", "y_zero_point",
+     lambda tmp: _qlinear_matmul(onnx.TensorProto.UINT2, 3), _QLINEAR_MATMUL_FEEDS),
     ("conv_transpose_group_zero", "group", lambda tmp: _model(
         [helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=0)],
         [("x", 1, [1, 2, 3, 3]), ("w", 1, [2, 1, 3, 3])], [("y", 1, None)]), _feeds(x=(1, 2, 3, 3), w=(2, 1, 3, 3))),
