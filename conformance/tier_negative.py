@@ -306,6 +306,9 @@ FUZZ_REFUSALS = (
     ("reshape_rank_255", "rank", lambda tmp: _model(
         [helper.make_node("Reshape", ["x", "s"], ["y"])], [("x", 1, [2])], [("y", 1, None)],
         [numpy_helper.from_array(np.array([2] + [1] * 254, np.int64), "s")]), _feeds(x=(2,))),
+    ("constant_of_shape_rank_255", "rank", lambda tmp: _model(
+        [helper.make_node("ConstantOfShape", ["s"], ["y"])], [], [("y", 1, None)],
+        [numpy_helper.from_array(np.array([0] + [1] * 254, np.int64), "s")]), {}),
     ("lp_pool_kernel_beyond_int", "kernel", lambda tmp: _model(
         [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2 ** 63 - 1], p=3)],
         [("x", 1, [1, 3, 32])], [("y", 1, None)], opset=22), _feeds(x=(1, 3, 32))),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import MemoryLimitError, ShapeError
+from ...types import MAX_RANK
 from ...types import dtype as to_dtype
 from ..registry import onnx_op
 from .movement import ints
@@ -197,6 +198,8 @@ def constant_of_shape(b, shape, *, value=None):
     s = ints(b.value_of(shape, "shape"))
     if min(s, default=0) < 0:
         raise ShapeError(f"{b.where}: shape {s[:8]} has a negative dim; non-negative dims are accepted")
+    if len(s) > MAX_RANK:
+        raise ShapeError(f"{b.where}: shape of rank {len(s)} ({s[:8]}...); ranks up to {MAX_RANK} are accepted")
     if float(np.prod(s, dtype=np.float64)) > MAX_CONSTANT_ELEMENTS:
         raise MemoryLimitError(f"{b.where}: shape {s[:8]}: more elements than the {MAX_CONSTANT_ELEMENTS} a "
                                f"compile-time constant may hold in host memory")
