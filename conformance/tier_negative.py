@@ -309,6 +309,8 @@ FUZZ_REFUSALS = (
     ("constant_of_shape_rank_255", "rank", lambda tmp: _model(
         [helper.make_node("ConstantOfShape", ["s"], ["y"])], [], [("y", 1, None)],
         [numpy_helper.from_array(np.array([0] + [1] * 254, np.int64), "s")]), {}),
+    ("graph_input_rank_70", "'x'", lambda tmp: _model(
+        [helper.make_node("Identity", ["x"], ["y"])], [("x", 1, [1] * 70)], [("y", 1, None)]), {}),
     ("lp_pool_kernel_beyond_int", "kernel", lambda tmp: _model(
         [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2 ** 63 - 1], p=3)],
         [("x", 1, [1, 3, 32])], [("y", 1, None)], opset=22), _feeds(x=(1, 3, 32))),

@@ -365,7 +365,11 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
             shape = tuple(int(s) for s in shape)
             if len(shape) != len(dims) or any(isinstance(d, int) and d != s for d, s in zip(dims, shape)):
                 raise ImportError_(f"graph input '{nm}': shape {shape} does not match declared {dims}")
-        env[nm] = fn.add_input(nm, TensorType(dt, shape))
+        try:
+            ty = TensorType(dt, shape)
+        except GlowError as e:
+            raise type(e)(f"graph input '{nm}': {e}") from None
+        env[nm] = fn.add_input(nm, ty)
         env[nm].onnx_name = nm
     for t in m.graph.initializer:
         if t.name not in env:
