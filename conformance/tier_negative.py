@@ -311,6 +311,9 @@ FUZZ_REFUSALS = (
         [numpy_helper.from_array(np.array([0] + [1] * 254, np.int64), "s")]), {}),
     ("graph_input_rank_70", "'x'", lambda tmp: _model(
         [helper.make_node("Identity", ["x"], ["y"])], [("x", 1, [1] * 70)], [("y", 1, None)]), {}),
+    ("scan_too_many_steps", "steps", lambda tmp: _model(
+        [helper.make_node("Scan", ["s", "x"], ["y", "z"], num_scan_inputs=1, body=_scan_sum_body())],
+        [("s", 1, []), ("x", 1, [2 ** 31 - 1])], [("y", 1, None), ("z", 1, None)], opset=9), {}),
     ("lp_pool_kernel_beyond_int", "kernel", lambda tmp: _model(
         [helper.make_node("LpPool", ["x"], ["y"], kernel_shape=[2 ** 63 - 1], p=3)],
         [("x", 1, [1, 3, 32])], [("y", 1, None)], opset=22), _feeds(x=(1, 3, 32))),

@@ -16,6 +16,9 @@ from ...errors import ShapeError
 from ...graph import split_outer
 from ..registry import onnx_op
 
+#: Most Loop iterations and Scan steps the lowering unrolls (each inlines the whole body).
+MAX_UNROLL = 100_000
+
 
 @onnx_op("If")
 def if_(b, *inputs, then_branch, else_branch, **attrs):
@@ -56,9 +59,9 @@ def loop(b, *inputs, body, **attrs):
     scans: list[list] = []
     i = 0
     while go and (trips is None or i < trips):
-        if i >= 100000:
-            raise ShapeError(f"{b.where}: the loop runs past 100000 iterations (trip count {trips}); the lowering "
-                             f"unrolls at most 100000")
+        if i >= MAX_UNROLL:
+            raise ShapeError(f"{b.where}: the loop runs past {MAX_UNROLL} iterations (trip count {trips}); the "
+                             f"lowering unrolls at most {MAX_UNROLL}")
         it = b.const(np.array(i, dtype=np.int64))
         c_in = b.const(np.array(go))
         outs = b.inline(body, [it, c_in] + state + outer, f"it{i}_")
@@ -86,6 +89,9 @@ def scan(b, *inputs, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
         if declared and declared[0] is not None:
             raise ShapeError(f"{b.where}: Scan-8 sequence_lens is not supported (give it as empty)")
         vals = declared[1:]
+        if vals and vals[-1] is not None and vals[-1].rank >= 2 and vals[-1].shape[0] * vals[-1].shape[1] > MAX_UNROLL:
+            raise ShapeError(f"{b.where}: {vals[-1].shape[0]} batch rows x {vals[-1].shape[1]} steps; the lowering "
+                             f"unrolls at most {MAX_UNROLL} steps in all")
         rows = []
         for r in range(vals[0].shape[0]):
             row = [_take(b, v, 0, r) for v in vals]
@@ -111,6 +117,8 @@ def _scan(b, vals, body, n_in, in_axes, in_dirs, out_axes, out_dirs, outer, tag)
     if len(lengths) != 1:
         raise ShapeError(f"{b.where}: scan inputs have different lengths {sorted(lengths)} along their axes")
     T = lengths.pop()
+    if T > MAX_UNROLL:
+        raise ShapeError(f"{b.where}: the scan inputs have {T} steps; the lowering unrolls at most {MAX_UNROLL}")
     steps = []
     for t in range(T):
         sl = [_take(b, x, a, T - 1 - t if d else t) for x, a, d in zip(xs, in_axes, in_dirs)]
