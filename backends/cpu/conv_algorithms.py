@@ -21,6 +21,8 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 PARALLEL_MIN_MACS = 1 << 19
 #: Budget in bytes for the weight slab a register tile streams through per input-channel chunk (L1-resident).
 SLAB_BYTES = 40 * 1024
+#: Budget in bytes for the padded input rows of one channel block a depthwise strip copies (L1/L2-resident).
+DW_STRIP_BYTES = 64 * 1024
 #: OpenMP schedule of the work items: static partitioning (each thread its contiguous share, no atomics).
 SCHEDULE = "static"
 
@@ -261,15 +263,21 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     if xoff_h or xoff_w:  # a one-tap dim read in place at an offset: only with copies, never here
         return Unsupported("conv engine: depthwise input offset")
     nfb = -(-F // cb)
-    scratch = align(ximg * 4) if prep else 0
-    if prep:
-        prep["offset"] = 0
     regs = target.registers // target.regs_per_block - 3
     t = int(force.get("tile", min(ow, regs, max(range(4, regs + 1), key=lambda t: (ow / (-(-ow // t) * t), t)))))
     tiles = [t] + ([ow % t] if ow % t else [])
     parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
-    rblocks = _row_blocks([1] * nfb, [oh], nt if parallel else 1)
+    rblocks = int(force.get("rblocks", _row_blocks([1] * nfb, [oh], nt if parallel else 1)))
     rows = -(-oh // rblocks)
+    # strips of output rows whose padded input rows (one channel block) fit DW_STRIP_BYTES: copied per item
+    xrow_bytes = dw.size * cb * 4
+    strip = int(force.get("strip", max(1, min(rows, ((DW_STRIP_BYTES // xrow_bytes) - (kh - 1) * dh.sub_dil - 1)
+                                               // dh.stride + 1))))
+    scratch = 0
+    if prep:
+        prep["offset"] = 0
+        prep["bytes"] = align(((strip - 1) * dh.stride + (kh - 1) * dh.sub_dil + 1) * xrow_bytes)
+        scratch = prep["bytes"] * (nt if parallel else 1)
     yfb, _, _, yimg = _layout_strides("nchwc", cb, F, oh * ow)
     unblock = None
     if out_layout == "nchw":
@@ -277,13 +285,14 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
         scratch += align(nfb * oh * ow * cb * 4)
     rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
     desc = (f"depthwise nchwc{f' x{mult} channels' if mult > 1 else ''}, tile {t} px, {rblocks} row block(s), "
-            f"{'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, {nt if parallel else 1} thread(s)")
+            f"strips of {strip} row(s), {'padded copy per strip' if prep else 'reads x'}, {in_layout}->{out_layout}, "
+            f"{nt if parallel else 1} thread(s)")
     src = template_env().get_template("conv_depthwise.c.j2").render(
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
         tiles=tiles, tile=t, kh=kh, kw=kw, dh=dh.sub_dil, dw=dw.sub_dil, sh=dh.stride, sw=dw.stride,
         xrow=dw.size * cb, xcb=dh.size * dw.size * cb, ximg=ximg, oh=oh, ow=ow, nfb=nfb, rblocks=rblocks,
-        rows=rows, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg, residual=epi.residual,
-        epi=epi.c_steps(cb))
+        rows=rows, strip=strip, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg,
+        residual=epi.residual, epi=epi.c_steps(cb))
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 
     def pack(w):
@@ -294,7 +303,7 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
         return np.ascontiguousarray(out.reshape(nfb, cb, kh, kw).transpose(0, 2, 3, 1)).ravel()
 
     return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, "depthwise", in_layout, out_layout, cb,
-                      geom, epi, nfb * cb * kh * kw, dict(tile=t, rblocks=rblocks))
+                      geom, epi, nfb * cb * kh * kw, dict(tile=t, rblocks=rblocks, strip=strip))
 
 
 # -- Winograd F(m x m, 3 x 3) ------------------------------------------------------------------------------------
