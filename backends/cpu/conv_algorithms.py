@@ -106,10 +106,13 @@ def _layout_strides(layout, cb, c, hw):
     return cb * hw, 1, hw, c * hw
 
 
-def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int, cb: int, mult: int = 1):
+def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int, cb: int, mult: int = 1,
+                min_rows: int = 1):
     """(prep dict for conv_layout.prep or None, the (h, w) dims the kernel reads, image floats it reads). x is
     read as it is when it already has the kernel's blocking and needs no padding or subsampling; a kernel that
-    reads whole rows with one tap sees them flattened into a single row."""
+    reads whole rows with one tap sees them flattened into longer rows: into one row, or, when a thread split
+    needs at least ``min_rows`` rows, into the fewest (h / k rows of k input rows, k dividing h) that give
+    them (else rows as they are)."""
     same = ((in_layout == "nchwc" and icb == cb) or (in_layout == "nchw" and icb == 1) or
             (in_layout == "nhwc" and icb == c))
     prep = None
@@ -121,7 +124,8 @@ def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int
         dh = dataclasses.replace(dh, size=dh.padded)
         dw = dataclasses.replace(dw, size=dw.padded)
     if dh.trivial and dw.trivial:
-        dh, dw = flat_dim(1), flat_dim(dh.size * dw.size)
+        k = max((k for k in range(1, dh.size + 1) if dh.size % k == 0 and dh.size // k >= min_rows), default=1)
+        dh, dw = flat_dim(dh.size // k), flat_dim(k * dw.size)
     return prep, dh, dw, -(-c * mult // icb) * icb * dh.size * dw.size
 
 
@@ -133,12 +137,16 @@ def _as_slice(taps: list):
     return slice(taps[0], taps[-1] + 1, step)
 
 
-def _dense_input_block(c: int, cb: int, in_layout: str) -> int:
+def _dense_input_block(c: int, cb: int, in_layout: str, flat: bool) -> int:
     """Input lanes per block of a dense conv: the layout's cb when its zero lanes waste at most a third of the
-    work (no copy needed from nchwc), all channels in one block when fewer than cb (stems: each pixel's channels
-    side by side, measured 1.2-1.8x faster than planar), else the largest of cb/2, cb/4 wasting <= 25%, else 1."""
+    work (no copy needed from nchwc); 1 for a ``flat`` conv (1x1, stride 1, no padding) on nchw, which then
+    reads x in place (each channel plane a block: 1.1-1.8x faster than copying MobileNetV2's 1x1 inputs to
+    nchwc, bench_conv); all channels in one block when fewer than cb (stems: each pixel's channels side by
+    side, measured 1.2-1.8x faster than planar), else the largest of cb/2, cb/4 wasting <= 25%, else 1."""
     if in_layout == "nchwc" and -c % cb <= c / 3:
         return cb
+    if in_layout == "nchw" and flat:
+        return 1
     if c < cb:
         return c
     return next((b for b in (cb, cb // 2, cb // 4) if -c % b <= c / 4), 1)
@@ -160,13 +168,16 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
                                f"{cb}, in and out")
         icb, per_group = C, nfb
     elif G == 1:
-        icb, per_group = int(force.get("icb", _dense_input_block(C, cb, in_layout))), nfb
+        flat = all(d.trivial for d in (dh, dw))
+        icb, per_group = int(force.get("icb", _dense_input_block(C, cb, in_layout, flat))), nfb
     elif cg % cb == 0 and fg % cb == 0:
         icb, per_group = cb, fg // cb
     else:
         icb, per_group = 1, nfb
     aligned = icb != 1 or G == 1
-    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, icb, cb)
+    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
+    few_groups = parallel and -(-nfb // min(4, per_group)) < 4 * nt  # too few work items without row blocks
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, icb, cb, min_rows=4 * nt if few_groups else 1)
     scratch = align(ximg * 4) if prep else 0
     if prep:
         prep["offset"] = 0
@@ -193,7 +204,6 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     hp, wp = dh.size, dw.size
     xrow = wp * icb
     phases = [(ph, pw) for ph in dh.phases for pw in dw.phases]
-    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
     rblocks = _row_blocks([g[1] for g in groups], [ph[3] for ph, _ in phases], nt if parallel else 1)
     rblocks = int(force.get("rblocks", rblocks))
     ptable, taps, wtotal = [], [], 0
@@ -256,7 +266,8 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     dh, dw = spatial_dims(geom)
     if in_layout == "nhwc" or out_layout == "nhwc":
         return Unsupported("conv engine: depthwise runs on nchw / nchwc only")
-    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb, mult)
+    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb, mult, min_rows=4 * nt if parallel else 1)
     (kh_taps, xoff_h, _, oh), = dh.phases
     (kw_taps, xoff_w, _, ow), = dw.phases
     kh, kw = len(kh_taps), len(kw_taps)
@@ -266,7 +277,6 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     regs = target.registers // target.regs_per_block - 3
     t = int(force.get("tile", min(ow, regs, max(range(4, regs + 1), key=lambda t: (ow / (-(-ow // t) * t), t)))))
     tiles = [t] + ([ow % t] if ow % t else [])
-    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
     rblocks = int(force.get("rblocks", _row_blocks([1] * nfb, [oh], nt if parallel else 1)))
     rows = -(-oh // rblocks)
     # strips of output rows whose padded input rows (one channel block) fit DW_STRIP_BYTES: copied per item
