@@ -23,6 +23,8 @@ PARALLEL_MIN_MACS = 1 << 19
 SLAB_BYTES = 40 * 1024
 #: Budget in bytes for the padded input rows of one channel block a depthwise strip copies (L1/L2-resident).
 DW_STRIP_BYTES = 64 * 1024
+#: Bytes of blocked output a direct conv's work item computes before converting them to nchw (L2-resident).
+UNBLOCK_ITEM_BYTES = 512 * 1024
 #: OpenMP schedule of the work items: static partitioning (each thread its contiguous share, no atomics).
 SCHEDULE = "static"
 
@@ -177,7 +179,12 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     aligned = icb != 1 or G == 1
     parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
     few_groups = parallel and -(-nfb // min(4, per_group)) < 4 * nt  # too few work items without row blocks
-    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, icb, cb, min_rows=4 * nt if few_groups else 1)
+    # an item converting its own output rows to nchw does so while they are in L2: row blocks that bound them
+    unblock_rb = 1
+    if out_layout == "nchw" and len(dh.phases) * len(dw.phases) == 1:
+        unblock_rb = -(-min(4, per_group) * cb * 4 * dh.out * dw.out // UNBLOCK_ITEM_BYTES)
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, icb, cb,
+                                     min_rows=max(4 * nt if few_groups else 1, unblock_rb))
     scratch = align(ximg * 4) if prep else 0
     if prep:
         prep["offset"] = 0
@@ -205,7 +212,7 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     xrow = wp * icb
     phases = [(ph, pw) for ph in dh.phases for pw in dw.phases]
     rblocks = _row_blocks([g[1] for g in groups], [ph[3] for ph, _ in phases], nt if parallel else 1)
-    rblocks = int(force.get("rblocks", rblocks))
+    rblocks = int(force.get("rblocks", max(rblocks, min(unblock_rb, max(ph[3] for ph, _ in phases)))))
     ptable, taps, wtotal = [], [], 0
     for ph, pw in phases:
         kh_n, kw_n = len(ph[0]), len(pw[0])
