@@ -65,3 +65,11 @@ def gemm_shapes(sfx: str) -> list[tuple[int, int, int]]:
 def parallel_side(work: int, per_point: int, channels: int) -> int:
     """The side of a square output plane that makes ``channels * side**2 * per_point`` exceed ``work``."""
     return math.isqrt(work // (channels * per_point)) + 2
+
+
+def depthwise_strip_width() -> int:
+    """The width of a depthwise 3x3 (pad 1) input whose padded rows of one channel block (8 or 16 lanes)
+    overflow the CPU conv engine's strip budget (``conv_algorithms.DW_STRIP_BYTES``) within 8 rows: a map of 6+
+    rows then takes several strips."""
+    from glow_cpu import conv_algorithms
+    return conv_algorithms.DW_STRIP_BYTES // (8 * 4 * 8)

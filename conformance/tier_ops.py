@@ -249,7 +249,7 @@ def _structured():
             "Conv", [rnd(d, xs, r), rnd(d, ws, r), rnd(d, (ws[0],), r)], at))
     # Constant filters (the CPU backend's conv engine; see backends/cpu/conv_engine.py for its algorithms): a
     # 3-channel strided stem, Winograd F(4x4) (24x24 maps) and F(2x2) (12x12), strided 1x1, depthwise,
-    # grouped + dilated, 1-d.
+    # grouped + dilated, 1-d, in-place 1x1, depthwise in several strips.
     conv_const = {
         "const_stem": ((1, 3, 20, 20), (16, 3, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
         "const_winograd4": ((1, 16, 24, 24), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
@@ -258,6 +258,10 @@ def _structured():
         "const_depthwise": ((1, 16, 10, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
         "const_group_dilation": ((1, 8, 11, 11), (8, 2, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2] * 4}),
         "const_1d": ((1, 4, 15), (6, 4, 3), {"pads": [1, 1]}),
+        # 1x1, stride 1, unpadded: reads nchw in place; depthwise over rows wider than one strip's budget
+        "const_1x1_in_place": ((1, 24, 9, 11), (16, 24, 1, 1), {}),
+        "const_depthwise_strips": ((1, 8, 6, paths.depthwise_strip_width()), (8, 1, 3, 3),
+                                   {"group": 8, "pads": [1, 1, 1, 1]}),
     }
     for v, (xs, ws, at) in conv_const.items():
         add("Conv", v, ("float32",), lambda r, d, xs=xs, ws=ws, at=at: one_node(

@@ -18,6 +18,7 @@ from glow_core.backend import Unsupported
 from glow_cpu.conv_engine import (ConvEngineError, ConvGeometry, Epilogue, Target, host_target, layout_kernel,
                                   plan_conv)
 from glow_cpu.conv_harness import FLAGS, ConvRunner, blocked, compile_library, run_layout, unblocked
+from glow_cpu.conv_algorithms import DW_STRIP_BYTES
 
 EPS32 = float(np.finfo(np.float32).eps)
 
@@ -121,6 +122,14 @@ CASES = {
                              ("relu",)),
     "depthwise-multiplier": (1, 8, 24, (9, 9), (5, 5), (1, 2), (2, 1), (3, 0, 4, 2), 8, None, "nchw/nchw", 1, ()),
     "depthwise-pads-past": (1, 8, 8, (5, 5), (5, 5), (1, 1), (2, 2), (4, 4, 4, 4), 8, None, "nchw/nchw", 1, ()),
+    # parallel: each item copies its channel block's padded rows strip by strip into its thread's scratch slice
+    "depthwise-parallel-strips": (1, 32, 32, (40, 40), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 32, None, "nchw/nchw", 2,
+                                  ("relu",)),
+    "depthwise-s2-strip3-mixed": (1, 24, 24, (30, 31), (3, 3), (2, 2), (1, 1), (1, 2, 1, 0), 24, {"strip": 3},
+                                  "nchwc/nchw", 2, ("residual",)),
+    # 1x1 on nchw read in place (1-lane input blocks); on two threads its flattened rows split into row blocks
+    "pointwise-inplace-parallel": (1, 32, 16, (33, 32), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, None, "nchw/nchw", 2,
+                                   ("relu",)),
     "dilated-3x3-d2": (1, 32, 32, (15, 14), (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 1, None, "nchw/nchw", 1, ()),
     "winograd4": (1, 32, 32, (30, 29), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, {"algorithm": "winograd4"},
                   "nchw/nchw", 2, ()),
@@ -202,6 +211,18 @@ def test_case(cid):
         bad = np.abs(got - want) > err_scale + float(np.finfo(np.float32).tiny)
         assert not bad.any(), (f"{cid} ({kern.describe}): {int(bad.sum())} of {bad.size} out of tolerance, max "
                                f"abs error {np.abs(got - want).max():.3g}")
+
+
+def test_thin_convs_use_both_threads_without_copies():
+    """MobileNetV2's thin 1x1 convs read nchw in place and split over two threads (their flattened rows in row
+    blocks); a depthwise conv copies per strip, its scratch one strip per thread, not the whole image."""
+    pw = plan_conv(ConvGeometry(1, 32, 16, 1, (112, 112), (1, 1), (1, 1), (1, 1), (0,) * 4), num_threads=2)
+    assert pw.details["icb"] == 1 and pw.scratch_bytes == pw.geometry.filters * 112 * 112 * 4, pw.describe
+    assert pw.details["rblocks"] >= 2 and "2 thread(s)" in pw.describe, pw.describe
+    dw = plan_conv(ConvGeometry(1, 96, 96, 96, (112, 112), (3, 3), (2, 2), (1, 1), (1,) * 4), num_threads=2,
+                   out_layout="nchwc")
+    assert 0 < dw.scratch_bytes <= 2 * (DW_STRIP_BYTES + 64), dw.describe
+    assert dw.details["strip"] < 56 and "2 thread(s)" in dw.describe, dw.describe
 
 
 def test_activations_match_numpy():

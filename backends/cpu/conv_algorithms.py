@@ -21,6 +21,10 @@ TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 PARALLEL_MIN_MACS = 1 << 19
 #: Budget in bytes for the weight slab a register tile streams through per input-channel chunk (L1-resident).
 SLAB_BYTES = 40 * 1024
+#: Budget in bytes for the padded input rows of one channel block a depthwise strip copies (L1/L2-resident).
+DW_STRIP_BYTES = 64 * 1024
+#: Bytes of blocked output a direct conv's work item computes before converting them to nchw (L2-resident).
+UNBLOCK_ITEM_BYTES = 512 * 1024
 #: OpenMP schedule of the work items: static partitioning (each thread its contiguous share, no atomics).
 SCHEDULE = "static"
 
@@ -104,10 +108,13 @@ def _layout_strides(layout, cb, c, hw):
     return cb * hw, 1, hw, c * hw
 
 
-def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int, cb: int, mult: int = 1):
+def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int, cb: int, mult: int = 1,
+                min_rows: int = 1):
     """(prep dict for conv_layout.prep or None, the (h, w) dims the kernel reads, image floats it reads). x is
     read as it is when it already has the kernel's blocking and needs no padding or subsampling; a kernel that
-    reads whole rows with one tap sees them flattened into a single row."""
+    reads whole rows with one tap sees them flattened into longer rows: into one row, or, when a thread split
+    needs at least ``min_rows`` rows, into the fewest (h / k rows of k input rows, k dividing h) that give
+    them (else rows as they are)."""
     same = ((in_layout == "nchwc" and icb == cb) or (in_layout == "nchw" and icb == 1) or
             (in_layout == "nhwc" and icb == c))
     prep = None
@@ -119,7 +126,8 @@ def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int
         dh = dataclasses.replace(dh, size=dh.padded)
         dw = dataclasses.replace(dw, size=dw.padded)
     if dh.trivial and dw.trivial:
-        dh, dw = flat_dim(1), flat_dim(dh.size * dw.size)
+        k = max((k for k in range(1, dh.size + 1) if dh.size % k == 0 and dh.size // k >= min_rows), default=1)
+        dh, dw = flat_dim(dh.size // k), flat_dim(k * dw.size)
     return prep, dh, dw, -(-c * mult // icb) * icb * dh.size * dw.size
 
 
@@ -131,12 +139,16 @@ def _as_slice(taps: list):
     return slice(taps[0], taps[-1] + 1, step)
 
 
-def _dense_input_block(c: int, cb: int, in_layout: str) -> int:
+def _dense_input_block(c: int, cb: int, in_layout: str, flat: bool) -> int:
     """Input lanes per block of a dense conv: the layout's cb when its zero lanes waste at most a third of the
-    work (no copy needed from nchwc), all channels in one block when fewer than cb (stems: each pixel's channels
-    side by side, measured 1.2-1.8x faster than planar), else the largest of cb/2, cb/4 wasting <= 25%, else 1."""
+    work (no copy needed from nchwc); 1 for a ``flat`` conv (1x1, stride 1, no padding) on nchw, which then
+    reads x in place (each channel plane a block: 1.1-1.8x faster than copying MobileNetV2's 1x1 inputs to
+    nchwc, bench_conv); all channels in one block when fewer than cb (stems: each pixel's channels side by
+    side, measured 1.2-1.8x faster than planar), else the largest of cb/2, cb/4 wasting <= 25%, else 1."""
     if in_layout == "nchwc" and -c % cb <= c / 3:
         return cb
+    if in_layout == "nchw" and flat:
+        return 1
     if c < cb:
         return c
     return next((b for b in (cb, cb // 2, cb // 4) if -c % b <= c / 4), 1)
@@ -158,13 +170,21 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
                                f"{cb}, in and out")
         icb, per_group = C, nfb
     elif G == 1:
-        icb, per_group = int(force.get("icb", _dense_input_block(C, cb, in_layout))), nfb
+        flat = all(d.trivial for d in (dh, dw))
+        icb, per_group = int(force.get("icb", _dense_input_block(C, cb, in_layout, flat))), nfb
     elif cg % cb == 0 and fg % cb == 0:
         icb, per_group = cb, fg // cb
     else:
         icb, per_group = 1, nfb
     aligned = icb != 1 or G == 1
-    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, icb, cb)
+    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
+    few_groups = parallel and -(-nfb // min(4, per_group)) < 4 * nt  # too few work items without row blocks
+    # an item converting its own output rows to nchw does so while they are in L2: row blocks that bound them
+    unblock_rb = 1
+    if out_layout == "nchw" and len(dh.phases) * len(dw.phases) == 1:
+        unblock_rb = -(-min(4, per_group) * cb * 4 * dh.out * dw.out // UNBLOCK_ITEM_BYTES)
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, icb, cb,
+                                     min_rows=max(4 * nt if few_groups else 1, unblock_rb))
     scratch = align(ximg * 4) if prep else 0
     if prep:
         prep["offset"] = 0
@@ -191,9 +211,8 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     hp, wp = dh.size, dw.size
     xrow = wp * icb
     phases = [(ph, pw) for ph in dh.phases for pw in dw.phases]
-    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
     rblocks = _row_blocks([g[1] for g in groups], [ph[3] for ph, _ in phases], nt if parallel else 1)
-    rblocks = int(force.get("rblocks", rblocks))
+    rblocks = int(force.get("rblocks", max(rblocks, min(unblock_rb, max(ph[3] for ph, _ in phases)))))
     ptable, taps, wtotal = [], [], 0
     for ph, pw in phases:
         kh_n, kw_n = len(ph[0]), len(pw[0])
@@ -254,22 +273,28 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     dh, dw = spatial_dims(geom)
     if in_layout == "nhwc" or out_layout == "nhwc":
         return Unsupported("conv engine: depthwise runs on nchw / nchwc only")
-    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb, mult)
+    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb, mult, min_rows=4 * nt if parallel else 1)
     (kh_taps, xoff_h, _, oh), = dh.phases
     (kw_taps, xoff_w, _, ow), = dw.phases
     kh, kw = len(kh_taps), len(kw_taps)
     if xoff_h or xoff_w:  # a one-tap dim read in place at an offset: only with copies, never here
         return Unsupported("conv engine: depthwise input offset")
     nfb = -(-F // cb)
-    scratch = align(ximg * 4) if prep else 0
-    if prep:
-        prep["offset"] = 0
     regs = target.registers // target.regs_per_block - 3
     t = int(force.get("tile", min(ow, regs, max(range(4, regs + 1), key=lambda t: (ow / (-(-ow // t) * t), t)))))
     tiles = [t] + ([ow % t] if ow % t else [])
-    parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
-    rblocks = _row_blocks([1] * nfb, [oh], nt if parallel else 1)
+    rblocks = int(force.get("rblocks", _row_blocks([1] * nfb, [oh], nt if parallel else 1)))
     rows = -(-oh // rblocks)
+    # strips of output rows whose padded input rows (one channel block) fit DW_STRIP_BYTES: copied per item
+    xrow_bytes = dw.size * cb * 4
+    strip = int(force.get("strip", max(1, min(rows, ((DW_STRIP_BYTES // xrow_bytes) - (kh - 1) * dh.sub_dil - 1)
+                                               // dh.stride + 1))))
+    scratch = 0
+    if prep:
+        prep["offset"] = 0
+        prep["bytes"] = align(((strip - 1) * dh.stride + (kh - 1) * dh.sub_dil + 1) * xrow_bytes)
+        scratch = prep["bytes"] * (nt if parallel else 1)
     yfb, _, _, yimg = _layout_strides("nchwc", cb, F, oh * ow)
     unblock = None
     if out_layout == "nchw":
@@ -277,13 +302,14 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
         scratch += align(nfb * oh * ow * cb * 4)
     rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
     desc = (f"depthwise nchwc{f' x{mult} channels' if mult > 1 else ''}, tile {t} px, {rblocks} row block(s), "
-            f"{'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, {nt if parallel else 1} thread(s)")
+            f"strips of {strip} row(s), {'padded copy per strip' if prep else 'reads x'}, {in_layout}->{out_layout}, "
+            f"{nt if parallel else 1} thread(s)")
     src = template_env().get_template("conv_depthwise.c.j2").render(
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
         tiles=tiles, tile=t, kh=kh, kw=kw, dh=dh.sub_dil, dw=dw.sub_dil, sh=dh.stride, sw=dw.stride,
         xrow=dw.size * cb, xcb=dh.size * dw.size * cb, ximg=ximg, oh=oh, ow=ow, nfb=nfb, rblocks=rblocks,
-        rows=rows, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg, residual=epi.residual,
-        epi=epi.c_steps(cb))
+        rows=rows, strip=strip, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg,
+        residual=epi.residual, epi=epi.c_steps(cb))
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 
     def pack(w):
@@ -294,7 +320,7 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
         return np.ascontiguousarray(out.reshape(nfb, cb, kh, kw).transpose(0, 2, 3, 1)).ravel()
 
     return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, "depthwise", in_layout, out_layout, cb,
-                      geom, epi, nfb * cb * kh * kw, dict(tile=t, rblocks=rblocks))
+                      geom, epi, nfb * cb * kh * kw, dict(tile=t, rblocks=rblocks, strip=strip))
 
 
 # -- Winograd F(m x m, 3 x 3) ------------------------------------------------------------------------------------

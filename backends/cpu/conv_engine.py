@@ -47,7 +47,7 @@ from .conv_geometry import (ACTIVATIONS, ConvEngineError, ConvGeometry, ConvKern
 LAYOUTS = ("nchw", "nchwc", "nhwc")
 ALGORITHMS = ("direct", "depthwise", "winograd2", "winograd4")
 #: What ``force`` may override (studies and tests): the algorithm and the blocking the chooser would pick.
-FORCIBLE = ("algorithm", "tile", "chunk", "rblocks", "icb", "tb")
+FORCIBLE = ("algorithm", "tile", "chunk", "rblocks", "icb", "tb", "strip")
 __all__ = ["ACTIVATIONS", "ALGORITHMS", "ConvEngineError", "ConvGeometry", "ConvKernel", "Epilogue", "LAYOUTS",
            "LayoutKernel", "Target", "host_target", "layout_kernel", "plan_conv"]
 
@@ -88,7 +88,7 @@ def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue 
               num_threads: int = 1, in_layout: str = "nchw", out_layout: str = "nchw", target: Target | None = None,
               name: str | None = None, force: dict | None = None):
     """A ConvKernel for ``geom``, or Unsupported(reason) when the engine does not cover it (the caller keeps its
-    generic kernel). ``force`` overrides choices (FORCIBLE: algorithm, tile (J, T), chunk, rblocks, icb, tb) for
+    generic kernel). ``force`` overrides choices (FORCIBLE: algorithm, tile (J, T), chunk, rblocks, icb, tb, strip) for
     studies and tests. Without ``name`` the kernel is named by a hash of everything that shapes its source, so
     identical convolutions render identical C (codegen can keep one copy)."""
     if name is None:
