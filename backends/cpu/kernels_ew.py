@@ -30,6 +30,8 @@ def unary(op, dt, a) -> str:
     """Expression in the compute type of ``dt`` (or a 0/1 int for predicates)."""
     ct = ctype(dt)
     c = ct.compute
+    if op == "exp" and c == "float":  # branch-free, so loops over it vectorize (glow_prelude.h)
+        return f"glow_expf({a})"
     if op in C_MATH:
         return f"{C_MATH[op]}{_fsfx(ct)}({a})"
     if op == "neg":
