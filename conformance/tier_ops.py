@@ -9,6 +9,7 @@ in ``TENSOR_RELATIVE``, judged against the tensor's largest value). Ops not list
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from glow_core.ops import custom_ops
 from glow_core.ops.registry import OPS
@@ -113,6 +114,18 @@ def _erf(feeds):
 
 #: op -> oracle(feeds) used instead of onnx.reference (for every case of the op).
 ORACLES = {"PRelu": _prelu, "Erf": _erf}
+
+
+def _then_activation(built, act):
+    """``built`` (a one-node model and its feeds) followed by Sigmoid, or by SiLU as torch exports it:
+    Mul(y, Sigmoid(y)) (the CPU backend fuses either into the conv engine's epilogue)."""
+    model, feeds = built
+    g = model.graph
+    g.node[0].output[0] = "pre"
+    g.node.append(helper.make_node("Sigmoid", ["pre"], ["sig" if act == "silu" else "y0"], name="act_sigmoid"))
+    if act == "silu":
+        g.node.append(helper.make_node("Mul", ["pre", "sig"], ["y0"], name="act_mul"))
+    return model, feeds
 
 
 def model_case(case_id, tier, op, dt, build, tolerance, **kw):
@@ -266,6 +279,13 @@ def _structured():
     for v, (xs, ws, at) in conv_const.items():
         add("Conv", v, ("float32",), lambda r, d, xs=xs, ws=ws, at=at: one_node(
             "Conv", [rnd(d, xs, r), Init(rnd(d, ws, r)), Init(rnd(d, (ws[0],), r))], at))
+    # ... with a fused SiLU / Sigmoid epilogue (the engine's vector exp): outputs over about +-150 (exp underflow,
+    # subnormal results) and NaN, +-inf, +-0 and denormal inputs (acc_specials)
+    for v, (xs, ws, at), act in (("const_silu_specials", conv_const["const_stem"], "silu"),
+                                 ("const_depthwise_sigmoid_specials", conv_const["const_depthwise"], "sigmoid")):
+        add("Conv", v, ("float32",), lambda r, d, xs=xs, ws=ws, at=at, act=act: _then_activation(one_node(
+            "Conv", [sprinkle(rnd(d, xs, r), r, 0.03, acc_specials(d)), Init(rnd(d, ws, r)),
+                     Init(rnd(d, (ws[0],), r, -50, 50))], at), act))
     add("ConvTranspose", "const_stride2", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 8, 6, 5), r), Init(rnd(d, (8, 4, 3, 3), r))], {"strides": [2, 2]}))
     add("ConvTranspose", "stride2", ("float32",), lambda r, d: one_node(

@@ -1,7 +1,8 @@
 """Fusion as declared patterns over the lowered graph: an activation folded into the primitive producing its input.
 
 After lowering, Relu is ``max(x, splat 0)``, Clip ``min(max(x, splat lo), splat hi)``, LeakyRelu (float32/64)
-``select(lt(x, splat 0), mul(x, splat alpha), x)``; Sigmoid and Tanh are primitives. ``ACTIVATIONS`` declares
+``select(lt(x, splat 0), mul(x, splat alpha), x)``; Sigmoid and Tanh are primitives; SiLU (x * Sigmoid(x), as
+torch exports it) is ``mul(x, sigmoid(x))`` in either operand order. ``ACTIVATIONS`` declares
 these forms as data; ``fuse_activations`` finds them on the output of a producer in ``PRODUCERS`` (conv,
 matmul, and the elementwise add: a residual or bias add followed by relu is one pass, and the splat of zeros
 the lowered relu compares against is never materialized) and, when the backend's
@@ -20,9 +21,9 @@ import numpy as np
 
 from .graph import Function, Node, Value
 
-#: Annotation holding the fused activation's name ("relu", "clip", "sigmoid", "tanh", "leaky_relu").
+#: Annotation holding the fused activation's name ("relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu").
 FUSED_ACTIVATION = "_fused_activation"
-#: Annotation holding its parameters by name (empty for relu, sigmoid and tanh).
+#: Annotation holding its parameters by name (empty for relu, silu, sigmoid and tanh).
 FUSED_PARAMS = "_fused_params"
 
 #: Primitives that may absorb an activation.
@@ -50,6 +51,9 @@ class Pattern:
 ACTIVATIONS = (
     Pattern("clip", (Step("max", ("x", "splat:min")), Step("min", ("step:0", "splat:max")))),
     Pattern("relu", (Step("max", ("x", "splat:0")),)),
+    # silu before sigmoid: both start at the sigmoid, and x's second user (the mul) rules the sigmoid alone out
+    Pattern("silu", (Step("sigmoid", ("x",)), Step("mul", ("x", "step:0")))),
+    Pattern("silu", (Step("sigmoid", ("x",)), Step("mul", ("step:0", "x")))),
     Pattern("sigmoid", (Step("sigmoid", ("x",)),)),
     Pattern("tanh", (Step("tanh", ("x",)),)),
     Pattern("leaky_relu", (Step("lt", ("x", "splat:0")), Step("mul", ("x", "splat:alpha")),

@@ -158,6 +158,44 @@ def test_each_activation_fused_exactly(producer, act, name, params):
     np.testing.assert_array_equal(got, plain.run({"x": x})["y"])
 
 
+def silu_model(producer, sigmoid_first):
+    """``activation_model``'s producer followed by SiLU as torch exports it: Mul(p, Sigmoid(p)) (or the operands
+    swapped)."""
+    model, xs = activation_model(("Sigmoid", {}), producer)
+    g = model.graph
+    g.node[1].output[0] = "s"
+    g.node.append(helper.make_node("Mul", ["s", "p"] if sigmoid_first else ["p", "s"], ["y"], name="silu"))
+    return model, xs
+
+
+@needs_cc
+@pytest.mark.parametrize("producer", ["conv", "depthwise", "matmul"])
+@pytest.mark.parametrize("sigmoid_first", [False, True], ids=["x_sigmoid", "sigmoid_x"])
+def test_silu_fused_exactly(producer, sigmoid_first):
+    """x * Sigmoid(x) in either operand order is one fused silu: the conv engine's in-register epilogue (conv),
+    the depthwise and GEMM epilogues; equal to onnxruntime and bit-equal to the unfused sigmoid and mul, with
+    inputs spanning the float range (large |x|, infinities, NaN, -0, subnormals)."""
+    model, xs = silu_model(producer, sigmoid_first)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal(xs) * 4).astype(np.float32)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 88.0, -88.0, 100.0, -104.0, -150.0,
+                         3e38, -3e38], np.float32)
+    x.reshape(-1)[:specials.size] = specials
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    op = "matmul" if producer == "matmul" else "conv"
+    assert fused(cm.ir) == [(op, "silu", {})]
+    choices = {c.code.choice for c in cm.last.compiled.program.calls}
+    if producer == "conv":
+        assert any(c.startswith("conv engine") and c.endswith("silu fused in registers") for c in choices), choices
+    got = cm.run({"x": x})["y"]
+    plain = glow_core.compile(model, NoFusionCPU(), num_threads=1)
+    np.testing.assert_array_equal(got, plain.run({"x": x})["y"])
+    want = ort_run(model, {"x": x})["y"]
+    finite = np.isfinite(want) & np.isfinite(got)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+
+
 @needs_cc
 @pytest.mark.parametrize("producer", ["conv", "matmul"])
 @pytest.mark.parametrize("act", [("Relu", {}), ("Sigmoid", {})], ids=["Relu", "Sigmoid"])
@@ -189,7 +227,7 @@ def test_fused_kernels_in_other_float_types_are_exact(dt, npd):
 
 def test_patterns_are_declared_as_data():
     names = [p.name for p in ACTIVATIONS]
-    assert {"relu", "clip", "sigmoid", "tanh", "leaky_relu"} <= set(names)
+    assert {"relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu"} <= set(names)
     # clip is tried before relu: relu6 (clip 0..6) is one fused clip, not a relu and a separate min
     assert names.index("clip") < names.index("relu")
 

@@ -57,7 +57,7 @@ class CPUBackend(Backend):
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
         """conv (the conv engine, im2col/direct GEMM and depthwise), matmul and the elementwise add apply every
-        activation of glow_core.fusion in their kernel: relu, clip, sigmoid, tanh, leaky_relu."""
+        activation of glow_core.fusion in their kernel: relu, clip, silu, sigmoid, tanh, leaky_relu."""
         return (op, activation) in FUSED_ACTIVATIONS
 
     def scratch_bytes(self, instr) -> int:

@@ -357,13 +357,14 @@ ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
 
 def _engine_epilogue(attrs) -> Epilogue:
     """The conv engine's in-register epilogue for a conv's fused activation (glow_core.fusion): relu and clip,
-    whose selects equal the lowered max/min bit for bit. Other activations (sigmoid, tanh, leaky_relu) are not
-    in it: the kernel applies them after the engine with the elementwise expression (``_engine_conv``), so
-    that a fused result equals the unfused one exactly, as glow_core.fusion requires."""
+    whose selects equal the lowered max/min bit for bit, and sigmoid and silu, whose vector gce_sigmoid is the
+    elementwise glow_sigmoidf operation for operation. Other activations (tanh, leaky_relu) are not in it: the
+    kernel applies them after the engine with the elementwise expression (``_engine_conv``), so that a fused
+    result equals the unfused one exactly, as glow_core.fusion requires."""
     act = attrs.get(FUSED_ACTIVATION)
     params = attrs.get(FUSED_PARAMS) or {}
-    if act == "relu":
-        return Epilogue(("relu",))
+    if act in ("relu", "sigmoid", "silu"):
+        return Epilogue((act,))
     if act == "clip" and all(isinstance(params.get(k), (int, float)) and params[k] == params[k]
                              for k in ("min", "max")):
         return Epilogue((("clip", params["min"], params["max"]),))

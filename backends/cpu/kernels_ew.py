@@ -30,6 +30,8 @@ def unary(op, dt, a) -> str:
     """Expression in the compute type of ``dt`` (or a 0/1 int for predicates)."""
     ct = ctype(dt)
     c = ct.compute
+    if op == "exp" and c == "float":  # branch-free, so loops over it vectorize (glow_prelude.h)
+        return f"glow_expf({a})"
     if op in C_MATH:
         return f"{C_MATH[op]}{_fsfx(ct)}({a})"
     if op == "neg":
@@ -177,13 +179,14 @@ def reduce_parts(op, dt) -> tuple[str, str, str]:
 
 
 #: Fused activations (glow_core.fusion) the kernels apply in their epilogue, with their parameters in order.
-ACTIVATION_PARAMS = {"relu": (), "clip": ("min", "max"), "sigmoid": (), "tanh": (), "leaky_relu": ("alpha",)}
+ACTIVATION_PARAMS = {"relu": (), "clip": ("min", "max"), "silu": (), "sigmoid": (), "tanh": (),
+                     "leaky_relu": ("alpha",)}
 
 
 def activation(act, dt, v, params) -> str:
     """The fused activation ``act`` of the stored value ``v`` (a raw value of ``dt``'s storage type), built from
     the elementwise primitives' own expressions in the order the core lowers it (relu = max(v, 0), clip =
-    min(max(v, min), max), leaky_relu = select(v < 0, v * alpha, v)), so a fused result equals the unfused one
+    min(max(v, min), max), silu = v * sigmoid(v), leaky_relu = select(v < 0, v * alpha, v)), so a fused result equals the unfused one
     bit for bit. ``params`` maps the activation's parameters to C expressions of the storage type."""
     def ew(op, names, out_dt=dt):
         return expression(op, [dt] * len(names), out_dt, names, {})[0]
@@ -193,6 +196,8 @@ def activation(act, dt, v, params) -> str:
         return ew("min", [ew("max", [v, params["min"]]), params["max"]])
     if act in ("sigmoid", "tanh"):
         return ew(act, [v])
+    if act == "silu":
+        return ew("mul", [v, ew("sigmoid", [v])])
     if act == "leaky_relu":
         return f"({ew('lt', [v, _zero(dt)], 'bool')} ? {ew('mul', [v, params['alpha']])} : {v})"
     raise KeyError(act)
