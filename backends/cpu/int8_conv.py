@@ -178,7 +178,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         x_ctype="int8_t" if x_dtype == "int8" else "uint8_t",
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype],
         parallel=nt > 1, nt=nt, res_src=res_src, residual=residual,
-        b_ctype=QTYPES[residual.b_dtype][0] if residual else "", r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
+        b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
+        r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
 
     def pack(weights, bias=None) -> QConstants:
         wt = terms.signed(weights, (f, cg, kh, kw), given_w_shape)

@@ -25,8 +25,9 @@ Interface with codegen (the whole of it)::
 Signatures (all geometry and per-tensor parameters are baked in; nothing is allocated):
 
 * conv, matmul: ``void NAME(const uint8_t *x, const int8_t *w, const int32_t *corr, const float *mult,
-  void *y, uint8_t *scratch)`` (conv with a residual, kind "conv+add": then ``const void *b, void *yadd``); x is the int8/uint8 input, y the int8/uint8/int32 output (``y`` must not alias
-  ``x`` or ``scratch``).
+  void *y, uint8_t *scratch)`` (a conv with a residual, kind "conv+add", then ``const void *b, void *yadd``);
+  x is the int8/uint8 input, y the int8/uint8/int32 output (``y`` must not alias ``x`` or ``scratch``; ``yadd``
+  may be ``b``, ``y``, or ``x`` of a batch of 1).
 * rescale: ``void NAME(const void *x, void *y)``; add: ``void NAME(const void *a, const void *b, void *y)``
   (add and mul; a, b and y of one shape; y may alias a or b); lookup: ``void NAME(const void *x, const uint8_t *table,
   void *y)`` with the 256-entry table indexed by x - min(x's type); pool: ``void NAME(const void *x,

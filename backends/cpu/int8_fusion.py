@@ -5,10 +5,11 @@ of as a kernel (and a parallel region) of its own.
 ``fuse_residuals(irf, engine_conv)`` picks every pair (conv C = qconv(...), Y = qadd(C, B) or qadd(B, C)) where:
 ``engine_conv(conv)`` holds (the int8 engine runs it, with an 8-bit output), only pseudo-instructions lie between
 the two, C is a whole activation (no view of it) with no reader after the qadd (unless the qadd writes Y into C
-itself), the qadd reads C with the conv's output scale and offset, and the memory plan lets the
-epilogue write Y while the conv still reads: Y overlaps neither the conv's scratch nor its input (unless Y is
-exactly the input of a batch of 1: the kernel transforms the whole image into scratch before any tile stores), and Y and B are
-each either disjoint from C or exactly C (element for element in place); B is disjoint from C and the scratch.
+itself), the qadd reads C with the conv's output scale and offset, and the memory plan lets the epilogue write Y
+while the conv still reads: Y overlaps neither the conv's scratch nor its input (unless Y is exactly the input
+of a batch of 1: the kernel transforms the whole image into scratch before any tile stores), and Y is either
+disjoint from C and B or exactly one of them (element for element in place); B is disjoint from C and the
+scratch.
 Bit-exact: C is still requantized and stored as the qconv primitive defines it, then the qadd kernel's own
 arithmetic (codegen_int8) reads it back. Linear in the code's length (each conv looks at its next few
 instructions; each C's later readers are scanned once).
@@ -81,7 +82,9 @@ def fuse_residuals(irf, engine_conv) -> dict:
         if b.root is c or {a_in.type.dtype.name, b_in.type.dtype.name, y.type.dtype.name} - set(_EIGHT):
             continue
         x, scratch = conv.ins[0], conv.scratch
-        if (_overlap(y, x) and not (_same(y, x) and x.type.shape[0] == 1)) or (scratch is not None and (_overlap(y, scratch) or _overlap(b, scratch))):
+        if _overlap(y, x) and not (_same(y, x) and x.type.shape[0] == 1):
+            continue
+        if scratch is not None and (_overlap(y, scratch) or _overlap(b, scratch)):
             continue
         if _overlap(b, c) or not _disjoint_or_same(y, c) or not _disjoint_or_same(y, b):
             continue
