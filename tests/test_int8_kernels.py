@@ -329,26 +329,40 @@ RESIDUAL = [(0, "int8", 0, "apart", "int8", None), (1, "uint8", 1, "in_b", "uint
             (12, "uint8", 0, "in_b", "uint8", "relu")]
 
 
-@pytest.mark.parametrize("target,path,threads", RUNNABLE)
-@pytest.mark.parametrize("index", range(len(RESIDUAL)))
-def test_conv_with_residual_add_bit_exact(target, path, threads, index):
-    """The residual pass of a conv's tiles against the conv's reference output added to B by the qadd formula
-    (numpy: both operands rescaled in float64, one rounding half to even, the clamp)."""
+def residual_case(index, target, threads):
+    """RESIDUAL[index]: the conv case's kernel with its residual add, operands and expectation, and the add's
+    parameters (B, its offset, the two multipliers, the add's Requant, the conv output's offset)."""
     line, bdt, slot, where, ydt, fused = RESIDUAL[index]
     c_off = conv_draw(line)[5].offset
     rng = np.random.default_rng(3000 + index)
-    b_shape = conv_case(line, target)[3].shape
-    b = _tensor(rng, bdt, b_shape)
+    b = _tensor(rng, bdt, conv_case(line, target)[3].shape)
     b_off = _offset(rng, bdt, "rand")
     mc, mb = np.float32(rng.uniform(0.3, 1.7)), np.float32(rng.uniform(0.3, 1.7))
     lo, hi = TYPES[ydt]
     y_off = int(rng.integers(lo + 20, hi - 20))
     yadd = Requant(ydt, y_off, y_off if fused == "relu" else None)
-    k, (w, bias), x, conv_out = conv_case(line, target, threads, ResidualAdd(bdt, b_off, float(mc), float(mb), yadd,
-                                                                             slot))
-    assert k.kind == "conv+add" and "residual add" in k.describe
+    case = conv_case(line, target, threads, ResidualAdd(bdt, b_off, float(mc), float(mb), yadd, slot))
+    return case, (b, b_off, mc, mb, yadd, c_off)
+
+
+@functools.lru_cache(maxsize=None)
+def residual_built(target: str, path: str, threads: int):
+    """All RESIDUAL cases of one path and their library (one compile)."""
+    cases = [residual_case(i, target, threads) for i in range(len(RESIDUAL))]
     flags = [f for f in FLAGS if threads > 1 or f != "-fopenmp"] + PATH_FLAGS[path]
-    runner = GemmRunner(k, w, bias, conv_out.shape, conv_out.dtype, lib=compile_library([k], flags))
+    return cases, compile_library([c[0][0] for c in cases], flags)
+
+
+@pytest.mark.parametrize("target,path,threads", RUNNABLE)
+@pytest.mark.parametrize("index", range(len(RESIDUAL)))
+def test_conv_with_residual_add_bit_exact(target, path, threads, index):
+    """The residual pass of a conv's tiles against the conv's reference output added to B by the qadd formula
+    (numpy: both operands rescaled in float64, one rounding half to even, the clamp)."""
+    (k, (w, bias), x, conv_out), (b, b_off, mc, mb, yadd, c_off) = residual_built(target, path, threads)[0][index]
+    lib = residual_built(target, path, threads)[1]
+    where, ydt, y_off = RESIDUAL[index][3], RESIDUAL[index][4], yadd.offset
+    assert k.kind == "conv+add" and "residual add" in k.describe
+    runner = GemmRunner(k, w, bias, conv_out.shape, conv_out.dtype, lib=lib)
     runner.prepare(x)
     bbuf = aligned(b.nbytes)
     bbuf[:] = b.reshape(-1).view(np.uint8)
