@@ -68,6 +68,7 @@ DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "fl
 QDQ = {
     "qdq_cnn": (lambda: example_models.cnn(seed=1), False, "int8"),
     "qdq_resnet": (lambda: example_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1), True, "int8"),
+    "qdq_resnet_u8": (lambda: example_models.resnet(seed=2, size=16, widths=(8, 16), blocks=1), False, "uint8"),
     "qdq_mobilenet": (lambda: M.mobilenet(seed=1), False, "uint8"),
 }
 

@@ -48,7 +48,9 @@ def _check(model, x, **options):
     assert not res.stats["quantization"]["emulated"]
     choices = _engine_kernels(res)
     assert any(c.startswith("int8 conv 3x3") for c in choices), choices
-    assert any(c.startswith("int8 add") for c in choices), choices
+    # every residual add of these networks follows its conv at once: fused into the conv's epilogue
+    assert any(c.startswith("int8 conv") and "residual add" in c for c in choices), choices
+    assert any(c.startswith("computed in the epilogue of the qconv") for c in choices), choices
     return res
 
 
@@ -117,3 +119,31 @@ def test_int16_quantized_model_runs_integer_kernels_bit_exact(small_resnet, num_
     assert q == {"qconv": "int16", "qadd": "int16", "qmatmul": "int16"}, q
     choices = _engine_kernels(res)
     assert any(c.startswith("int64 loops (requantized; int16 operands)") for c in choices), choices
+
+
+@pytest.mark.parametrize("shortcut_first", [True, False])
+def test_residual_add_fused_either_operand_order(shortcut_first):
+    """Add(x, conv(x)) and Add(conv(x), x), then Relu, quantized from a profile: the add runs in the conv's
+    epilogue (the conv output as the add's second or first operand) and the result is the interpreter's."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "bias")
+    add_in = ["x", "c"] if shortcut_first else ["c", "x"]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "bias"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Add", add_in, ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+        "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 11, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 11, 13])], [w, bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    samples = [{"x": rng.standard_normal((1, 8, 11, 13)).astype(np.float32)} for _ in range(4)]
+    x = {"x": rng.standard_normal((1, 8, 11, 13)).astype(np.float32)}
+    prof = profile(model, samples)
+    want = glow_core.compile(model, "interpreter", quantize=prof).run(x)["y"]
+    for nt in (1, 2):
+        cpu = glow_core.compile(model, "cpu", quantize=prof, num_threads=nt)
+        got = cpu.run(x)["y"]
+        assert np.array_equal(got, want), f"{np.abs(got - want).max()} max difference"
+        slots = [c.instr.attrs["residual"]["conv_slot"] for c in cpu.last.compiled.program.calls
+                 if "residual" in c.instr.attrs]
+        assert slots == [1 if shortcut_first else 0]

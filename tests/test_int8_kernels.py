@@ -13,9 +13,10 @@ import functools
 import numpy as np
 import pytest
 
-from backends.cpu.int8_engine import (TARGETS, Int8EngineError, Requant, avg_pool_multipliers, plan_qadd,
-                                      plan_qconv, plan_qlookup, plan_qmatmul, plan_qmul, plan_qpool, plan_qrescale)
-from backends.cpu.int8_harness import FLAGS, PATH_FLAGS, GemmRunner, compile_library, run_simple
+from backends.cpu.int8_engine import (TARGETS, Int8EngineError, Requant, ResidualAdd, avg_pool_multipliers,
+                                      plan_qadd, plan_qconv, plan_qlookup, plan_qmatmul, plan_qmul, plan_qpool,
+                                      plan_qrescale)
+from backends.cpu.int8_harness import FLAGS, PATH_FLAGS, GemmRunner, aligned, compile_library, run_simple
 from backends.cpu.toolchain import find_compiler
 from glow_core.errors import GlowError
 
@@ -147,7 +148,8 @@ def _requant(rng, y_dtype, fused, scale_m, count, per_chan):
     return Requant(y_dtype, off, lo, hi), m, (lo, hi)
 
 
-def conv_case(i, target):
+def conv_draw(i):
+    """CONV[i]'s operands and parameters: x, w, bias, xo, wo (per channel), Requant y, multipliers m, (lo, hi)."""
     xs, ws, st, dl, pd, g, xdt, xok, wok, pc, ydt, fused, sm = CONV[i]
     rng = np.random.default_rng(1000 + i)
     x, w = _tensor(rng, xdt, xs), rng.integers(-128, 128, ws).astype(np.int8)
@@ -156,9 +158,16 @@ def conv_case(i, target):
     xo = _offset(rng, xdt, xok)
     wo = {"zero": np.zeros(f, np.int64), "tensor": np.full(f, int(rng.integers(-128, 128))),
           "channel": rng.integers(-128, 128, f)}[wok]
-    y, m, (lo, hi) = _requant(rng, ydt, fused, sm, f, pc)
+    y, m, bounds = _requant(rng, ydt, fused, sm, f, pc)
+    return x, w, bias, xo, wo, y, m, bounds
+
+
+def conv_case(i, target, threads=2, residual=None):
+    xs, ws, st, dl, pd, g, xdt, xok, wok, pc, ydt, fused, sm = CONV[i]
+    x, w, bias, xo, wo, y, m, (lo, hi) = conv_draw(i)
     k = plan_qconv(xs, ws, st, dl, pd, g, x_dtype=xdt, x_offset=xo, w_offset=wo if wok != "zero" else 0,
-                   multiplier=m if pc else m[0], y=y, num_threads=2, target=TARGETS[target], name=f"conv{i}")
+                   multiplier=m if pc else m[0], y=y, num_threads=threads, target=TARGETS[target],
+                   name=f"conv{i}" if residual is None else f"conv{i}_res", residual=residual)
     acc = ref_conv(x.astype(np.int64), w, bias, st, dl, pd, g, xo, wo)
     return k, (w, bias), x, requantize(acc, m[None, :, None, None], ydt, y.offset, lo, hi)
 
@@ -311,3 +320,60 @@ def test_kernels_of_both_layouts_share_one_translation_unit():
     ks.append(plan_qadd((4,), a_dtype="int8", a_offset=0, a_multiplier=1.0, b_dtype="int8", b_offset=0,
                         b_multiplier=1.0, y=Requant("int8"), name="k_add"))
     compile_library(ks)
+
+
+# conv with a fused residual add: CONV line, B dtype, conv output's add slot, Y written "apart" | "in_b" (in place
+# over B) | "in_y" (over the conv's own output), add output dtype, fused "relu" or None
+RESIDUAL = [(0, "int8", 0, "apart", "int8", None), (1, "uint8", 1, "in_b", "uint8", "relu"),
+            (4, "int8", 0, "in_y", "int8", "relu"), (7, "uint8", 1, "apart", "int8", None),
+            (12, "uint8", 0, "in_b", "uint8", "relu")]
+
+
+def residual_case(index, target, threads):
+    """RESIDUAL[index]: the conv case's kernel with its residual add, operands and expectation, and the add's
+    parameters (B, its offset, the two multipliers, the add's Requant, the conv output's offset)."""
+    line, bdt, slot, where, ydt, fused = RESIDUAL[index]
+    c_off = conv_draw(line)[5].offset
+    rng = np.random.default_rng(3000 + index)
+    b = _tensor(rng, bdt, conv_case(line, target)[3].shape)
+    b_off = _offset(rng, bdt, "rand")
+    mc, mb = np.float32(rng.uniform(0.3, 1.7)), np.float32(rng.uniform(0.3, 1.7))
+    lo, hi = TYPES[ydt]
+    y_off = int(rng.integers(lo + 20, hi - 20))
+    yadd = Requant(ydt, y_off, y_off if fused == "relu" else None)
+    case = conv_case(line, target, threads, ResidualAdd(bdt, b_off, float(mc), float(mb), yadd, slot))
+    return case, (b, b_off, mc, mb, yadd, c_off)
+
+
+@functools.lru_cache(maxsize=None)
+def residual_built(target: str, path: str, threads: int):
+    """All RESIDUAL cases of one path and their library (one compile)."""
+    cases = [residual_case(i, target, threads) for i in range(len(RESIDUAL))]
+    flags = [f for f in FLAGS if threads > 1 or f != "-fopenmp"] + PATH_FLAGS[path]
+    return cases, compile_library([c[0][0] for c in cases], flags)
+
+
+@pytest.mark.parametrize("target,path,threads", RUNNABLE)
+@pytest.mark.parametrize("index", range(len(RESIDUAL)))
+def test_conv_with_residual_add_bit_exact(target, path, threads, index):
+    """The residual pass of a conv's tiles against the conv's reference output added to B by the qadd formula
+    (numpy: both operands rescaled in float64, one rounding half to even, the clamp)."""
+    (k, (w, bias), x, conv_out), (b, b_off, mc, mb, yadd, c_off) = residual_built(target, path, threads)[0][index]
+    lib = residual_built(target, path, threads)[1]
+    where, ydt, y_off = RESIDUAL[index][3], RESIDUAL[index][4], yadd.offset
+    assert k.kind == "conv+add" and "residual add" in k.describe
+    runner = GemmRunner(k, w, bias, conv_out.shape, conv_out.dtype, lib=lib)
+    runner.prepare(x)
+    bbuf = aligned(b.nbytes)
+    bbuf[:] = b.reshape(-1).view(np.uint8)
+    ybuf = {"apart": aligned(conv_out.size * np.dtype(ydt).itemsize), "in_b": bbuf, "in_y": runner.y}[where]
+    runner.fn(*runner.args, bbuf.ctypes.data, ybuf.ctypes.data)
+    got = ybuf[:conv_out.size * np.dtype(ydt).itemsize].view(ydt).reshape(conv_out.shape)
+    cv = (conv_out.astype(np.float64) - c_off) * np.float64(mc)
+    bv = (b.astype(np.float64) - b_off) * np.float64(mb)
+    want = np.clip(np.rint(cv + bv) + y_off, yadd.bounds()[0], yadd.bounds()[1]).astype(ydt)
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, f"{k.describe}: {len(bad)} of {want.size} differ, first at {tuple(bad[0])}"
+    if where != "in_y":
+        assert np.array_equal(runner.result(), conv_out)  # the conv's own output is stored as well
+

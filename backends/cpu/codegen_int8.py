@@ -93,6 +93,18 @@ def _weight_params(ki):
     return np.broadcast_to(multipliers(xs, ws, a["out_scale"]), (f,)), wo, _requant(a)
 
 
+def _residual(ki) -> "E.ResidualAdd | None":
+    """A qconv's fused residual qadd (int8_fusion: attribute ``residual`` = the qadd's attributes and the conv
+    output's input slot ``conv_slot``; B is the conv's input 5)."""
+    r = ki.attrs.get("residual")
+    if r is None:
+        return None
+    c, b = ("a", "b") if r["conv_slot"] == 0 else ("b", "a")
+    return E.ResidualAdd(ki.ins[5].type.dtype.name, int(r[f"{b}_offset"]),
+                         multiplier(r[f"{c}_scale"], out_scale=r["out_scale"]),
+                         multiplier(r[f"{b}_scale"], out_scale=r["out_scale"]), _requant(r), r["conv_slot"])
+
+
 _PLANS: dict = {}
 
 
@@ -128,7 +140,7 @@ def _plan(ki, num_threads: int):
                      multiplier=m if len(set(m.tolist())) > 1 else float(m[0]), y=y, **common)
         if ki.op == "qconv":
             return E.plan_qconv(x.type.shape, w.type.shape, *_geometry(a), a.get("group", 1), x_dtype=xd,
-                                x_offset=int(a["x_offset"]), **wargs)
+                                x_offset=int(a["x_offset"]), residual=_residual(ki), **wargs)
         return E.plan_qmatmul(x.type.shape, w.type.shape, a_dtype=xd, a_offset=int(a["a_offset"]), **wargs)
     if ki.op == "rescale":
         return E.plan_qrescale(x.type.shape, x_dtype=xd, x_offset=int(a["in_offset"]),
@@ -151,6 +163,17 @@ def _plan(ki, num_threads: int):
     if ki.op == "lookup" and out.type.dtype.name in _EIGHT:
         return E.plan_qlookup(x.type.shape, x_dtype=xd, y_dtype=out.type.dtype.name, **common)
     return None
+
+
+def engine_conv(ki, num_threads: int) -> bool:
+    """Whether qconv ``ki`` runs on the int8 engine with an 8-bit requantized output (a residual add may then be
+    fused into it: int8_fusion)."""
+    if ki.op != "qconv" or ki.outs[0].type.dtype.name not in _EIGHT:
+        return False
+    try:
+        return plan(ki, num_threads) is not None
+    except BackendError:
+        return False
 
 
 def scratch_bytes(ki) -> int:
@@ -179,9 +202,10 @@ class QuantizedKernels:
             c = k.pack(arrays[0], arrays[1])
             return [c.weights, c.corrections, c.multipliers]
         wp, corr, mult = self.derive_many((w.slot, bias.slot, ws.slot, wo.slot), make, tag, 3)
+        residual = [self.ptr(ki.ins[5]), self.ptr(ki.outs[1])] if k.kind == "conv+add" else []
         return self._engine(ki, fn, [f"(const uint8_t *){self.ptr(ki.ins[0])}", f"(const int8_t *){wp}",
                                      f"(const int32_t *){corr}", f"(const float *){mult}", self.ptr(ki.outs[0]),
-                                     f"(uint8_t *){self.scratch_ptr() if k.scratch_bytes else '0'}"])
+                                     f"(uint8_t *){self.scratch_ptr() if k.scratch_bytes else '0'}", *residual])
 
     def _loops(self, ki, fn, template: str, **ctx) -> str:
         """A conv or matmul whose weight is computed at run time: plain int32 loops (``template``)."""

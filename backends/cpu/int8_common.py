@@ -115,6 +115,20 @@ class Requant:
         return f"{float(lo - self.offset)!r}", f"{float(hi - self.offset)!r}"
 
 
+@dataclass(frozen=True)
+class ResidualAdd:
+    """A qadd fused into a conv's epilogue: Y = clamp(rint((C - C.offset) * conv_multiplier + (B - b_offset) *
+    b_multiplier) + y.offset) over the conv's requantized output C (the qadd's input ``conv_slot``, 0 or 1) and
+    B (``b_dtype``), both multipliers scale / y's scale, with the qadd kernel's own arithmetic."""
+
+    b_dtype: str
+    b_offset: int
+    conv_multiplier: float
+    b_multiplier: float
+    y: Requant
+    conv_slot: int = 0
+
+
 def check_name(name: str):
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):
         raise Int8EngineError(f"int8 engine: kernel name {name!r} is not a C identifier ([A-Za-z_][A-Za-z0-9_]*, "

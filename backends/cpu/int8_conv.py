@@ -20,8 +20,9 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
-from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, WeightTerms, check_weighted,
-                          host_qtarget, template_env, threads_for)
+from .int8_common import (QTYPES, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, ResidualAdd, WeightTerms,
+                          check_weighted, host_qtarget, template_env, threads_for)
+from .int8_elementwise import plan_qadd
 
 #: Cycles of one vpdpbusd and of one load (throughput on the development machine: about 0.24 ns per zmm vpdpbusd
 #: in a good tile, loads 2 per cycle) and per tile outside the K loop (epilogue, call); the tile chooser's model.
@@ -65,10 +66,14 @@ def choose_tile(fg: int, nvec: int, ksteps: int, target: QTarget) -> tuple[int, 
 
 def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_dtype: str, x_offset: int,
                w_dtype: str = "int8", w_offset=0, multiplier=1.0, y: Requant, num_threads: int = 1,
-               target: QTarget | None = None, name: str = "gq_conv", force: dict | None = None):
+               target: QTarget | None = None, name: str = "gq_conv", force: dict | None = None,
+               residual: ResidualAdd | None = None):
     """An Int8Kernel (kind "conv") for a quantized `conv`, or Unsupported(reason). Shapes and attributes are the
     conv primitive's (x [N, C, *S], w [F, C/group, *K], pads = begins + ends); ``w_offset`` and ``multiplier``
-    are scalars (per tensor) or [F] (per output channel); ``y`` is the output's Requant."""
+    are scalars (per tensor) or [F] (per output channel); ``y`` is the output's Requant. With ``residual`` the
+    kernel (kind "conv+add") takes two more arguments, B and Y (``const void *b, void *yadd``), and each tile,
+    after storing its requantized 8-bit output, adds it to B into Y over the pixels it stored (plan_qadd's
+    arithmetic; Y may be B or the conv output itself, element for element)."""
     force = check_weighted("conv", name, x_dtype, x_offset, w_dtype, y, force)
     target = target or host_qtarget()
     x_shape, w_shape = tuple(x_shape), tuple(w_shape)
@@ -140,6 +145,18 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             cond_o = f"ob < {fg // mr}" if m == mr else f"ob == {fg // mr}"
             cond_q = f"qb < {nvec // nv}" if v == nv else f"qb == {nvec // nv}"
             variants.append((m, v, f"{cond_o} && {cond_q}"))
+    res_src, res_desc = "", ""
+    if residual is not None:
+        if y.dtype not in ("int8", "uint8"):
+            raise Int8EngineError(f"int8 engine: a residual add needs an 8-bit conv output, not {y.dtype}")
+        ab = [(y.dtype, y.offset, residual.conv_multiplier), (residual.b_dtype, residual.b_offset,
+                                                              residual.b_multiplier)]
+        if residual.conv_slot:
+            ab.reverse()
+        (ad, ao, am), (bd, bo, bm) = ab
+        res_src = plan_qadd((1,), a_dtype=ad, a_offset=ao, a_multiplier=am, b_dtype=bd, b_offset=bo,
+                            b_multiplier=bm, y=residual.y, target=target, name=name + "_res").source
+        res_desc = f", residual add {residual.b_dtype}->{residual.y.dtype} fused per tile"
     macs = n * f * cg * kh * kw * oh * ow
     nt = threads_for(macs, num_threads)
     requant = y.dtype != "int32"
@@ -148,19 +165,21 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     desc = (f"int8 conv {kind} {x_dtype}x{w_dtype}->{y.dtype} {n}x{c}x{h}x{w} -> {f}x{oh}x{ow} g{group} "
             f"s{sh},{sw}: transform to {len(phases)} plane(s) of {hh}x{wh} dwords, tile {mr}ch x {nv}x{lanes}px, "
             f"{'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'} requant"
-            f"{', pixel sums for weight offsets' if xsum else ''}, {nt} thread(s), {target.name}")
+            f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}, {nt} thread(s), {target.name}")
     src = template_env().get_template("qconv.c.j2").render(
         name=name, describe=desc, lanes=lanes, n=n, c=c, h=h, w=w, f=f, fg=fg, cg=cg, c4=c4, group=group,
         oh=oh, ow=ow, ohw=oh * ow, sh=sh, sw=sw, pad_t=pt, pad_l=pl, hh=hh, wh=wh, plen=plen,
         nplanes=len(phases), phs=", ".join(str(p[0]) for p in phases), pws=", ".join(str(p[1]) for p in phases),
         taps=kh * kw, toff=", ".join(map(str, toff)), cst=cst, nvec=nvec,
-        masks=", ".join(f"0x{m:x}u" for m in masks), pos=", ".join(map(str, pos)),
+        masks=", ".join(f"0x{m:x}u" for m in masks), pos=", ".join(map(str, pos + [done])),
         flip=flip, flip4=flip * 0x01010101, pad1=xo_u, pad4=xo_u * 0x01010101, trows=group * c4 * len(phases) * hh,
         xsum=xsum, xt_bytes=xt_bytes, scratch=scratch, variants=variants, mr=mr, nv=nv, nob=nob, nqb=nqb,
         items=group * nob * nqb, requant=requant, flo=flo, fhi=fhi, yoff=y.offset,
         x_ctype="int8_t" if x_dtype == "int8" else "uint8_t",
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype],
-        parallel=nt > 1, nt=nt)
+        parallel=nt > 1, nt=nt, res_src=res_src, residual=residual,
+        b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
+        r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
 
     def pack(weights, bias=None) -> QConstants:
         wt = terms.signed(weights, (f, cg, kh, kw), given_w_shape)
@@ -181,4 +200,4 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             corr32 = np.concatenate([corr32, terms.wo_s.astype(np.int32)])
         return QConstants(packed, corr32, mult.copy())
 
-    return Int8Kernel(name, "conv", src, scratch, desc, macs, pack)
+    return Int8Kernel(name, "conv+add" if residual else "conv", src, scratch, desc, macs, pack)

@@ -5,7 +5,8 @@ Interface with codegen (the whole of it)::
 
     y = Requant("int8", offset=out_offset, lo=None, hi=None)       # lo/hi: a fused activation's tighter clamp
     k = plan_qconv(x_shape, w_shape, strides, dilations, pads, group, x_dtype="uint8", x_offset=xo,
-                   w_dtype="int8", w_offset=wo_or_[F], multiplier=m_or_[F], y=y, num_threads=2, name="k7")
+                   w_dtype="int8", w_offset=wo_or_[F], multiplier=m_or_[F], y=y, num_threads=2, name="k7",
+                   residual=None)  # or ResidualAdd(b_dtype, b_offset, sc/sy, sb/sy, y_add, conv_slot): a qadd fused
     k = plan_qmatmul(a_shape, w_shape, a_dtype=..., a_offset=..., w_offset=..., multiplier=..., y=y, ...)
     k = plan_qrescale(shape, x_dtype=..., x_offset=..., multiplier=m, y=y, ...)
     k = plan_qadd(shape, a_dtype=..., a_offset=..., a_multiplier=sa/sy, b_dtype=..., b_offset=...,
@@ -24,8 +25,9 @@ Interface with codegen (the whole of it)::
 Signatures (all geometry and per-tensor parameters are baked in; nothing is allocated):
 
 * conv, matmul: ``void NAME(const uint8_t *x, const int8_t *w, const int32_t *corr, const float *mult,
-  void *y, uint8_t *scratch)``; x is the int8/uint8 input, y the int8/uint8/int32 output (``y`` must not alias
-  ``x`` or ``scratch``).
+  void *y, uint8_t *scratch)`` (a conv with a residual, kind "conv+add", then ``const void *b, void *yadd``);
+  x is the int8/uint8 input, y the int8/uint8/int32 output (``y`` must not alias ``x`` or ``scratch``; ``yadd``
+  may be ``b``, ``y``, or ``x`` of a batch of 1).
 * rescale: ``void NAME(const void *x, void *y)``; add: ``void NAME(const void *a, const void *b, void *y)``
   (add and mul; a, b and y of one shape; y may alias a or b); lookup: ``void NAME(const void *x, const uint8_t *table,
   void *y)`` with the 256-entry table indexed by x - min(x's type); pool: ``void NAME(const void *x,
@@ -43,11 +45,12 @@ else 8), so pack with the same target the source was rendered for.
 from __future__ import annotations
 
 from .int8_common import (PARALLEL_MIN_MACS, TARGETS, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant,
-                          host_qtarget)
+                          ResidualAdd, host_qtarget)
 from .int8_conv import plan_qconv
 from .int8_elementwise import avg_pool_multipliers, plan_qadd, plan_qlookup, plan_qmul, plan_qpool, plan_qrescale
 from .int8_matmul import plan_qmatmul
 
 __all__ = ["PARALLEL_MIN_MACS", "TARGETS", "Int8EngineError", "Int8Kernel", "QConstants", "QTarget", "Requant",
+           "ResidualAdd",
            "avg_pool_multipliers", "host_qtarget", "plan_qadd", "plan_qconv", "plan_qlookup", "plan_qmatmul",
            "plan_qmul", "plan_qpool", "plan_qrescale"]

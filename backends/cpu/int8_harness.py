@@ -24,6 +24,8 @@ PATH_FLAGS = {
 #: The C parameter list of each kernel kind (all pointers).
 SIGNATURES = {
     "conv": "const uint8_t *x, const int8_t *w, const int32_t *corr, const float *mult, void *y, uint8_t *s",
+    "conv+add": "const uint8_t *x, const int8_t *w, const int32_t *corr, const float *mult, void *y, uint8_t *s, "
+                "const void *b, void *yadd",
     "matmul": "const uint8_t *x, const int8_t *w, const int32_t *corr, const float *mult, void *y, uint8_t *s",
     "rescale": "const void *x, void *y",
     "add": "const void *a, const void *b, void *y",

@@ -10,6 +10,8 @@ from glow_core.memory import align_up
 
 from .codegen import (KernelCode, KernelInstr, c_comment, constant_value, gemm_source, kernel_code, stacked,
                       template)
+from .codegen_int8 import engine_conv as int8_engine_conv
+from .int8_fusion import fuse_residuals
 from .stacking import read_in_place
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
@@ -20,6 +22,9 @@ REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
 ELIDED_BROADCAST = KernelCode("glow_k_nothing",
                               "GLOW_KERNEL int glow_k_nothing(uint8_t *const *p) { (void)p; return 0; }\n", (), (),
                               "not materialized: its elementwise readers index its source in place")
+#: The kernel of a qadd the preceding qconv's epilogue computes (int8_fusion.fuse_residuals).
+FUSED_RESIDUAL = KernelCode("glow_k_fused", "GLOW_KERNEL int glow_k_fused(uint8_t *const *p) { (void)p; return 0; }\n",
+                            (), (), "computed in the epilogue of the qconv before it (residual add fused)")
 
 
 @dataclass
@@ -43,10 +48,17 @@ class Program:
         end = align_up(irf.plan.constant_size)
         placed: dict = {}
         elided = read_in_place(irf, stacked)
+        fused = fuse_residuals(irf, lambda conv: int8_engine_conv(KernelInstr.of(conv), num_threads))
         for ins in irf.code:
-            if id(ins) in elided.broadcasts:
-                self.kernels.setdefault(ELIDED_BROADCAST.name, ELIDED_BROADCAST)
-                self.calls.append(Call(ins, ELIDED_BROADCAST, []))
+            skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
+            if id(ins) in fused:
+                if fused[id(ins)].add is ins:
+                    skip = FUSED_RESIDUAL
+                else:
+                    ins = fused[id(ins)].conv
+            if skip is not None:
+                self.kernels.setdefault(skip.name, skip)
+                self.calls.append(Call(ins, skip, []))
                 continue
             sources = elided.sources.get(id(ins), {})
             code = kernel_code(KernelInstr.of(ins, sources), num_threads)
