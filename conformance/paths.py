@@ -62,6 +62,16 @@ def gemm_shapes(sfx: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
+    """The gemm_shapes that matter to a B packed at compile time (panels of ``codegen.gemm_pack_width`` columns):
+    N on both sides of the panel width, K beyond the kc block (panel offsets), N beyond the nc block, and the
+    product above the parallel threshold."""
+    w, t = _codegen().gemm_pack_width(sfx), gemm_tiles(sfx)
+    shapes = gemm_shapes(sfx)
+    return [s for s in shapes[:-1] if s[2] in (w - 1, w, w + 1) or s[1] in (t["kc"] + 1, 2 * t["kc"] + 3)] + [
+        (5, 7, t["nc"] + 3)] + shapes[-1:]  # a K of 7: enough work for the GEMM (gemm_shapes' nc edges have less)
+
+
 def parallel_side(work: int, per_point: int, channels: int) -> int:
     """The side of a square output plane that makes ``channels * side**2 * per_point`` exceed ``work``."""
     return math.isqrt(work // (channels * per_point)) + 2

@@ -238,6 +238,15 @@ def _structured():
     gm, gk, gn = paths.gemm_shapes("f32")[0]
     add("MatMul", f"const_b_gemm_{gm}x{gk}x{gn}", F, lambda r, d: one_node(
         "MatMul", [rnd(d, (gm, gk), r), Init(rnd(d, (gk, gn), r))]))
+    # constant B packed at compile time into the GEMM's panels (paths.packed_b_shapes: panel-width, kc and nc
+    # edges, above the parallel threshold), 2-d and batched
+    for dt, sfx in (("float32", "f32"), ("float64", "f64")):
+        for pm, pk, pn in paths.packed_b_shapes(sfx):
+            add("MatMul", f"const_b_packed_{pm}x{pk}x{pn}", (dt,), lambda r, d, pm=pm, pk=pk, pn=pn: one_node(
+                "MatMul", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r))]))
+        pm, pk, pn = paths.packed_b_shapes(sfx)[0]
+        add("MatMul", f"const_b_packed_batched_2x{pm}x{pk}x{pn}", (dt,), lambda r, d, pm=pm, pk=pk, pn=pn: one_node(
+            "MatMul", [rnd(d, (2, pm, pk), r), Init(rnd(d, (2, pk, pn), r))]))
     for ta in (0, 1):
         for tb in (0, 1):
             add("Gemm", f"tA{ta}_tB{tb}", F, lambda r, d, ta=ta, tb=tb: one_node(
@@ -436,6 +445,12 @@ def _structured():
             op, [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, gates * 5, 3), r, -0.5, 0.5),
                  rnd(d, (1, gates * 5, 5), r, -0.5, 0.5), rnd(d, (1, 2 * gates * 5), r, -0.5, 0.5)],
             {"hidden_size": 5}, n_out=2))
+    # LSTM with constant weights (the CPU backend packs them: blocks of kernels_nn.LSTM_UNITS hidden units, the
+    # last one partial)
+    add("LSTM", "const_weights", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), Init(rnd(d, (1, 4 * 20, 3), r, -0.5, 0.5)),
+                 Init(rnd(d, (1, 4 * 20, 20), r, -0.5, 0.5)), Init(rnd(d, (1, 8 * 20), r, -0.5, 0.5))],
+        {"hidden_size": 20}, n_out=3))
     add("LpPool", "k2_p2", ("float32",), lambda r, d: one_node("LpPool", [rnd(d, (1, 2, 5, 6), r)],
                                                               {"kernel_shape": [2, 2], "p": 2}))
     add("NonZero", "2d", ("float32", "int32"), lambda r, d: one_node(

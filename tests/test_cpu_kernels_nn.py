@@ -7,6 +7,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import glow_core
+from glow_cpu.codegen import KernelInstr, kernel_code
+from glow_cpu.kernels_nn import LSTM_PARALLEL_MIN
 
 
 def _model(node, inputs, consts=(), opset=17):
@@ -72,6 +74,22 @@ def test_lstm_whole(steps, batch, inp, hidden, outs, bias):
     vals = {k: v.astype(np.float32) for k, v in vals.items() if bias or k != "b"}
     m = _model(helper.make_node("LSTM", list(vals), outs, hidden_size=hidden), vals)
     assert "LSTM" in _check(m, vals)
+
+
+@pytest.mark.parametrize("steps,batch,inp,hidden,outs,bias", [
+    (4, 2, 3, 5, ["y", "yh", "yc"], True), (5, 1, 40, 48, ["y", "yh"], False),
+    (3, 2, 20, 100, ["", "yh", "yc"], True)])  # one partial block; whole blocks; blocks over 2 threads
+def test_lstm_constant_weights_packed(steps, batch, inp, hidden, outs, bias):
+    vals = {"w": rng.uniform(-0.5, 0.5, (1, 4 * hidden, inp)), "r": rng.uniform(-0.5, 0.5, (1, 4 * hidden, hidden)),
+            "b": rng.uniform(-0.5, 0.5, (1, 8 * hidden))}
+    consts = [(k, v.astype(np.float32)) for k, v in vals.items() if bias or k != "b"]
+    x = rng.uniform(-1, 1, (steps, batch, inp)).astype(np.float32)
+    m = _model(helper.make_node("LSTM", ["x"] + [k for k, _ in consts], outs, hidden_size=hidden), {"x": x}, consts)
+    assert "LSTM" in _check(m, {"x": x})
+    (ins,) = [i for i in glow_core.compile(m, "cpu", num_threads=2).ir.code if i.op == "LSTM"]
+    choice = kernel_code(KernelInstr.of(ins), 2).choice
+    assert "weights packed at compile time" in choice
+    assert ("split over 2 threads" in choice) == (4 * hidden * hidden * batch >= LSTM_PARALLEL_MIN)
 
 
 @pytest.mark.parametrize("steps,batch,inp,hidden,outs,bias,lbr", [

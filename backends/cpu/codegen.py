@@ -35,6 +35,7 @@ from .codegen_int8 import BAKED, QuantizedKernels
 from .codegen_int8 import scratch_bytes as int8_scratch_bytes
 from .conv_algorithms import template_env
 from .conv_engine import ConvGeometry, Epilogue, plan_conv
+from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, kernels_nn, storage_cast
 
@@ -46,12 +47,6 @@ _ENV: jinja2.Environment | None = None
 #: bench/bench_cpu.py (BERT-style encoder at 2 threads: 12.0 -> 9.8 ms, from 131072/262144/2097152).
 PARALLEL_MIN_WORK = {"elementwise": 32768, "window": 65536, "gemm": 524288}
 
-# Cache blocking (kc x mc panel of A in L2, kc x nc of B in L3) and the micro-tile height with 512-bit vectors
-# (mr_wide x 2 vectors; mr_narrow x 2 with narrower vectors); mc is a multiple of both heights.
-GEMM_TILES = {"f32": dict(t="float", kc=384, mc=144, nc=4096, mr_wide=8, mr_narrow=6),
-              "f64": dict(t="double", kc=256, mc=144, nc=2048, mr_wide=8, mr_narrow=6)}
-#: The widest vector the GEMM template may use (AVX-512): scratch is sized for it, so any target fits.
-MAX_VECTOR_BYTES = 64
 
 
 @functools.lru_cache(maxsize=None)
@@ -297,18 +292,6 @@ def _split_index(out_shape, s, q) -> "str | None":
 
 
 # -- scratch -------------------------------------------------------------------------------------------------
-def gemm_scratch_bytes(sfx: str, m: int, n: int, k: int) -> int:
-    """Bytes of packed panels glow_gemm needs for C[m,n] = A[m,k] B[k,n]: a kc x nc panel of B then, 64-byte
-    aligned, a kc x mc panel of A, sized for the widest vector (so the plan fits any target)."""
-    tl = GEMM_TILES[sfx]
-    item = 8 if sfx == "f64" else 4
-    nr = 2 * MAX_VECTOR_BYTES // item
-    kc = min(k, tl["kc"])
-    nc = -(-n // nr) * nr if n < tl["nc"] else tl["nc"]
-    mc = max(-(-m // r) * r for r in (tl["mr_wide"], tl["mr_narrow"])) if m < tl["mc"] else tl["mc"]
-    return align_up(item * kc * nc) + item * kc * mc
-
-
 @dataclass(frozen=True)
 class ScratchLayout:
     """Where each scratch buffer of a kernel lives inside its @scratch operand (64-byte aligned offsets)."""
@@ -456,7 +439,8 @@ def matmul_plan(ki) -> MatmulPlan:
     acc_t, acc_np = _acc(dt)
     if dt in ("float32", "float64") and big:
         sfx = "f32" if dt == "float32" else "f64"
-        return MatmulPlan("gemm", sfx, acc_t, False, ScratchLayout.of([("gemm", gemm_scratch_bytes(sfx, m, n, k))]))
+        return MatmulPlan("gemm", sfx, acc_t, b.const,
+                          ScratchLayout.of([("gemm", gemm_scratch_bytes(sfx, m, n, k, packed_b=b.const))]))
     if dt in ("float16", "bfloat16") and big:
         parts = [("ca", 4 * m * k)] + ([] if b.const else [("cb", 4 * k * n)]) + \
                 [("cc", 4 * m * n), ("gemm", gemm_scratch_bytes("f32", m, n, k))]
@@ -499,7 +483,7 @@ def gemm_source(name: str) -> str:
         dt = "float64" if sfx == "f64" else "float32"
         epi = kernels_ew.activation(act, dt, "v", {p: f"e{i}" for i, p in enumerate(kernels_ew.ACTIVATION_PARAMS[
             act])}) if act else None
-        _GEMMS[name] = template("gemm.c.j2").render(name=name, sfx=sfx, epi=epi, **tl)
+        _GEMMS[name] = template("gemm.c.j2").render(name=name, sfx=sfx, epi=epi, pnr=gemm_pack_width(sfx), **tl)
     return _GEMMS[name]
 
 
@@ -855,13 +839,16 @@ class _Kernel(QuantizedKernels):
         plan = matmul_plan(ins)
         mode, acc_t = plan.mode, plan.acc_t
         scratch = self.scratch_ptr()
-        self.choice = {"gemm": f"gemm {plan.sfx}", "naive": f"loops in {acc_t}",
+        self.choice = {"gemm": f"gemm {plan.sfx}" + (" (b packed at compile time)" if plan.b_derived else ""),
+                       "naive": f"loops in {acc_t}",
                        "convert": "gemm f32 on converted operands" + (
                            " (b prepared at compile time)" if plan.b_derived else "")}[mode]
         epi = self.epilogue(dt)
-        gemm, cb_ptr = "", ""
+        gemm, cb_ptr, bp_ptr = "", "", ""
         if mode == "gemm":
             gemm = gemm_name(plan.sfx, ins.attrs.get(FUSED_ACTIVATION))
+            if plan.b_derived:
+                bp_ptr = self.derive(b, "", f"gemm panels {plan.sfx}", functools.partial(pack_b, sfx=plan.sfx))
         elif mode == "convert":
             gemm = gemm_name(plan.sfx, None)
             cb_ptr = self.derive(b, "float32") if plan.b_derived else ""
@@ -879,7 +866,8 @@ class _Kernel(QuantizedKernels):
                       fn=fn, choice=self.choice, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out),
                       a_ptr=self.ptr(a), b_ptr=self.ptr(b), mode=mode, batch=prod(a.type.shape[:-2]), m=m, n=n, k=k,
                       gemm=gemm, acc_t=acc_t, load_a=load_a, load_b=load_b, store_c=store_c, epi=epi or "v", e0=e0,
-                      e1=e1, scratch=scratch, off=plan.scratch.offsets, cb_ptr=cb_ptr)
+                      e1=e1, scratch=scratch, off=plan.scratch.offsets, cb_ptr=cb_ptr, bp_ptr=bp_ptr,
+                      bp_size=k * -(-n // gemm_pack_width(plan.sfx or "f32")) * gemm_pack_width(plan.sfx or "f32"))
 
     def _window_dims(self, ins, x, out, kernel):
         n = x.type.rank - 2

@@ -11,7 +11,10 @@ between the steps.
   zero initial state; GRU either linear_before_reset): the gate projections of the whole sequence in one GEMM,
   then per step one fused loop (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c)
   (templates/rnn.c.j2). No per-step instructions, where the lowering unrolls a matmul and a dozen elementwise
-  instructions per step.
+  instructions per step. An LSTM with constant W, R (and B) has its weights packed at compile time
+  (``lstm_packing``): the input projections run on the packed GEMM (templates/gemm.c.j2), and each step is,
+  per block of LSTM_UNITS hidden units, a GEMV over those units' 4 gate rows (vectorized over the gate
+  outputs) fused with their cell update; blocks split over the threads (one barrier per step).
 
 Each computes what the lowering computes, in its order and precision (sums in double as ``reduce_sum`` does,
 the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds may round differently.
@@ -24,6 +27,7 @@ from math import prod
 
 import numpy as np
 
+from .gemm_blocking import gemm_scratch_bytes, pack_b
 from .kernels_ew import reduce_parts
 
 
@@ -132,10 +136,49 @@ def _rnn_dims(ki) -> tuple[int, int, int, int]:
     return steps, batch, inp, ki.ins[2].type.shape[2]
 
 
+#: Hidden units per block of the packed LSTM step: its 4 gates are 4 x LSTM_UNITS outputs (4 vectors of 16).
+LSTM_UNITS = 16
+#: Least multiply-adds per step (4 hidden x hidden x batch) for which the packed LSTM's blocks split over the
+#: threads: below it a step's barrier costs more than the halved GEMV saves.
+LSTM_PARALLEL_MIN = 32768
+
+
+def _lstm_packed(ki) -> bool:
+    return ki.op == "LSTM" and all(b.const for b in ki.ins[1:])
+
+
+def lstm_packing(hidden: int) -> np.ndarray:
+    """The gate row (of W and R, ONNX order i, o, f, c) behind each packed gate output, -1 for padding: block b
+    holds gates i, o, f, c of hidden units b * LSTM_UNITS ... (b + 1) * LSTM_UNITS - 1, LSTM_UNITS each."""
+    blocks = -(-hidden // LSTM_UNITS)
+    unit = np.arange(blocks * LSTM_UNITS).reshape(blocks, 1, LSTM_UNITS)
+    rows = np.arange(4).reshape(1, 4, 1) * hidden + unit
+    return np.where(unit < hidden, rows, -1).reshape(-1)
+
+
+def _pack_lstm(arrays, hidden: int):
+    """(W^T in GEMM panels, R's blocks [blocks, hidden, 4 * LSTM_UNITS], bias Wb + Rb) in lstm_packing order."""
+    order = lstm_packing(hidden)
+    keep = (order >= 0)[:, None]
+
+    def rows(m):
+        return np.where(keep, m[np.maximum(order, 0)], 0).astype(np.float32)
+    w, r = arrays[0][0], arrays[1][0]
+    bias = arrays[2][0, :4 * hidden] + arrays[2][0, 4 * hidden:] if len(arrays) > 2 else np.zeros(4 * hidden)
+    rb = rows(r).reshape(-1, 4 * LSTM_UNITS, hidden).transpose(0, 2, 1)
+    return [pack_b(rows(w).T, "f32"), np.ascontiguousarray(rb),
+            np.where(order >= 0, bias[np.maximum(order, 0)], 0).astype(np.float32)]
+
+
 def rnn_scratch_bytes(ki) -> int:
     """The input projections of every step [steps, batch, gates x hidden], then h and c (LSTM) or the new h
-    (GRU) [batch, hidden], and GRU's r * h [hidden]."""
-    steps, batch, _, hidden = _rnn_dims(ki)
+    (GRU) [batch, hidden], and GRU's r * h [hidden]. Packed LSTM: the projections in lstm_packing order, h twice
+    (the previous step's and this one's), c, then the GEMM's A panel."""
+    steps, batch, inp, hidden = _rnn_dims(ki)
+    if _lstm_packed(ki):
+        gp = 4 * LSTM_UNITS * -(-hidden // LSTM_UNITS)
+        head = 4 * (steps * batch * gp + 3 * batch * hidden)
+        return -(-head // 64) * 64 + gemm_scratch_bytes("f32", steps * batch, gp, inp, packed_b=True)
     return 4 * (steps * batch * _GATES[ki.op] * hidden + 2 * batch * hidden + hidden)
 
 
@@ -144,6 +187,21 @@ def k_rnn(kernel, ki, fn) -> str:
     gates = _GATES[ki.op] * hidden
     outs = [kernel.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
     lbr = bool(ki.attrs.get("linear_before_reset", 0))
+    if _lstm_packed(ki):
+        blocks = -(-hidden // LSTM_UNITS)
+        wt, rb, bias = kernel.derive_many([b.slot for b in ki.ins[1:]],
+                                          lambda arrays: _pack_lstm(arrays, hidden), "lstm packed", 3)
+        kernel.gemms.add("f32")
+        par = 4 * hidden * hidden * batch >= LSTM_PARALLEL_MIN
+        kernel.choice = (f"lstm whole, weights packed at compile time: input projections of {steps} steps in one "
+                         f"packed GEMM [{steps * batch} x {inp}] x [{inp} x {4 * blocks * LSTM_UNITS}], {steps} "
+                         f"steps of {blocks} fused GEMV + cell blocks of {LSTM_UNITS} units"
+                         + (f" split over {kernel.nt} threads" if par and kernel.nt > 1 else ""))
+        return kernel.t("rnn.c.j2", fn=fn, cell="lstm_packed", x=kernel.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias,
+                        y=outs[0], y_h=outs[1], y_c=outs[2], scratch=kernel.scratch_ptr(), steps=steps,
+                        batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS,
+                        gp=4 * blocks * LSTM_UNITS, par=par and kernel.nt > 1,
+                        gemm_off=-(-4 * (steps * batch * 4 * blocks * LSTM_UNITS + 3 * batch * hidden) // 64) * 64)
     kernel.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
                      f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps")
     return kernel.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=kernel.ptr(ki.ins[0]), w=kernel.ptr(ki.ins[1]),
