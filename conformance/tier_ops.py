@@ -205,6 +205,9 @@ def binary_cases():
     return out
 
 
+_DW_TAIL, _CHUNKED = paths.depthwise_tail_width(), paths.chunked_channels(9)
+
+
 def _c(arr, dt="int64"):
     return Init(np.asarray(arr, dtype=dt))
 
@@ -258,6 +261,9 @@ def _structured():
         "const_depthwise": ((1, 16, 10, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
         "const_group_dilation": ((1, 8, 11, 11), (8, 2, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2] * 4}),
         "const_1d": ((1, 4, 15), (6, 4, 3), {"pads": [1, 1]}),
+        # a row of whole depthwise tiles and a tail tile; the direct kernel over several input-channel chunks
+        "const_depthwise_tail_tile": ((1, 16, 5, _DW_TAIL), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
+        "const_input_chunks": ((1, _CHUNKED, 5, 5), (16, _CHUNKED, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     }
     for v, (xs, ws, at) in conv_const.items():
         add("Conv", v, ("float32",), lambda r, d, xs=xs, ws=ws, at=at: one_node(
@@ -412,6 +418,12 @@ def _structured():
             op, [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, gates * 5, 3), r, -0.5, 0.5),
                  rnd(d, (1, gates * 5, 5), r, -0.5, 0.5), rnd(d, (1, 2 * gates * 5), r, -0.5, 0.5)],
             {"hidden_size": 5}, n_out=2))
+    add("GRU", "linear_before_reset", ("float32",), lambda r, d: one_node(  # PyTorch's GRU exports it so
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 15, 3), r, -0.5, 0.5), rnd(d, (1, 15, 5), r, -0.5, 0.5),
+                rnd(d, (1, 30), r, -0.5, 0.5)], {"hidden_size": 5, "linear_before_reset": 1}, n_out=2))
+    add("LSTM", "wide", ("float32",), lambda r, d: one_node(  # input and hidden above the CPU kernel's 32-lane dot
+        "LSTM", [rnd(d, (3, 2, 36), r, -1, 1), rnd(d, (1, 160, 36), r, -0.2, 0.2),
+                 rnd(d, (1, 160, 40), r, -0.2, 0.2), rnd(d, (1, 320), r, -0.2, 0.2)], {"hidden_size": 40}, n_out=2))
     add("LpPool", "k2_p2", ("float32",), lambda r, d: one_node("LpPool", [rnd(d, (1, 2, 5, 6), r)],
                                                               {"kernel_shape": [2, 2], "p": 2}))
     add("NonZero", "2d", ("float32", "int32"), lambda r, d: one_node(
