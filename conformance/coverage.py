@@ -87,7 +87,9 @@ extra = []
 for i in srcs:
     with open(args[i], "rb") as f:
         text = f.read()
-    d = os.path.join(KEEP, hashlib.sha256(text).hexdigest()[:24])
+    # a directory per compiling process: two workers compiling the same source at once would otherwise share
+    # one .gcno (gcc removes it when it starts) and one .gcda (a stamp mismatch discards the other's counters)
+    d = os.path.join(KEEP, hashlib.sha256(text).hexdigest()[:24] + "-" + str(os.getpid()))
     os.makedirs(d, exist_ok=True)
     inc = [args[j + 1] for j, a in enumerate(args[:-1]) if a == "-I"] + [os.path.dirname(args[i])]
     for folder in inc:

@@ -157,3 +157,23 @@ def fused_tails(seed=0, dt="float32", batch=2, ch=8, size=16):
     d = g.op("Sigmoid", [g.op("Add", [c, g.w(size, scale=1.0)])])
     e = g.op("Tanh", [g.op("Add", [g.op("Mul", [d, g.const(1.5)]), c])])
     return g.model("fused_tails", [("input", (batch, ch, size, size))], [e])
+
+
+#: ONNX activation -> (extra constant inputs, attributes): the forms glow_core.fusion folds into a producer.
+ACTIVATIONS = {"Relu": ((), {}), "Clip": ((0.0, 6.0), {}), "Sigmoid": ((), {}), "Tanh": ((), {}),
+               "LeakyRelu": ((), {"alpha": 0.1})}
+
+
+def fused(seed=0, dt="float32", producer="Conv", act="Relu", x=(1, 8, 10, 10), w=(8, 8, 3, 3), const=True,
+          **attrs):
+    """A producer (Conv with a bias, or MatMul without one: a bias add would absorb the activation instead) and
+    the activation a backend folds into it (glow_core.fusion): the fused kernel epilogues. ``const``: the
+    weight is an initializer (the CPU backend's conv engine and prepacked GEMM operand), else a graph input."""
+    g = G(seed, dt)
+    wname = g.w(*w) if const else "weight"
+    ins = ["input", wname] + ([g.w(w[0], scale=0.1)] if producer == "Conv" else [])
+    y = g.op(producer, ins, **attrs)
+    extra, at = ACTIVATIONS[act]
+    g.op(act, [y] + [g.const(v) for v in extra], **at)
+    inputs = [("input", x)] + ([] if const else [("weight", w)])
+    return g.model(f"fused_{producer.lower()}_{act.lower()}", inputs, [g.nodes[-1].output[0]])

@@ -77,9 +77,31 @@ def parallel_side(work: int, per_point: int, channels: int) -> int:
     return math.isqrt(work // (channels * per_point)) + 2
 
 
+@lru_cache(maxsize=1)
+def _conv_algorithms():
+    from glow_cpu import conv_algorithms
+    return conv_algorithms
+
+
+def chunked_channels(taps: int) -> int:
+    """Input channels for which the conv engine's direct kernel (``conv_algorithms.plan_direct``) splits the
+    reduction into several input-channel chunks (``SLAB_BYTES`` of weights per chunk and filter block), even at
+    the narrowest vector (4 lanes) and a one-block tile: every chunk after the first resumes from the partial
+    sums stored by the one before."""
+    return _conv_algorithms().SLAB_BYTES // (4 * taps * 4) + 4
+
+
+def depthwise_tail_width(max_registers: int = 32) -> int:
+    """A prime output width above the conv engine's widest depthwise tile (``plan_depthwise``: at most the
+    registers less 3 pixels): no tile width divides it, so a row ends in a tail tile on every target."""
+    w = max_registers - 2
+    while any(w % d == 0 for d in range(2, math.isqrt(w) + 1)):
+        w += 1
+    return w
+
+
 def depthwise_strip_width() -> int:
     """The width of a depthwise 3x3 (pad 1) input whose padded rows of one channel block (8 or 16 lanes)
     overflow the CPU conv engine's strip budget (``conv_algorithms.DW_STRIP_BYTES``) within 8 rows: a map of 6+
     rows then takes several strips."""
-    from glow_cpu import conv_algorithms
-    return conv_algorithms.DW_STRIP_BYTES // (8 * 4 * 8)
+    return _conv_algorithms().DW_STRIP_BYTES // (8 * 4 * 8)

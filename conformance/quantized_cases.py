@@ -294,8 +294,11 @@ def qmatmul_cases(shapes):
     out = []
     for sa, sb in shapes:
         label = f"{'x'.join(map(str, sa))}@{'x'.join(map(str, sb))}"
-        for da, db, pc in (("int8", "int8", True), ("uint8", "int8", False), ("uint8", "uint8", True),
-                           ("int8", "uint8", False)):
+        # (a dtype, b dtype, per column, b constant): a constant b is the CPU int8 engine's prepacked GEMM, its
+        # non-zero weight offsets the per-row input sums (a b computed at run time takes plain int32 loops)
+        for da, db, pc, cb in (("int8", "int8", True, False), ("uint8", "int8", False, False),
+                               ("uint8", "uint8", True, False), ("int8", "uint8", False, False),
+                               ("uint8", "uint8", True, True), ("int8", "int8", False, True)):
             def mk(rng, sa=sa, sb=sb, da=da, db=db, pc=pc):
                 n = sb[-1]
                 k = max(sa[-1], 1)
@@ -305,8 +308,8 @@ def qmatmul_cases(shapes):
                 return [ints(da, sa, rng), ints(db, sb, rng), rng.integers(-2000, 2000, n).astype(np.int32),
                         rng.uniform(0.005, 0.05, nn).astype(F32),
                         np.array([offset(db, rng) for _ in range(nn)], np.int32)], attrs
-            out.append(case("qmatmul", da, f"{label}/b_{db}/{'per_column' if pc else 'per_tensor'}", mk,
-                            consts=(2, 3, 4)))
+            out.append(case("qmatmul", da, f"{label}/b_{db}{'_const' if cb else ''}/"
+                            f"{'per_column' if pc else 'per_tensor'}", mk, consts=(1, 2, 3, 4) if cb else (2, 3, 4)))
 
     def mk_extreme(rng, acc=False):
         attrs = {"a_scale": 0.1, "a_offset": -128, "out_scale": 1e-3, "out_offset": 127,

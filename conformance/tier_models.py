@@ -59,6 +59,39 @@ MODELS = {
     "mlp_gemm_epilogue": lambda dt: M.mlp(seed=2, dt=dt, batch=paths.gemm_tiles("f32")["mc"] + 1,
                                           sizes=(64, 96, 40, 10)),
 }
+
+#: A producer and the activation the CPU backend folds into its kernel (networks.fused), one line each: name ->
+#: (dtypes, producer, activation, x shape, weight shape, constant weight, attributes). GEMM sizes from the code
+#: generator's tile table (paths.gemm_shapes' last: several K blocks, the epilogue only after the last one,
+#: whole and partial micro-tiles); conv sizes from the conv engine's choices (backends/cpu/conv_algorithms.py:
+#: 3x3 stride 1 on 12x12 and 24x24 maps is Winograd F(2x2) and F(4x4), strided is direct); activations the
+#: engine does not apply in registers (sigmoid, tanh, leaky_relu) run after it, in the same kernel.
+_G32, _G64 = paths.gemm_shapes("f32")[-1], paths.gemm_shapes("f64")[-1]
+P1, S2 = [1, 1, 1, 1], [2, 2]
+FUSED = {
+    "matmul_gemm_relu": (("float32", "float64"), "MatMul", "Relu", _G32[:2], _G32[1:], True, {}),
+    "matmul_gemm_f64_leaky_relu": (("float64",), "MatMul", "LeakyRelu", _G64[:2], _G64[1:], True, {}),
+    "matmul_gemm_sigmoid_runtime_b": (("float32",), "MatMul", "Sigmoid", _G32[:2], _G32[1:], False, {}),
+    "matmul_gemm_clip": (("float32",), "MatMul", "Clip", _G32[:2], _G32[1:], True, {}),
+    "matmul_converted_tanh": (("float16",), "MatMul", "Tanh", _G32[:2], _G32[1:], True, {}),
+    "matmul_small_leaky_relu": (("float32",), "MatMul", "LeakyRelu", (5, 7), (7, 3), True, {}),
+    "conv_engine_direct_sigmoid": (("float32",), "Conv", "Sigmoid", (1, 16, 13, 13), (24, 16, 3, 3), True,
+                                   dict(pads=P1, strides=S2)),
+    "conv_engine_winograd2_tanh": (("float32",), "Conv", "Tanh", (1, 16, 12, 12), (24, 16, 3, 3), True,
+                                   dict(pads=P1)),
+    "conv_engine_winograd4_relu": (("float32",), "Conv", "Relu", (1, 16, 24, 24), (16, 16, 3, 3), True,
+                                   dict(pads=P1)),
+    "conv_engine_1x1_leaky_relu": (("float32",), "Conv", "LeakyRelu", (1, 16, 9, 9), (24, 16, 1, 1), True, {}),
+    "conv_engine_depthwise_sigmoid": (("float32",), "Conv", "Sigmoid", (1, 16, 10, 10), (16, 1, 3, 3), True,
+                                      dict(pads=P1, group=16)),
+    "conv_engine_depthwise_clip": (("float32",), "Conv", "Clip", (1, 24, 11, 11), (24, 1, 3, 3), True,
+                                   dict(pads=P1, strides=S2, group=24)),
+    "conv_im2col_sigmoid": (("float32", "float64", "float16"), "Conv", "Sigmoid", (1, 4, 9, 9), (6, 4, 3, 3),
+                            False, dict(pads=P1)),
+    "conv_direct_1x1_relu": (("float32",), "Conv", "Relu", (1, 4, 9, 9), (6, 4, 1, 1), False, {}),
+    "conv_depthwise_leaky_relu": (("float32", "float64"), "Conv", "LeakyRelu", (1, 5, 8, 8), (5, 1, 3, 3), False,
+                                  dict(pads=P1, group=5)),
+}
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64")}
@@ -124,6 +157,13 @@ def cases():
                 m = fn(dt)
                 return m, _feeds(m, rng)
             out.append(model_case(f"models/{name}/{dt}/seeded", "models", name, dt, build, "model",
+                                  profiles=("models",)))
+    for name, (dts, producer, act, xs, ws, const, attrs) in FUSED.items():
+        for dt in dts:
+            def build(rng, dt=dt, producer=producer, act=act, xs=xs, ws=ws, const=const, attrs=attrs):
+                m = M.fused(seed=3, dt=dt, producer=producer, act=act, x=xs, w=ws, const=const, **attrs)
+                return m, _feeds(m, rng)
+            out.append(model_case(f"models/fused_{name}/{dt}/seeded", "models", f"fused_{name}", dt, build, "model",
                                   profiles=("models",)))
     for name in QDQ:
         def build(rng, name=name):

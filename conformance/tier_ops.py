@@ -218,6 +218,9 @@ def binary_cases():
     return out
 
 
+_DW_TAIL, _CHUNKED = paths.depthwise_tail_width(), paths.chunked_channels(9)
+
+
 def _c(arr, dt="int64"):
     return Init(np.asarray(arr, dtype=dt))
 
@@ -284,6 +287,9 @@ def _structured():
         "const_1x1_in_place": ((1, 24, 9, 11), (16, 24, 1, 1), {}),
         "const_depthwise_strips": ((1, 8, 6, paths.depthwise_strip_width()), (8, 1, 3, 3),
                                    {"group": 8, "pads": [1, 1, 1, 1]}),
+        # a row of whole depthwise tiles and a tail tile; the direct kernel over several input-channel chunks
+        "const_depthwise_tail_tile": ((1, 16, 5, _DW_TAIL), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1]}),
+        "const_input_chunks": ((1, _CHUNKED, 5, 5), (16, _CHUNKED, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
     }
     for v, (xs, ws, at) in conv_const.items():
         add("Conv", v, ("float32",), lambda r, d, xs=xs, ws=ws, at=at: one_node(
@@ -451,6 +457,12 @@ def _structured():
         "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), Init(rnd(d, (1, 4 * 20, 3), r, -0.5, 0.5)),
                  Init(rnd(d, (1, 4 * 20, 20), r, -0.5, 0.5)), Init(rnd(d, (1, 8 * 20), r, -0.5, 0.5))],
         {"hidden_size": 20}, n_out=3))
+    add("GRU", "linear_before_reset", ("float32",), lambda r, d: one_node(  # PyTorch's GRU exports it so
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 15, 3), r, -0.5, 0.5), rnd(d, (1, 15, 5), r, -0.5, 0.5),
+                rnd(d, (1, 30), r, -0.5, 0.5)], {"hidden_size": 5, "linear_before_reset": 1}, n_out=2))
+    add("LSTM", "wide", ("float32",), lambda r, d: one_node(  # input and hidden above the CPU kernel's 32-lane dot
+        "LSTM", [rnd(d, (3, 2, 36), r, -1, 1), rnd(d, (1, 160, 36), r, -0.2, 0.2),
+                 rnd(d, (1, 160, 40), r, -0.2, 0.2), rnd(d, (1, 320), r, -0.2, 0.2)], {"hidden_size": 40}, n_out=2))
     add("LpPool", "k2_p2", ("float32",), lambda r, d: one_node("LpPool", [rnd(d, (1, 2, 5, 6), r)],
                                                               {"kernel_shape": [2, 2], "p": 2}))
     add("NonZero", "2d", ("float32", "int32"), lambda r, d: one_node(
