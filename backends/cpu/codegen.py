@@ -28,13 +28,15 @@ from glow_core.backend import Unsupported
 from glow_core.errors import BackendError
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.graph import frozen
+from glow_core.ir import PLAIN, stored_shape
+from glow_core.layout import LAYOUT_CONVERT
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
 from .codegen_int8 import BAKED, QuantizedKernels
 from .codegen_int8 import scratch_bytes as int8_scratch_bytes
 from .conv_algorithms import template_env
-from .conv_engine import ConvGeometry, Epilogue, plan_conv
+from .conv_engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, kernels_nn, storage_cast
 
@@ -166,6 +168,7 @@ class Operand:
     slot: int
     type: TensorType
     const: bool
+    layout: str = PLAIN  # blocked (glow_core.layout): conv and layout_convert see the logical type, others the stored
 
     @property
     def size(self) -> int:
@@ -182,6 +185,14 @@ def constant_value(b) -> np.ndarray:
     return raw[off:off + b.size].view(b.type.dtype.np).reshape(b.type.shape)
 
 
+def _seen_type(op: str, b) -> TensorType:
+    """The type a kernel indexes ``b`` by: the logical one for the layout-aware kernels (LAYOUT_AWARE) and plain
+    buffers, the stored (padded, blocked) shape for the layout-agnostic elementwise kernels, which read it flat."""
+    if b.layout == PLAIN or op in LAYOUT_AWARE:
+        return b.type
+    return TensorType(b.type.dtype, stored_shape(b.type.shape, b.layout), b.type.scale, b.type.offset)
+
+
 class KernelInstr:
     """An instruction as its kernel sees it: op, attributes and ``Operand``s, without names or addresses
     (``ir.Instr``'s ``ins``/``outs``/``scratch`` interface), and ``values``: the constant values of the inputs
@@ -192,7 +203,7 @@ class KernelInstr:
     def __init__(self, op: str, attrs: dict, operands: list[tuple[Operand, str]], values: dict | None = None):
         self.op, self.attrs, self.operands, self.values = op, attrs, operands, dict(values or {})
         self.signature = (op, frozen(attrs), tuple((k, o.type.dtype.name, o.type.shape, o.type.scale, o.type.offset,
-                                                     o.const) for o, k in operands), frozen(self.values))
+                                                     o.const, o.layout) for o, k in operands), frozen(self.values))
 
     @classmethod
     def of(cls, instr, sources: dict | None = None) -> "KernelInstr":
@@ -202,7 +213,7 @@ class KernelInstr:
         ins = [b for b, k in operands if k in ("in", "inout")]
         values = {i: constant_value(ins[i]) for i in BAKED.get(instr.op, ())
                   if i < len(ins) and ins[i].region == "constant"}
-        return cls(instr.op, instr.attrs, [(Operand(i, b.type, b.region == "constant"), k)
+        return cls(instr.op, instr.attrs, [(Operand(i, _seen_type(instr.op, b), b.region == "constant", b.layout), k)
                                            for i, (b, k) in enumerate(operands)], values)
 
     @property
@@ -371,11 +382,19 @@ def _engine_epilogue(attrs) -> Epilogue:
 
 
 _ENGINE_MEMO: dict = {}
+#: Kernels that index their operands by the logical shape and the operand's layout.
+LAYOUT_AWARE = ("conv", LAYOUT_CONVERT)
+
+
+def engine_layout(layout: str) -> str:
+    """The conv engine's name of a buffer layout (glow_core.ir.stored_shape's 'nchwc<cb>' is its 'nchwc')."""
+    return "nchwc" if layout.startswith("nchwc") else layout
 
 
 def engine_conv(ki, num_threads: int):
     """The conv engine's kernel (backends/cpu/conv_engine.py) for a float32 ``conv`` with a constant filter,
-    reading and writing plain NCHW (the kernel converts to its blocked layout inside, through its scratch), or
+    reading and writing the layouts of its operands (from plain NCHW the kernel converts to its blocked layout
+    inside, through its scratch), or
     a falsy Unsupported naming why the generic kernel (``conv_plan``) computes it."""
     x, w, _ = ki.ins[:3]
     out = ki.outs[0]
@@ -391,7 +410,8 @@ def engine_conv(ki, num_threads: int):
         a = ki.attrs
         geom = ConvGeometry.from_conv(x.type.shape, w.type.shape, a["strides"], a["dilations"], a["pads"],
                                       a.get("group", 1))
-        plan = plan_conv(geom, epilogue=_engine_epilogue(a), num_threads=num_threads)
+        plan = plan_conv(geom, epilogue=_engine_epilogue(a), num_threads=num_threads,
+                         in_layout=engine_layout(x.layout), out_layout=engine_layout(out.layout))
         if plan and plan.geometry.out_spatial != tuple(out.type.shape[2:]):
             raise BackendError(f"cpu backend: conv engine output {plan.geometry.out_spatial} disagrees with the "
                                f"instruction's {out.type.shape}")
@@ -952,7 +972,19 @@ class _Kernel(QuantizedKernels):
                       fn=fn, engine=engine.source, engine_fn=engine.name, choice=c_comment(self.choice, 400),
                       x_ptr=self.ptr(x), b_ptr=self.ptr(bias), out_ptr=self.ptr(out),
                       w_ptr=self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights),
-                      scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post, n=out.type.numel)
+                      scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post,
+                      n=prod(stored_shape(out.type.shape, out.layout)))
+
+    def k_layout_convert(self, ins, fn):
+        """A conversion the layout pass placed (glow_core.layout): the conv engine's NCHW <-> NCHWc kernel."""
+        x, out = ins.ins[0], ins.outs[0]
+        key = repr((x.type.shape, x.layout, out.layout, self.nt))
+        name = "gce_layout_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+        kern = layout_kernel(x.type.shape, engine_layout(x.layout), engine_layout(out.layout),
+                             num_threads=self.nt, name=name)
+        self.choice = kern.describe
+        return (f"{kern.source}\n/* {c_comment(kern.describe)} */\nGLOW_KERNEL int {fn}(uint8_t *const *p) {{\n"
+                f"  {name}((const float *)({self.ptr(x)}), (float *)({self.ptr(out)}));\n  return 0;\n}}\n")
 
     def _depthwise(self, fn, x, w, bias, out, dims):
         """One filter per channel (group == C == F): a direct convolution per (n, c) plane, the inner loops over

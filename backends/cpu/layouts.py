@@ -1,0 +1,40 @@
+"""The CPU backend's answer to ``tensor_layout_requirements`` (glow_core.layout): NCHWc between convolutions.
+
+Conv-engine convolutions read plain NCHW or NCHWc (``cb`` lanes per channel block: the host target's) and
+write either; float32 elementwise kernels over operands of one shape (``AGNOSTIC``, whose results on the
+finite padding lanes stay finite) read blocked buffers as flat arrays. Everything else reads plain, so the
+layout pass converts back before pools, reshapes, gemm, concat and graph outputs.
+"""
+from __future__ import annotations
+
+from glow_core.ir import PLAIN
+from glow_core.layout import LayoutRequirement
+
+from .codegen import KernelInstr, engine_conv
+from .conv_engine import host_target
+
+#: Elementwise ops computing the same per element on any layout, finite on finite padding lanes (a fused
+#: activation of glow_core.fusion included: relu, clip, sigmoid, tanh, leaky_relu are finite on finite input).
+AGNOSTIC = frozenset(("add", "sub", "mul", "max", "min"))
+
+
+def blocked_layout() -> str:
+    """The blocked layout of the host: NCHWc with the conv engine's channel block."""
+    return f"nchwc{host_target().cb}"
+
+
+def requirements(instr) -> "LayoutRequirement | None":
+    """Per instruction: engine convs accept and write NCHWc or NCHW; same-shape float32 elementwise (AGNOSTIC)
+    is layout-agnostic; None (plain) for everything else."""
+    blocked = blocked_layout()
+    if instr.op == "conv":
+        x = instr.ins[0]
+        if len(x.type.shape) not in (3, 4) or not engine_conv(KernelInstr.of(instr), 1):
+            return None
+        return LayoutRequirement(inputs={0: (blocked, PLAIN)}, output=(blocked, PLAIN))
+    if instr.op in AGNOSTIC and len(instr.outs) == 1:
+        out = instr.outs[0]
+        if out.type.dtype.name == "float32" and len(out.type.shape) in (3, 4) and \
+                all(b.type.shape == out.type.shape for b in instr.ins):
+            return LayoutRequirement(agnostic=True)
+    return None
