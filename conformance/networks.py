@@ -157,3 +157,26 @@ def fused_tails(seed=0, dt="float32", batch=2, ch=8, size=16):
     d = g.op("Sigmoid", [g.op("Add", [c, g.w(size, scale=1.0)])])
     e = g.op("Tanh", [g.op("Add", [g.op("Mul", [d, g.const(1.5)]), c])])
     return g.model("fused_tails", [("input", (batch, ch, size, size))], [e])
+
+
+def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
+    """Every boundary of a blocked-layout region (a backend's tensor_layout_requirements): conv -> relu ->
+    conv, conv -> add -> conv (a residual add of two convs), conv -> max pool -> conv, a concat of convs on
+    the channel axis, conv -> flatten -> gemm, graph outputs written by convs, and channel counts (3, 17, 20)
+    that are no multiple of a channel block, so padding lanes are reached. With NCHWc between convs and adds:
+    one conversion, before the max pool (its input also feeds a conv); the flattened tensor is written plain."""
+    g = G(seed, dt)
+    c0, c1, c2 = channels
+
+    def conv(x, cin, cout, k=3):
+        return g.op("Conv", [x, g.w(cout, cin, k, k), g.w(cout, scale=0.1)], kernel_shape=[k, k],
+                    pads=[k // 2] * 4)
+    a = g.op("Relu", [conv("input", c0, c1)])
+    r = g.op("Relu", [g.op("Add", [conv(a, c1, c2), conv(a, c1, c2, 1)])])
+    side1 = conv(r, c2, c0)
+    q = g.op("Sigmoid", [conv(g.op("MaxPool", [r], kernel_shape=[2, 2], strides=[2, 2]), c2, c1)])
+    cat = g.op("Concat", [conv(q, c1, c1), conv(q, c1, c2, 1)], axis=1)
+    h = g.op("Relu", [conv(cat, c1 + c2, c0, 1)])
+    side2 = conv(h, c0, c0)
+    y = g.op("Gemm", [g.op("Flatten", [h], axis=1), g.w(10, c0 * (size // 2) ** 2), g.w(10, scale=0.1)], transB=1)
+    return g.model("layout_boundaries", [("input", (2, c0, size, size))], [y, side1, side2])

@@ -5,13 +5,14 @@ A backend answers ``Backend.tensor_layout_requirements(instr)`` per instruction 
 
 * gives an instruction's output a blocked layout when the instruction can write it (``output``) and some later
   reader accepts it (directly, or through a chain of layout-agnostic instructions): one backward walk;
-* keeps a layout-agnostic instruction (``agnostic``: elementwise over operands of one shape, so the blocked
-  buffers are read as flat arrays) blocked when all its inputs are activations in the same blocked layout;
+* keeps a layout-agnostic instruction (``agnostic``) blocked when all its inputs are activations in the same
+  blocked layout (its output gets that layout);
 * inserts a ``layout_convert`` instruction (attrs ``from``/``to``) wherever a reader needs a layout its operand
-  is not in: a plain-only reader (reshape views, gemm, pools, graph outputs through their copy) of a blocked
-  buffer, or a blocked-only reader of a plain one. One conversion per (buffer, layout), shared by every reader.
+  is not in: a plain-only reader (gemm, pools, graph outputs through their copy) of a blocked buffer, or a
+  blocked-only reader of a plain one. One conversion per (buffer, layout), shared by every reader.
 
-Graph inputs and outputs (mutable buffers), constants and views stay plain. Linear in the code's length.
+Graph inputs and outputs (mutable buffers), constants, views and the buffers views alias (reshape, flatten)
+stay plain: a producer whose output is reshaped writes it plain. Linear in the code's length.
 The decisions are recorded in ``Buffer.layout`` (the memory plan sizes blocked buffers by their padded stored
 shape, ``ir.stored_shape``) and ``IRFunction.layout_notes`` (shown by ``glowc dump``).
 """
@@ -32,7 +33,8 @@ class LayoutRequirement:
     """What one instruction accepts. ``inputs``: position in ``instr.ins`` -> layouts that input may be read in,
     preferred first (positions not named: PLAIN only). ``output``: layouts the (first) output may be written in,
     preferred first. ``agnostic``: the instruction computes the same on any layout as long as all its inputs and
-    its output share it (elementwise over same-shape operands whose padding lanes stay finite)."""
+    its output share it (elementwise over same-shape operands whose padding lanes stay finite, read as flat
+    arrays; a channel concat whose inputs fill whole channel blocks); the backend answers it only then."""
 
     inputs: dict = field(default_factory=dict)
     output: tuple = (PLAIN,)
@@ -47,7 +49,7 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
     """Decide every activation's layout and insert the conversions (see the module doc); ``requirements(instr)``
     is the backend's hook. Returns the number of conversions inserted."""
     code = [i for i in irf.instrs if i.op not in ("allocactivation", "deallocactivation")]
-    reqs = [None if ins.op == "tensorview" else requirements(ins) for ins in code]
+    reqs = [None if ins.op == "tensorview" else requirements(ins) for ins in code]  # a view reads plain
     if all(r is None for r in reqs):
         return 0
     viewed = {id(b.base) for b in irf.buffers if b.base is not None}
@@ -57,7 +59,8 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
         if r is None:
             continue
         if r.agnostic:
-            want = demand.get(id(ins.outs[0]), set()) if ins.outs else set()
+            out = ins.outs[0] if len(ins.outs) == 1 else None
+            want = demand.get(id(out), set()) if out is not None and _eligible(out, viewed) else set()
             for b in ins.ins:
                 demand.setdefault(id(b), set()).update(want)
         else:
@@ -91,16 +94,12 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
         ins.operands = ops
 
     for ins, r in zip(code, reqs):
-        if ins.op == "tensorview" and ins.ins[0].layout != PLAIN:
-            view, src = ins.outs[0], ins.ins[0]
-            view.base = convert(src, PLAIN)
-            ins.operands = [(view, "out"), (view.base, "in")]
-        elif r is None:
+        if r is None:
             read_as(ins, lambda p, b: (PLAIN,))
         elif r.agnostic:
             out, lays = ins.outs[0], {b.layout for b in ins.ins}
             blocked = (len(lays) == 1 and PLAIN not in lays and _eligible(out, viewed) and len(ins.outs) == 1
-                       and all(b.kind != "constant" and b.type.shape == out.type.shape for b in ins.ins))
+                       and all(b.kind != "constant" for b in ins.ins))
             if blocked:
                 out.layout = lays.pop()
             else:
