@@ -3,8 +3,9 @@
 A backend answers ``Backend.tensor_layout_requirements(instr)`` per instruction with a ``LayoutRequirement``
 (or None: every operand plain). ``assign_layouts(irf, requirements)`` then, on the IR before buffer sharing:
 
-* gives an instruction's output a blocked layout when the instruction can write it (``output``) and some later
-  reader accepts it (directly, or through a chain of layout-agnostic instructions): one backward walk;
+* gives an instruction's output a blocked layout when the instruction can write it (``output``) and some reader
+  takes it blocked (directly, or through layout-agnostic instructions whose inputs can all be blocked): one
+  forward and one backward walk;
 * keeps a layout-agnostic instruction (``agnostic``) blocked when all its inputs are activations in the same
   blocked layout (its output gets that layout);
 * inserts a ``layout_convert`` instruction (attrs ``from``/``to``) wherever a reader needs a layout its operand
@@ -45,6 +46,13 @@ def _eligible(b: Buffer, viewed: set) -> bool:
     return b.kind == "activation" and b.base is None and id(b) not in viewed
 
 
+def _chosen(takers: "Counter | None") -> str:
+    """The layout to write a buffer in: the blocked layout most of its readers take, if any does (a conversion
+    for its plain-only readers costs what a blocked reader's own conversion of a plain input would, and lets the
+    layout reach further)."""
+    return takers.most_common(1)[0][0] if takers else PLAIN
+
+
 def assign_layouts(irf: IRFunction, requirements) -> int:
     """Decide every activation's layout and insert the conversions (see the module doc); ``requirements(instr)``
     is the backend's hook. Returns the number of conversions inserted."""
@@ -53,20 +61,30 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
     if all(r is None for r in reqs):
         return 0
     viewed = {id(b.base) for b in irf.buffers if b.base is not None}
-    # Backward: the blocked layouts some reader of each buffer accepts (agnostic readers pass their output's on).
-    demand: dict[int, set] = {}
-    for ins, r in zip(reversed(code), reversed(reqs)):
-        if r is None:
+    # Forward: the blocked layouts each buffer can be produced in (an agnostic instruction: those all its inputs
+    # share). Backward: per buffer, the readers that would take it blocked (an agnostic reader counts when its
+    # output is wanted blocked and can be).
+    can: dict[int, set] = {}
+    for ins, r in zip(code, reqs):
+        out = ins.outs[0] if len(ins.outs) == 1 else None
+        if r is None or out is None or not _eligible(out, viewed):
             continue
         if r.agnostic:
-            out = ins.outs[0] if len(ins.outs) == 1 else None
-            want = demand.get(id(out), set()) if out is not None and _eligible(out, viewed) else set()
-            for b in ins.ins:
-                demand.setdefault(id(b), set()).update(want)
+            if all(b.kind != "constant" for b in ins.ins) and ins.ins:
+                can[id(out)] = set.intersection(*(can.get(id(b), set()) for b in ins.ins))
         else:
-            for pos, lays in r.inputs.items():
-                if pos < len(ins.ins):
-                    demand.setdefault(id(ins.ins[pos]), set()).update(x for x in lays if x != PLAIN)
+            can[id(out)] = {x for x in r.output if x != PLAIN}
+    takers: dict[int, Counter] = {}
+    for ins, r in zip(reversed(code), reversed(reqs)):
+        out = ins.outs[0] if len(ins.outs) == 1 else None
+        if r is not None and r.agnostic and out is not None:
+            want = {x for x in can.get(id(out), ()) if _chosen(takers.get(id(out))) == x}
+            for b in ins.ins:
+                takers.setdefault(id(b), Counter()).update(want)
+            continue
+        for pos, b in enumerate(ins.ins):
+            lays = r.inputs.get(pos, (PLAIN,)) if r is not None else (PLAIN,)
+            takers.setdefault(id(b), Counter()).update(x for x in lays if x != PLAIN)
     names = NameTable(b.name for b in irf.buffers)
     converted: dict[tuple, Buffer] = {}
     out_code: list[Instr] = []
@@ -108,7 +126,8 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
             read_as(ins, lambda p, b: tuple(r.inputs.get(p, (PLAIN,))))
             out = ins.outs[0] if ins.outs else None
             if out is not None and _eligible(out, viewed):
-                out.layout = next((x for x in r.output if x == PLAIN or x in demand.get(id(out), ())), PLAIN)
+                lay = _chosen(takers.get(id(out)))
+                out.layout = lay if lay in r.output else PLAIN
         out_code.append(ins)
     irf.instrs = out_code
     insert_deallocs(irf)

@@ -2,8 +2,9 @@
 
 Conv-engine convolutions read plain NCHW or NCHWc (``cb`` lanes per channel block: the host target's) and
 write either; float32 elementwise kernels over operands of one shape (``AGNOSTIC``, whose results on the
-finite padding lanes stay finite) read blocked buffers as flat arrays. Everything else reads plain, so the
-layout pass converts back before pools, reshapes, gemm, concat and graph outputs.
+finite padding lanes stay finite) read blocked buffers as flat arrays, and so do channel concats of inputs
+filling whole channel blocks. Everything else reads plain, so the layout pass converts back before pools,
+reshapes, gemm, other concats and graph outputs.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .conv_engine import host_target
 
 #: Elementwise ops computing the same per element on any layout, finite on finite padding lanes (a fused
 #: activation of glow_core.fusion included: relu, clip, sigmoid, tanh, leaky_relu are finite on finite input).
-AGNOSTIC = frozenset(("add", "sub", "mul", "max", "min"))
+AGNOSTIC = frozenset(("add", "sub", "mul", "max", "min", "sigmoid", "tanh", "erf", "abs", "neg"))
 
 
 def blocked_layout() -> str:
@@ -25,16 +26,26 @@ def blocked_layout() -> str:
 
 def requirements(instr) -> "LayoutRequirement | None":
     """Per instruction: engine convs accept and write NCHWc or NCHW; same-shape float32 elementwise (AGNOSTIC)
-    is layout-agnostic; None (plain) for everything else."""
+    and channel concats of whole channel blocks are layout-agnostic; None (plain) for everything else."""
     blocked = blocked_layout()
     if instr.op == "conv":
         x = instr.ins[0]
         if len(x.type.shape) not in (3, 4) or not engine_conv(KernelInstr.of(instr), 1):
             return None
         return LayoutRequirement(inputs={0: (blocked, PLAIN)}, output=(blocked, PLAIN))
+    if instr.op == "concat" and _block_concat(instr, host_target().cb):
+        return LayoutRequirement(agnostic=True)
     if instr.op in AGNOSTIC and len(instr.outs) == 1:
         out = instr.outs[0]
         if out.type.dtype.name == "float32" and len(out.type.shape) in (3, 4) and \
                 all(b.type.shape == out.type.shape for b in instr.ins):
             return LayoutRequirement(agnostic=True)
     return None
+
+
+def _block_concat(instr, cb: int) -> bool:
+    """A float32 concat on the channel axis whose inputs fill whole channel blocks: over NCHWc buffers it is the
+    concat of the stored [N, C/cb, *spatial, cb] arrays on axis 1 (the generic kernel, which sees stored shapes)."""
+    out = instr.outs[0]
+    return (out.type.dtype.name == "float32" and len(out.type.shape) in (3, 4) and instr.attrs.get("axis") == 1
+            and all(b.type.shape[1] % cb == 0 for b in instr.ins))
