@@ -162,7 +162,8 @@ def fused_tails(seed=0, dt="float32", batch=2, ch=8, size=16):
 def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
     """Every boundary of a blocked-layout region (a backend's tensor_layout_requirements): conv -> relu ->
     conv, conv -> add -> conv (a residual add of two convs), conv -> max pool -> conv, a concat of convs on
-    the channel axis, conv -> flatten -> gemm, graph outputs written by convs, and channel counts (3, 17, 20)
+    the channel axis (17 + 20 channels, and 16 + 16: whole channel blocks), conv -> flatten -> gemm, graph
+    outputs written by convs, and channel counts (3, 17, 20)
     that are no multiple of a channel block, so padding lanes are reached. With NCHWc between convs and adds:
     one conversion, before the max pool (its input also feeds a conv); the flattened tensor is written plain."""
     g = G(seed, dt)
@@ -178,5 +179,7 @@ def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
     cat = g.op("Concat", [conv(q, c1, c1), conv(q, c1, c2, 1)], axis=1)
     h = g.op("Relu", [conv(cat, c1 + c2, c0, 1)])
     side2 = conv(h, c0, c0)
+    aligned = g.op("Concat", [conv(q, c1, 16), conv(q, c1, 16, 1)], axis=1)  # whole channel blocks of 8 or 16
+    side3 = conv(aligned, 32, c0, 1)
     y = g.op("Gemm", [g.op("Flatten", [h], axis=1), g.w(10, c0 * (size // 2) ** 2), g.w(10, scale=0.1)], transB=1)
-    return g.model("layout_boundaries", [("input", (2, c0, size, size))], [y, side1, side2])
+    return g.model("layout_boundaries", [("input", (2, c0, size, size))], [y, side1, side2, side3])
