@@ -383,7 +383,7 @@ def _engine_epilogue(attrs) -> Epilogue:
 
 _ENGINE_MEMO: dict = {}
 #: Kernels that index their operands by the logical shape and the operand's layout.
-LAYOUT_AWARE = ("conv", LAYOUT_CONVERT)
+LAYOUT_AWARE = ("conv", LAYOUT_CONVERT, "max_pool", "avg_pool")
 
 
 def engine_layout(layout: str) -> str:
@@ -1010,8 +1010,10 @@ class _Kernel(QuantizedKernels):
         dt = x.type.dtype.name
         ct = ctype(dt)
         dims = self._window_dims(ins, x, out, ins.attrs["kernel"])
-        istr = row_strides(x.type.shape[2:])
-        ost = row_strides(out.type.shape[2:])
+        # NCHWc (glow_core.layout; x and out share it): plane nc is lane nc % cb of channel block nc / cb.
+        cb = stored_shape(x.type.shape, x.layout)[-1] if x.layout != PLAIN else 1
+        istr = [s * cb for s in row_strides(x.type.shape[2:])]
+        ost = [s * cb for s in row_strides(out.type.shape[2:])]
         xidx = " + ".join(f"i{i} * {s}" for i, s in enumerate(istr)) or "0"
         oidx = " + ".join(f"o{i} * {s}" for i, s in enumerate(ost)) or "0"
         if ins.op == "max_pool":
@@ -1023,8 +1025,9 @@ class _Kernel(QuantizedKernels):
             store = ct.st(f"({ct.compute})(acc / {div})")
         return self.t("pool.c.j2",
             fn=fn, t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
-            work=out.type.numel * prod(ins.attrs["kernel"]), nc=prod(x.type.shape[:2]),
-            in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), dims=dims, acc_t=acc_t, init=init,
+            work=out.type.numel * prod(ins.attrs["kernel"]), nc=prod(stored_shape(x.type.shape, x.layout)[:2]) * cb,
+            in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), cb=cb, dims=dims, acc_t=acc_t,
+            init=init,
             load=f"({acc_t})" + ct.ld(f"xp[{xidx}]"), update=update, out_idx=oidx, store=store)
 
     k_avg_pool = _pool  # max_pool: codegen_int8.QuantizedKernels.k_max_pool (8-bit on the int8 engine)

@@ -3,8 +3,9 @@
 Conv-engine convolutions read plain NCHW or NCHWc (``cb`` lanes per channel block: the host target's) and
 write either; float32 elementwise kernels over operands of one shape (``AGNOSTIC``, whose results on the
 finite padding lanes stay finite) read blocked buffers as flat arrays, and so do channel concats of inputs
-filling whole channel blocks. Everything else reads plain, so the layout pass converts back before pools,
-reshapes, gemm, other concats and graph outputs.
+filling whole channel blocks; float32 max/avg pools index NCHWc planes lane by lane (the lanes past C pool
+finite values). Everything else reads plain, so the layout pass converts back before reductions (global
+average pools), reshapes, gemm, other concats and graph outputs.
 """
 from __future__ import annotations
 
@@ -25,14 +26,17 @@ def blocked_layout() -> str:
 
 
 def requirements(instr) -> "LayoutRequirement | None":
-    """Per instruction: engine convs accept and write NCHWc or NCHW; same-shape float32 elementwise (AGNOSTIC)
-    and channel concats of whole channel blocks are layout-agnostic; None (plain) for everything else."""
+    """Per instruction: engine convs accept and write NCHWc or NCHW; same-shape float32 elementwise (AGNOSTIC),
+    float32 pools and channel concats of whole channel blocks are layout-agnostic; None (plain) otherwise."""
     blocked = blocked_layout()
     if instr.op == "conv":
         x = instr.ins[0]
         if len(x.type.shape) not in (3, 4) or not engine_conv(KernelInstr.of(instr), 1):
             return None
         return LayoutRequirement(inputs={0: (blocked, PLAIN)}, output=(blocked, PLAIN))
+    if instr.op in ("max_pool", "avg_pool") and instr.ins[0].type.dtype.name == "float32" and \
+            len(instr.ins[0].type.shape) in (3, 4) and len(instr.outs) == 1:
+        return LayoutRequirement(agnostic=True)  # the pool kernel indexes NCHWc planes lane by lane
     if instr.op == "concat" and _block_concat(instr, host_target().cb):
         return LayoutRequirement(agnostic=True)
     if instr.op in AGNOSTIC and len(instr.outs) == 1:
