@@ -100,11 +100,11 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
         return converted[key]
 
     def read_as(ins: Instr, accepts) -> None:
-        """Every input of ``ins`` at position p is read in a layout of ``accepts(p, buffer)``."""
+        """Every input of ``ins`` at position p is read in a layout of ``accepts(p)`` (converted to the first)."""
         pos, ops = 0, []
         for b, k in ins.operands:
             if k == "in":
-                ok = accepts(pos, b)
+                ok = accepts(pos)
                 if b.layout not in ok:
                     b = convert(b, ok[0])
                 pos += 1
@@ -113,7 +113,7 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
 
     for ins, r in zip(code, reqs):
         if r is None:
-            read_as(ins, lambda p, b: (PLAIN,))
+            read_as(ins, lambda p: (PLAIN,))
         elif r.agnostic:
             out, lays = ins.outs[0], {b.layout for b in ins.ins}
             blocked = (len(lays) == 1 and PLAIN not in lays and _eligible(out, viewed) and len(ins.outs) == 1
@@ -121,9 +121,9 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
             if blocked:
                 out.layout = lays.pop()
             else:
-                read_as(ins, lambda p, b: (PLAIN,))
+                read_as(ins, lambda p: (PLAIN,))
         else:
-            read_as(ins, lambda p, b: tuple(r.inputs.get(p, (PLAIN,))))
+            read_as(ins, lambda p: tuple(r.inputs.get(p, (PLAIN,))))
             out = ins.outs[0] if ins.outs else None
             if out is not None and _eligible(out, viewed):
                 lay = _chosen(takers.get(id(out)))
@@ -132,8 +132,8 @@ def assign_layouts(irf: IRFunction, requirements) -> int:
     irf.instrs = out_code
     insert_deallocs(irf)
     convs = [i for i in out_code if i.op == LAYOUT_CONVERT]
-    blocked = Counter(b.layout for b in irf.buffers if b.layout != PLAIN and b.kind == "activation")
-    irf.layout_notes = ([f"{n} activation(s) in {lay}" for lay, n in sorted(blocked.items())]
+    counts = Counter(b.layout for b in irf.buffers if b.layout != PLAIN and b.kind == "activation")
+    irf.layout_notes = ([f"{n} activation(s) in {lay}" for lay, n in sorted(counts.items())]
                         + [f"{len(convs)} conversion(s)"]
                         + [f"{i.name}: {i.ins[0].name} {i.attrs['from']} -> {i.attrs['to']}" for i in convs])
     return len(convs)
