@@ -64,7 +64,8 @@ class CPUBackend(Backend):
         return (op, activation) in FUSED_ACTIVATIONS
 
     def tensor_layout_requirements(self, instr):
-        """NCHWc between conv-engine convolutions and same-shape elementwise instructions (layouts.py)."""
+        """NCHWc between conv-engine convolutions, same-shape elementwise instructions, pools and block-aligned
+        channel concats (layouts.py)."""
         return layouts.requirements(instr)
 
     def scratch_bytes(self, instr) -> int:

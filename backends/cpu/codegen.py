@@ -168,7 +168,7 @@ class Operand:
     slot: int
     type: TensorType
     const: bool
-    layout: str = PLAIN  # blocked (glow_core.layout): conv and layout_convert see the logical type, others the stored
+    layout: str = PLAIN  # blocked (glow_core.layout): LAYOUT_AWARE kernels see the logical type, others the stored
 
     @property
     def size(self) -> int:
@@ -394,8 +394,8 @@ def engine_layout(layout: str) -> str:
 def engine_conv(ki, num_threads: int):
     """The conv engine's kernel (backends/cpu/conv_engine.py) for a float32 ``conv`` with a constant filter,
     reading and writing the layouts of its operands (from plain NCHW the kernel converts to its blocked layout
-    inside, through its scratch), or
-    a falsy Unsupported naming why the generic kernel (``conv_plan``) computes it."""
+    inside, through its scratch), or a falsy Unsupported naming why the generic kernel (``conv_plan``) computes
+    it."""
     x, w, _ = ki.ins[:3]
     out = ki.outs[0]
     key = (ki.signature[:2] + tuple(s for s in ki.signature[2] if s[0] != "scratch"), num_threads)
