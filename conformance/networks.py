@@ -177,3 +177,31 @@ def fused(seed=0, dt="float32", producer="Conv", act="Relu", x=(1, 8, 10, 10), w
     g.op(act, [y] + [g.const(v) for v in extra], **at)
     inputs = [("input", x)] + ([] if const else [("weight", w)])
     return g.model(f"fused_{producer.lower()}_{act.lower()}", inputs, [g.nodes[-1].output[0]])
+
+
+def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
+    """Every boundary of a blocked-layout region (a backend's tensor_layout_requirements): conv -> relu ->
+    conv, conv -> add -> conv (a residual add of two convs), conv -> max pool -> conv, conv -> global average
+    pool, concats of convs on the channel axis (17 + 20 channels, and 16 + 16: whole channel blocks), conv ->
+    flatten -> gemm, graph outputs written by convs, and channel counts (3, 17, 20) that are no multiple of a
+    channel block, so padding lanes are reached. With NCHWc between convs, adds and pools: one conversion,
+    before the global average pool (its input also feeds a conv and the max pool); the flattened tensor is
+    written plain."""
+    g = G(seed, dt)
+    c0, c1, c2 = channels
+
+    def conv(x, cin, cout, k=3):
+        return g.op("Conv", [x, g.w(cout, cin, k, k), g.w(cout, scale=0.1)], kernel_shape=[k, k],
+                    pads=[k // 2] * 4)
+    a = g.op("Relu", [conv("input", c0, c1)])
+    r = g.op("Relu", [g.op("Add", [conv(a, c1, c2), conv(a, c1, c2, 1)])])
+    side1 = conv(r, c2, c0)
+    gap = g.op("GlobalAveragePool", [r])
+    q = g.op("Sigmoid", [conv(g.op("MaxPool", [r], kernel_shape=[2, 2], strides=[2, 2]), c2, c1)])
+    cat = g.op("Concat", [conv(q, c1, c1), conv(q, c1, c2, 1)], axis=1)
+    h = g.op("Relu", [conv(cat, c1 + c2, c0, 1)])
+    side2 = conv(h, c0, c0)
+    aligned = g.op("Concat", [conv(q, c1, 16), conv(q, c1, 16, 1)], axis=1)  # whole channel blocks of 8 or 16
+    side3 = conv(aligned, 32, c0, 1)
+    y = g.op("Gemm", [g.op("Flatten", [h], axis=1), g.w(10, c0 * (size // 2) ** 2), g.w(10, scale=0.1)], transB=1)
+    return g.model("layout_boundaries", [("input", (2, c0, size, size))], [y, side1, side2, side3, gap])

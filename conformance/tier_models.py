@@ -47,6 +47,7 @@ MODELS = {
     "lstm_unrolled": lambda dt: M.lstm_unrolled(seed=1, dt=dt),
     "unet": lambda dt: M.unet(seed=1, dt=dt),
     "fused_tails": lambda dt: M.fused_tails(seed=1, dt=dt),
+    "layout_boundaries": lambda dt: M.layout_boundaries(seed=1, dt=dt),
     # the bench families of glow_core.example_models at small sizes
     "resnet50_small": lambda dt: example_models.resnet50(seed=1, size=16, classes=10, blocks=(1, 1), widths=(4, 8)),
     "efficientnet_small": lambda dt: example_models.efficientnet(

@@ -2,10 +2,12 @@
 
 Each case compiles one model twice for the backend under test, both without the post-lowering clean-up (so
 that only the pass under test differs): a baseline without graph passes and without buffer sharing, and a
-build with only the pass under test ("ir-buffer-sharing" turns on only ``should_share_buffers()``), and
+build with only the pass under test ("ir-buffer-sharing" turns on only ``should_share_buffers()``;
+"ir-layouts" compares the backend's ``tensor_layout_requirements`` against none, glow_core.layout), and
 compares the two answers (the subject is the pass, the backend only executes). Passes that only remove or
 merge identical work (dce, cse, remove-noops) and buffer sharing must be bit-exact; constant folding
-(computed by the reference at compile time), BatchNorm folding (different arithmetic) and the default
+(computed by the reference at compile time), BatchNorm folding (different arithmetic), layouts (convs over
+blocked buffers may sum in another order) and the default
 pipeline get the "model" tolerance. That lowering matches each unlowered op is the "ops" tier.
 """
 from __future__ import annotations
@@ -22,11 +24,14 @@ from .proxy import ProxyBackend
 
 
 class PassProxy(ProxyBackend):
-    """The backend under test with a different pass pipeline / buffer sharing."""
+    """The backend under test with a different pass pipeline / buffer sharing / without its layouts."""
 
-    def __init__(self, inner, pipeline=(), share=True):
+    def __init__(self, inner, pipeline=(), share=True, layouts=True):
         super().__init__(inner)
-        self.pipeline, self.share = list(pipeline), share
+        self.pipeline, self.share, self.layouts = list(pipeline), share, layouts
+
+    def tensor_layout_requirements(self, instr):
+        return self.inner.tensor_layout_requirements(instr) if self.layouts else None
 
     def optimization_pipeline(self):
         return list(self.pipeline)
@@ -58,7 +63,7 @@ def redundant(seed=0):
 
 MODELS = {"redundant": redundant, "resnet": lambda: example_models.resnet(seed=4, size=8, widths=(4, 8), blocks=1),
           "bert_encoder": lambda: M.bert_encoder(seed=4), "lstm_unrolled": lambda: M.lstm_unrolled(seed=4),
-          "unet": lambda: M.unet(seed=4, size=8)}
+          "unet": lambda: M.unet(seed=4, size=8), "layout_boundaries": lambda: M.layout_boundaries(seed=4)}
 
 
 def _feeds(model, rng):
@@ -68,11 +73,12 @@ def _feeds(model, rng):
 
 #: The tolerance class of each pass's comparison: bit-exact unless the pass changes arithmetic.
 PASS_CLASS = {"dce": "movement", "cse": "movement", "remove-noops": "movement", "ir-buffer-sharing": "movement",
-              "constant-fold": "model", "fold-batchnorm": "model", "default-pipeline": "model"}
+              "constant-fold": "model", "ir-layouts": "model", "fold-batchnorm": "model", "default-pipeline": "model"}
 
 
-def _build(ctx, model, pipeline, share):
-    """Compile ``model`` for the backend under test with only ``pipeline`` (and buffer sharing if ``share``)."""
+def _build(ctx, model, pipeline, share, layouts=True):
+    """Compile ``model`` for the backend under test with only ``pipeline`` (and buffer sharing if ``share``,
+    the backend's tensor layouts if ``layouts``)."""
     from glow_core.api import compile_graph
     from glow_core.errors import UnsupportedOpError
     from glow_core.importer.onnx_import import import_model, load_model
@@ -82,12 +88,12 @@ def _build(ctx, model, pipeline, share):
     try:
         fn = import_model(load_model(model)[0])
         run_pipeline(fn, pipeline)
-        return compile_graph(fn, PassProxy(ctx.backend, pipeline, share), options())
+        return compile_graph(fn, PassProxy(ctx.backend, pipeline, share, layouts), options())
     except UnsupportedOpError as e:
         raise refusal(ctx, e, "compiling") from None
 
 
-def pass_case(pname, mname, build, pipeline=None, share=True):
+def pass_case(pname, mname, build, pipeline=None, share=True, base_layouts=True):
     case_id = f"passes/{pname}/float32/{mname}"
 
     def run(ctx):
@@ -97,7 +103,7 @@ def pass_case(pname, mname, build, pipeline=None, share=True):
         feeds = _feeds(model, np.random.default_rng(seed))
         desc = f"pass {pname} on model {mname}: results with and without the pass differ (seed {seed})"
         rr = ctx.rerun(case_id)
-        base = _build(ctx, model, [], False)
+        base = _build(ctx, model, [], False, base_layouts)
         test = _build(ctx, model, pipeline if pipeline is not None else [pname], share)
         want, got = execute(ctx, base, feeds, desc, rr), execute(ctx, test, feeds, desc, rr)
         for k in want:
@@ -114,6 +120,7 @@ def cases():
             out.append(pass_case(pname, mname, build))
         out.append(pass_case("default-pipeline", mname, build, pipeline=_default()))
         out.append(pass_case("ir-buffer-sharing", mname, build, pipeline=[], share=True))
+        out.append(pass_case("ir-layouts", mname, build, pipeline=[], share=False, base_layouts=False))
     return out
 
 

@@ -28,6 +28,7 @@ from .fusion import fuse_activations
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
 from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
+from .layout import assign_layouts
 from .lower import lower
 from .partition import PartitionedFunction, Partitioning, SplitNeeded, feeds_of, output_sources, single_report
 from .passes import POST_LOWERING_PIPELINE, run_pipeline
@@ -266,6 +267,7 @@ def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction
     counts = {}
     with stage(stats, "ir-passes"):
         counts["dead_instructions"] = remove_dead_allocations(irf)
+        counts["layout_conversions"] = assign_layouts(irf, backend.tensor_layout_requirements)
         counts["shared_buffers"] = share_buffers(irf) if backend.should_share_buffers() else 0
         counts["copies_removed"] = eliminate_copies(irf)
         verify_ir(irf)

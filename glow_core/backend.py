@@ -15,6 +15,7 @@ import numpy as np
 from .errors import BackendError
 from .graph import Function, Node
 from .ir import IRFunction
+from .layout import LayoutRequirement
 from .passes import DEFAULT_PIPELINE
 
 
@@ -179,6 +180,16 @@ class Backend(abc.ABC):
         packed panels, partial sums). The memory planner places it as an ``@scratch`` operand with every other
         buffer, so the device allocates nothing at run time. Default 0."""
         return 0
+
+    def tensor_layout_requirements(self, instr) -> "LayoutRequirement | None":
+        """The layouts instruction ``instr`` (an ``ir.Instr``) reads and writes its activations in, as a
+        ``glow_core.layout.LayoutRequirement``: per input position the layouts it accepts (preferred first),
+        the layouts it may write its output in, or ``agnostic=True`` for an instruction that computes the same on
+        any layout its operands share (elementwise over same-shape operands). ``glow_core.layout.assign_layouts``
+        turns the answers into a layout per activation and ``layout_convert`` instructions at the boundaries;
+        a backend answering anything but None must implement ``layout_convert`` and the blocked layouts it
+        names (``ir.stored_shape``). Default None: every tensor plain, nothing inserted."""
+        return None
 
     def should_share_buffers(self) -> bool:
         """Whether IR buffer sharing (in-place reuse) may run for this backend."""

@@ -9,6 +9,7 @@ its operands with ``@in``, ``@out`` or ``@inout``.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,22 @@ from .ops.registry import get_primitive
 from .types import TensorType
 
 PSEUDO = ("allocactivation", "deallocactivation", "tensorview")
+#: The plain (row-major, logical-order) layout every buffer has unless a layout pass (glow_core.layout) decides.
+PLAIN = "nchw"
+
+
+def stored_shape(shape, layout: str) -> tuple:
+    """The shape of the memory holding a tensor of logical ``shape`` in ``layout``: PLAIN keeps it; "nchwc<cb>"
+    is [N, ceil(C/cb), *spatial, cb] (channel blocks of cb lanes, the lanes past C padding)."""
+    if layout == PLAIN:
+        return tuple(shape)
+    m = re.fullmatch(r"nchwc([1-9][0-9]*)", layout)
+    if m is None or len(shape) < 3:
+        raise VerifyError(f"layout {layout!r} of a tensor of shape {list(shape)}: accepted are {PLAIN!r} and "
+                          f"'nchwc<cb>' (cb lanes per channel block) on tensors [N, C, *spatial]")
+    cb = int(m.group(1))
+    return (shape[0], -(-shape[1] // cb), *shape[2:], cb)
+
 #: Backend annotations (attributes named _x) the dump shows: they change what the instruction computes.
 SHOWN_ANNOTATIONS = (FUSED_ACTIVATION, FUSED_PARAMS)
 
@@ -38,10 +55,13 @@ class Buffer:
     view_offset: int = 0  # views: byte offset inside base
     io: str | None = None  # "input" | "output" for mutable buffers
     offset: int | None = None  # byte offset inside its region (root buffers)
+    layout: str = PLAIN  # how the bytes hold the logical type: PLAIN or a blocked layout (see stored_shape)
 
     @property
     def size(self) -> int:
-        return self.type.nbytes
+        if self.layout == PLAIN:
+            return self.type.nbytes
+        return int(np.prod(stored_shape(self.type.shape, self.layout))) * self.type.dtype.np.itemsize
 
     @property
     def root(self) -> "Buffer":
@@ -120,6 +140,7 @@ class IRFunction:
     outputs: dict[str, Buffer]
     graph: Function | None = None
     plan: MemoryPlan | None = None
+    layout_notes: list[str] = field(default_factory=list)  # the layout pass's decisions, for the dump
 
     @property
     def code(self) -> list[Instr]:
@@ -358,7 +379,7 @@ def share_buffers(irf: IRFunction) -> int:
         for b, kind in ins.operands:
             if (kind == "in" and b.kind == "activation" and b is not out and id(b) not in viewed
                     and last.get(id(b)) == idx and b.size == out.size
-                    and b.type.dtype == out.type.dtype):
+                    and b.type.dtype == out.type.dtype and b.layout == out.layout):
                 uses.replace(out, b)
                 last[id(b)] = last[id(out)]
                 gone.add(id(out))
@@ -488,7 +509,8 @@ def dump_ir(irf: IRFunction) -> str:
         if ins.op == "allocactivation":
             b = ins.operands[0][0]
             u = ", ".join(users.get(id(b), []))
-            lines.append(f"  {idx} %{b.name} = allocactivation  {{ Ty: {b.type}}} // size: {b.size} // Users: {u}")
+            lay = f", Layout: {b.layout}" if b.layout != PLAIN else ""
+            lines.append(f"  {idx} %{b.name} = allocactivation  {{ Ty: {b.type}{lay}}} // size: {b.size} // Users: {u}")
             continue
         if ins.op == "deallocactivation":
             lines.append(f"  {idx} %dealloc_{ins.operands[0][0].name} = deallocactivation @out "
@@ -503,6 +525,7 @@ def dump_ir(irf: IRFunction) -> str:
                           if not k.startswith("_") or k in SHOWN_ANNOTATIONS)
         lines.append(f"  {idx} %{ins.name} = {ins.op} {ops}" + (f" {{ {attrs} }}" if attrs else ""))
     lines.append("}")
+    lines.extend(f"; layout: {n}" for n in irf.layout_notes)
     if irf.plan is not None:
         p = irf.plan
         lines.append("")

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 
 from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
+from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
-from . import kernels_nn, sanitize, toolchain
+from . import kernels_nn, layouts, sanitize, toolchain
 from .bundle import write_bundle
 from .codegen import KernelInstr, prelude_text, scratch_layout
 from .codegen_int8 import supported as quantized_supported
@@ -31,6 +32,8 @@ class CPUBackend(Backend):
     name = "cpu"
 
     def is_op_supported(self, node_info: NodeInfo) -> "bool | Unsupported":
+        if node_info.op == LAYOUT_CONVERT:  # placed by glow_core.layout on this backend's answers
+            return node_info.in_dtypes == ("float32",)
         p = get_primitive(node_info.op)
         if p is None:
             return kernels_nn.supported(node_info)
@@ -59,6 +62,11 @@ class CPUBackend(Backend):
         """conv (the conv engine, im2col/direct GEMM and depthwise), matmul and the elementwise add apply every
         activation of glow_core.fusion in their kernel: relu, clip, silu, sigmoid, tanh, leaky_relu."""
         return (op, activation) in FUSED_ACTIVATIONS
+
+    def tensor_layout_requirements(self, instr):
+        """NCHWc between conv-engine convolutions, same-shape elementwise instructions, pools and block-aligned
+        channel concats (layouts.py)."""
+        return layouts.requirements(instr)
 
     def scratch_bytes(self, instr) -> int:
         """The conv engine's input copy and output blocks (planned for ENGINE_SCRATCH_THREADS), im2col columns,

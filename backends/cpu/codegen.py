@@ -28,13 +28,15 @@ from glow_core.backend import Unsupported
 from glow_core.errors import BackendError
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.graph import frozen
+from glow_core.ir import PLAIN, stored_shape
+from glow_core.layout import LAYOUT_CONVERT
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
 from .codegen_int8 import BAKED, QuantizedKernels
 from .codegen_int8 import scratch_bytes as int8_scratch_bytes
 from .conv_algorithms import template_env
-from .conv_engine import ConvGeometry, Epilogue, plan_conv
+from .conv_engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
 from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, kernels_nn, storage_cast
@@ -161,6 +163,7 @@ class Operand:
     slot: int
     type: TensorType
     const: bool
+    layout: str = PLAIN  # blocked (glow_core.layout): LAYOUT_AWARE kernels see the logical type, others the stored
 
     @property
     def size(self) -> int:
@@ -177,6 +180,14 @@ def constant_value(b) -> np.ndarray:
     return raw[off:off + b.size].view(b.type.dtype.np).reshape(b.type.shape)
 
 
+def _seen_type(op: str, b) -> TensorType:
+    """The type a kernel indexes ``b`` by: the logical one for the layout-aware kernels (LAYOUT_AWARE) and plain
+    buffers, the stored (padded, blocked) shape for the layout-agnostic elementwise kernels, which read it flat."""
+    if b.layout == PLAIN or op in LAYOUT_AWARE:
+        return b.type
+    return TensorType(b.type.dtype, stored_shape(b.type.shape, b.layout), b.type.scale, b.type.offset)
+
+
 class KernelInstr:
     """An instruction as its kernel sees it: op, attributes and ``Operand``s, without names or addresses
     (``ir.Instr``'s ``ins``/``outs``/``scratch`` interface), and ``values``: the constant values of the inputs
@@ -187,7 +198,7 @@ class KernelInstr:
     def __init__(self, op: str, attrs: dict, operands: list[tuple[Operand, str]], values: dict | None = None):
         self.op, self.attrs, self.operands, self.values = op, attrs, operands, dict(values or {})
         self.signature = (op, frozen(attrs), tuple((k, o.type.dtype.name, o.type.shape, o.type.scale, o.type.offset,
-                                                     o.const) for o, k in operands), frozen(self.values))
+                                                     o.const, o.layout) for o, k in operands), frozen(self.values))
 
     @classmethod
     def of(cls, instr, sources: dict | None = None) -> "KernelInstr":
@@ -197,7 +208,7 @@ class KernelInstr:
         ins = [b for b, k in operands if k in ("in", "inout")]
         values = {i: constant_value(ins[i]) for i in BAKED.get(instr.op, ())
                   if i < len(ins) and ins[i].region == "constant"}
-        return cls(instr.op, instr.attrs, [(Operand(i, b.type, b.region == "constant"), k)
+        return cls(instr.op, instr.attrs, [(Operand(i, _seen_type(instr.op, b), b.region == "constant", b.layout), k)
                                            for i, (b, k) in enumerate(operands)], values)
 
     @property
@@ -355,12 +366,20 @@ def _engine_epilogue(attrs) -> Epilogue:
 
 
 _ENGINE_MEMO: dict = {}
+#: Kernels that index their operands by the logical shape and the operand's layout.
+LAYOUT_AWARE = ("conv", LAYOUT_CONVERT, "max_pool", "avg_pool")
+
+
+def engine_layout(layout: str) -> str:
+    """The conv engine's name of a buffer layout (glow_core.ir.stored_shape's 'nchwc<cb>' is its 'nchwc')."""
+    return "nchwc" if layout.startswith("nchwc") else layout
 
 
 def engine_conv(ki, num_threads: int):
     """The conv engine's kernel (backends/cpu/conv_engine.py) for a float32 ``conv`` with a constant filter,
-    reading and writing plain NCHW (the kernel converts to its blocked layout inside, through its scratch), or
-    a falsy Unsupported naming why the generic kernel (``conv_plan``) computes it."""
+    reading and writing the layouts of its operands (from plain NCHW the kernel converts to its blocked layout
+    inside, through its scratch), or a falsy Unsupported naming why the generic kernel (``conv_plan``) computes
+    it."""
     x, w, _ = ki.ins[:3]
     out = ki.outs[0]
     key = (ki.signature[:2] + tuple(s for s in ki.signature[2] if s[0] != "scratch"), num_threads)
@@ -375,7 +394,8 @@ def engine_conv(ki, num_threads: int):
         a = ki.attrs
         geom = ConvGeometry.from_conv(x.type.shape, w.type.shape, a["strides"], a["dilations"], a["pads"],
                                       a.get("group", 1))
-        plan = plan_conv(geom, epilogue=_engine_epilogue(a), num_threads=num_threads)
+        plan = plan_conv(geom, epilogue=_engine_epilogue(a), num_threads=num_threads,
+                         in_layout=engine_layout(x.layout), out_layout=engine_layout(out.layout))
         if plan and plan.geometry.out_spatial != tuple(out.type.shape[2:]):
             raise BackendError(f"cpu backend: conv engine output {plan.geometry.out_spatial} disagrees with the "
                                f"instruction's {out.type.shape}")
@@ -941,7 +961,19 @@ class _Kernel(QuantizedKernels):
                       fn=fn, engine=engine.source, engine_fn=engine.name, choice=c_comment(self.choice, 400),
                       x_ptr=self.ptr(x), b_ptr=self.ptr(bias), out_ptr=self.ptr(out),
                       w_ptr=self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights),
-                      scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post, n=out.type.numel)
+                      scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post,
+                      n=prod(stored_shape(out.type.shape, out.layout)))
+
+    def k_layout_convert(self, ins, fn):
+        """A conversion the layout pass placed (glow_core.layout): the conv engine's NCHW <-> NCHWc kernel."""
+        x, out = ins.ins[0], ins.outs[0]
+        key = repr((x.type.shape, x.layout, out.layout, self.nt))
+        name = "gce_layout_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+        kern = layout_kernel(x.type.shape, engine_layout(x.layout), engine_layout(out.layout),
+                             num_threads=self.nt, name=name)
+        self.choice = kern.describe
+        return (f"{kern.source}\n/* {c_comment(kern.describe)} */\nGLOW_KERNEL int {fn}(uint8_t *const *p) {{\n"
+                f"  {name}((const float *)({self.ptr(x)}), (float *)({self.ptr(out)}));\n  return 0;\n}}\n")
 
     def _depthwise(self, fn, x, w, bias, out, dims):
         """One filter per channel (group == C == F): a direct convolution per (n, c) plane, the inner loops over
@@ -967,8 +999,10 @@ class _Kernel(QuantizedKernels):
         dt = x.type.dtype.name
         ct = ctype(dt)
         dims = self._window_dims(ins, x, out, ins.attrs["kernel"])
-        istr = row_strides(x.type.shape[2:])
-        ost = row_strides(out.type.shape[2:])
+        # NCHWc (glow_core.layout; x and out share it): plane nc is lane nc % cb of channel block nc / cb.
+        cb = stored_shape(x.type.shape, x.layout)[-1] if x.layout != PLAIN else 1
+        istr = [s * cb for s in row_strides(x.type.shape[2:])]
+        ost = [s * cb for s in row_strides(out.type.shape[2:])]
         xidx = " + ".join(f"i{i} * {s}" for i, s in enumerate(istr)) or "0"
         oidx = " + ".join(f"o{i} * {s}" for i, s in enumerate(ost)) or "0"
         if ins.op == "max_pool":
@@ -980,8 +1014,9 @@ class _Kernel(QuantizedKernels):
             store = ct.st(f"({ct.compute})(acc / {div})")
         return self.t("pool.c.j2",
             fn=fn, t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
-            work=out.type.numel * prod(ins.attrs["kernel"]), nc=prod(x.type.shape[:2]),
-            in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), dims=dims, acc_t=acc_t, init=init,
+            work=out.type.numel * prod(ins.attrs["kernel"]), nc=prod(stored_shape(x.type.shape, x.layout)[:2]) * cb,
+            in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), cb=cb, dims=dims, acc_t=acc_t,
+            init=init,
             load=f"({acc_t})" + ct.ld(f"xp[{xidx}]"), update=update, out_idx=oidx, store=store)
 
     k_avg_pool = _pool  # max_pool: codegen_int8.QuantizedKernels.k_max_pool (8-bit on the int8 engine)
