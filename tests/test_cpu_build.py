@@ -28,7 +28,8 @@ def scratch_model(seed=0):
     """Every scratch path: float32 convs with a constant filter (the conv engine: padded input copy and output
     blocks), float32 convs with computed filters (im2col + GEMM panels; a 1x1: direct GEMM), a float16 conv with
     constant weights (converted at compile time) and float16 matmuls with a constant and a computed B (converted
-    operands), a large float32 matmul (GEMM panels), a small int32 matmul (row buffer), an int32 conv (converted
+    operands), large float32 matmuls with a constant B (packed at compile time: A panels only) and a computed B
+    (A and B panels), a small int32 matmul (row buffer), an int32 conv (converted
     weights and outputs at run time)."""
     rng = np.random.default_rng(seed)
     w = lambda *s: (0.2 * rng.standard_normal(s)).astype(np.float32)  # noqa: E731
@@ -52,12 +53,14 @@ def scratch_model(seed=0):
              helper.make_node("Transpose", ["y16"], ["y16t"], perm=[1, 0]),
              helper.make_node("MatMul", ["y16t", "y16"], ["z16"]),
              helper.make_node("MatMul", ["big", "fc32"], ["y32"]),
+             helper.make_node("MatMul", ["big", "bigb"], ["y32b"]),
              helper.make_node("MatMul", ["i", "ifc"], ["yi"]),
              helper.make_node("Conv", ["ix", "iw"], ["ci"])]
     inits.append(numpy_helper.from_array(np.array([64, 200], np.int64), "rows"))
     g = helper.make_graph(nodes, "scratch",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12]),
                            helper.make_tensor_value_info("big", TensorProto.FLOAT, [64, 256]),
+                           helper.make_tensor_value_info("bigb", TensorProto.FLOAT, [256, 300]),
                            helper.make_tensor_value_info("i", TensorProto.INT32, [3, 5]),
                            helper.make_tensor_value_info("ix", TensorProto.INT32, [1, 4, 6, 6]),
                            helper.make_tensor_value_info("wd", TensorProto.FLOAT, [4, 3, 3, 3]),
@@ -65,6 +68,7 @@ def scratch_model(seed=0):
                           [helper.make_tensor_value_info("y16", TensorProto.FLOAT16, [64, 96]),
                            helper.make_tensor_value_info("z16", TensorProto.FLOAT16, [96, 96]),
                            helper.make_tensor_value_info("y32", TensorProto.FLOAT, [64, 300]),
+                           helper.make_tensor_value_info("y32b", TensorProto.FLOAT, [64, 300]),
                            helper.make_tensor_value_info("yi", TensorProto.INT32, [3, 7]),
                            helper.make_tensor_value_info("ci", TensorProto.INT32, [1, 2, 4, 4]),
                            helper.make_tensor_value_info("cd1", TensorProto.FLOAT, [1, 2, 12, 12])], inits)
@@ -75,6 +79,7 @@ def scratch_feed(seed=1):
     rng = np.random.default_rng(seed)
     return {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32),
             "big": rng.standard_normal((64, 256)).astype(np.float32),
+            "bigb": (0.1 * rng.standard_normal((256, 300))).astype(np.float32),
             "i": rng.integers(-5, 6, (3, 5)).astype(np.int32),
             "ix": rng.integers(-5, 6, (1, 4, 6, 6)).astype(np.int32),
             "wd": (0.2 * rng.standard_normal((4, 3, 3, 3))).astype(np.float32),
@@ -89,7 +94,8 @@ def test_every_scratch_path_is_planned_and_matches_the_interpreter():
     for want in ("im2col + gemm f32", "direct + gemm f32",
                  "im2col + gemm f32, weights in float32 (prepared at compile time)",
                  "gemm f32 on converted operands (b prepared at compile time)", "gemm f32 on converted operands",
-                 "gemm f32", "loops in int64_t", "im2col + loops in int64_t, weights in int64 (prepared at compile time)"):
+                 "gemm f32", "gemm f32 (b packed at compile time)", "loops in int64_t",
+                 "im2col + loops in int64_t, weights in int64 (prepared at compile time)"):
         assert want in choices, (want, choices)
     assert any(c.startswith("conv engine: direct") for c in choices), choices
     needing = [i for i in ir.code if i.op in ("conv", "matmul")]
