@@ -46,15 +46,12 @@ REASONS = [
     ("*", r"timed|clock_gettime|trace", "timed runs only (glowc run --trace: the per-kernel timing walker)"),
     ("gemm.c.j2", r"if \(K <= 0\)|Cm\[i \* ldc \+ j\] = v", "unreachable: codegen.matmul_plan takes the GEMM only for "
      "m * n * k >= 32768 and conv's K = C * kh * kw >= 1, so K is never 0 (a defensive guard)"),
-    ("conv_layout.c.j2", r".", "another configuration: the standalone NCHW <-> NCHWc kernels "
-     "(conv_engine.layout_kernel) are placed by no pass yet: codegen's conv engine reads and writes NCHW itself "
-     "(issue 13 item 2, the layout pass, renders them)"),
     ("conv_macros.c.j2", r"if \(blk < \{\{ p\.c \}\}\) memcpy", "unreachable by construction: this branch "
      "copies one lane per block (icb == 1, mult == 1), so the copy has exactly C blocks and blk < C always "
      "(a defensive zero fill)"),
     ("conv_macros.c.j2", r"if s == \"residual\"", "another configuration: codegen's conv engine epilogue "
-     "(codegen._engine_epilogue) is relu or clip only; a residual step is rendered only for direct callers of "
-     "conv_engine.plan_conv (tests/test_conv_engine.py, bench/bench_conv.py)"),
+     "(codegen._engine_epilogue) holds one activation (relu, clip, sigmoid, silu); a residual step is rendered only "
+     "for direct callers of conv_engine.plan_conv (tests/test_conv_engine.py, bench/bench_conv.py)"),
     ("*", r"fprintf\(stderr|abort\(\)|return -\d", "error exits (a failing allocation or a bad run-time index: "
      "the negative tier checks those that can happen; the rest guard what the memory plan rules out)"),
 ]

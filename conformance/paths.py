@@ -105,3 +105,11 @@ def depthwise_strip_width() -> int:
     overflow the CPU conv engine's strip budget (``conv_algorithms.DW_STRIP_BYTES``) within 8 rows: a map of 6+
     rows then takes several strips."""
     return _conv_algorithms().DW_STRIP_BYTES // (8 * 4 * 8)
+
+
+def int8_parallel_elements() -> int:
+    """Elements of an int8 elementwise kernel (qadd, qmul, rescale) past the CPU int8 engine's threading threshold
+    (``int8_common.PARALLEL_MIN_MACS`` of work at ``int8_elementwise.ELEMENT_WORK`` per element), with a ragged
+    tail so the threads' chunks end unevenly."""
+    from glow_cpu import int8_common, int8_elementwise
+    return int8_common.PARALLEL_MIN_MACS // int8_elementwise.ELEMENT_WORK + 37

@@ -18,6 +18,7 @@ import numpy as np
 from glow_core.ops.registry import PRIMITIVES
 
 from . import oracles as O
+from . import paths
 from .cases import Case, case_seed
 from .checker import compare
 from .harness import reference_primitive, run_primitive
@@ -159,17 +160,19 @@ def offset(dt, rng, extreme=None):
     return int(rng.integers(max(lo, -20), min(hi, 20) if dt != "uint8" else 200, endpoint=True))
 
 
-def case(prim, dt, variant, make, consts=(), profiles=None):
-    """A case: ``make(rng)`` -> (operands, attributes); ``consts``: operand indices that are constants."""
-    case_id = f"primitives/{prim}/{dt}/{variant}"
+def case(prim, dt, variant, make, consts=(), profiles=None, threads=1):
+    """A case: ``make(rng)`` -> (operands, attributes); ``consts``: operand indices that are constants; compiled
+    for ``threads`` threads."""
+    case_id = f"primitives/{prim}/{dt}/{variant}" + (f"/t{threads}" if threads != 1 else "")
     tol = PRIMITIVES[prim].tolerance
 
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         arrays, attrs = make(np.random.default_rng(seed))
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
-        desc = f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs}, seed {seed}"
-        got = run_primitive(ctx, prim, arrays, attrs, desc, ctx.rerun(case_id), consts=consts)
+        desc = (f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs}, seed {seed}"
+                + (f", num_threads {threads}" if threads != 1 else ""))
+        got = run_primitive(ctx, prim, arrays, attrs, desc, ctx.rerun(case_id), threads, consts=consts)
         want = [ORACLES[prim](arrays, attrs)] if ctx.is_reference else reference_primitive(prim, arrays, attrs)
         for i, (g, w) in enumerate(zip(got, want)):
             compare(g, np.asarray(w), "quantized-reference" if ctx.is_reference else tol, desc, ctx.rerun(case_id),
@@ -327,14 +330,17 @@ def binary_cases():
              (PARAMS[6], PARAMS[0], PARAMS[7]), (PARAMS[3], PARAMS[3], PARAMS[5])]
     for prim in ("qadd", "qmul"):
         for pa, pb, po in pairs:
-            for shape in ((7,), (3, 5, 7), (2, 3, 4, 17)):
+            shapes = (((7,), 1), ((3, 5, 7), 1), ((2, 3, 4, 17), 1), ((paths.int8_parallel_elements(),), 2))
+            for shape, threads in shapes:
+                if threads != 1 and pa[0] == "int16":
+                    continue
                 def mk(rng, pa=pa, pb=pb, po=po, shape=shape, prim=prim):
                     out_scale = po[1] * (1 if prim == "qadd" else 40)
                     return [ints(pa[0], shape, rng), ints(pb[0], shape, rng)], {
                         "a_scale": pa[1], "a_offset": pa[2], "b_scale": pb[1], "b_offset": pb[2], "out_scale": out_scale,
                         "out_offset": po[2], "out_dtype": po[0]}
                 label = f"{_label(pa)}_{_label(pb)}_to_{_label(po)}/{'x'.join(map(str, shape))}"
-                out.append(case(prim, pa[0], label, mk))
+                out.append(case(prim, pa[0], label, mk, threads=threads))
 
         def clamp(rng, prim=prim):
             return [ints("int8", (65,), rng), ints("int8", (65,), rng)], {
