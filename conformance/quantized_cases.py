@@ -332,8 +332,6 @@ def binary_cases():
         for pa, pb, po in pairs:
             shapes = (((7,), 1), ((3, 5, 7), 1), ((2, 3, 4, 17), 1), ((paths.int8_parallel_elements(),), 2))
             for shape, threads in shapes:
-                if threads != 1 and pa[0] == "int16":
-                    continue
                 def mk(rng, pa=pa, pb=pb, po=po, shape=shape, prim=prim):
                     out_scale = po[1] * (1 if prim == "qadd" else 40)
                     return [ints(pa[0], shape, rng), ints(pb[0], shape, rng)], {
