@@ -445,9 +445,14 @@ def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
 
     def pack(w):
         """U = G g G^T per (filter, channel) in float64, then per position the 1x1 blocking of the direct kernel:
-        [pos][filter-block group][input block][lane in][J][cb]."""
+        [pos][filter-block group][input block][lane in][J][cb]; then the raw weights for the direct formula of
+        tiles with non-finite values: [filter block][input block][3][3][lane in][cb]."""
         w = np.asarray(w, dtype=np.float64).reshape(F, C, 3, 3)
-        u = np.matmul(np.matmul(G_, w), G_.T).transpose(2, 3, 0, 1).reshape(a * a, F, C)  # G w G^T per (f, c)
+        raw = np.zeros((nfb * cb, ncb * cb, 3, 3), np.float64)
+        raw[:F, :C] = w
+        raw = raw.reshape(nfb, cb, ncb, cb, 3, 3).transpose(0, 2, 4, 5, 3, 1).ravel()
+        with np.errstate(invalid="ignore"):  # non-finite weights: those tiles take the direct formula
+            u = np.matmul(np.matmul(G_, w), G_.T).transpose(2, 3, 0, 1).reshape(a * a, F, C)  # G w G^T per (f, c)
         full = np.zeros((a * a, nfb * cb, ncb * cb), np.float64)
         full[:, :F, :C] = u
         parts = []
@@ -455,7 +460,7 @@ def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
             for fb0, jj, _, _, _ in groups:
                 blk = full[pos, fb0 * cb:(fb0 + jj) * cb].reshape(jj, cb, ncb, cb)  # [J, lane out, cb, lane in]
                 parts.append(blk.transpose(2, 3, 0, 1).ravel())
-        return np.concatenate(parts).astype(np.float32)
+        return np.concatenate(parts + [raw]).astype(np.float32)
 
     return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, f"winograd{m}", in_layout, out_layout, cb,
-                      geom, epi, a * a * units * cb * cb, dict(tile=(j, t), tb=tb, m=m))
+                      geom, epi, (a * a * units + nfb * ncb * 9) * cb * cb, dict(tile=(j, t), tb=tb, m=m))
