@@ -107,6 +107,38 @@ def depthwise_strip_width() -> int:
     return _conv_algorithms().DW_STRIP_BYTES // (8 * 4 * 8)
 
 
+def engine_geometries() -> dict:
+    """name -> (x shape, w shape, strides, pads, group) of float32 convs that the CPU conv engine
+    (``conv_algorithms``; constant filters) runs by each of its algorithms, with output planes large enough
+    for its OpenMP region at two threads (``PARALLEL_MIN_MACS``; a quarter of it for depthwise). Winograd:
+    every F(m x m) of ``WINOGRAD_LEAST_SIDE`` on an odd side from its least one (a ragged last tile row),
+    below the next larger m's, with the fewest channels it takes (``WINOGRAD_MIN_CHANNELS``) and half as many
+    filters more (a partial filter block); padded (``pad1``) and not (``pad0``, two images: the weights
+    may then hold special values too, a padded tap being 0 * w). The direct kernel just below Winograd's channel count, 1x1
+    reading x in place, strided 3x3, and depthwise."""
+    ca = _conv_algorithms()
+    work, c = ca.PARALLEL_MIN_MACS, ca.WINOGRAD_MIN_CHANNELS
+    f = c + c // 2
+    g = {}
+    sides = sorted(least for _, least in ca.WINOGRAD_LEAST_SIDE)
+    for m, least in ca.WINOGRAD_LEAST_SIDE:
+        side = max(least, parallel_side(work, 9 * c, f))
+        side += 1 - side % 2 if side % m == 0 else 0
+        larger = [s for s in sides if s > least]
+        assert not larger or side < larger[0], (m, side, larger)
+        g[f"winograd{m}_pad1"] = ((1, c, side, side), (f, c, 3, 3), [1, 1], [1] * 4, 1)
+        g[f"winograd{m}_pad0_batch2"] = ((2, c, side + 2, side + 2), (f, c, 3, 3), [1, 1], [0] * 4, 1)
+    side = parallel_side(work, 9 * (c - 1), c)
+    g["direct_3x3_below_winograd"] = ((1, c - 1, side, side), (c, c - 1, 3, 3), [1, 1], [1] * 4, 1)
+    side = parallel_side(work, 9 * c, f)
+    g["direct_3x3_stride2"] = ((1, c, 2 * side + 1, 2 * side + 1), (f, c, 3, 3), [2, 2], [0] * 4, 1)
+    side = parallel_side(work, f, c)
+    g["direct_1x1_in_place"] = ((1, f, side, side + 3), (c, f, 1, 1), [1, 1], [0] * 4, 1)
+    side = parallel_side(work // 4, 9, c)
+    g["depthwise_3x3"] = ((1, c, side, side), (c, 1, 3, 3), [1, 1], [1] * 4, c)
+    return g
+
+
 def int8_parallel_elements() -> int:
     """Elements of an int8 elementwise kernel (qadd, qmul, rescale) past the CPU int8 engine's threading threshold
     (``int8_common.PARALLEL_MIN_MACS`` of work at ``int8_elementwise.ELEMENT_WORK`` per element), with a ragged

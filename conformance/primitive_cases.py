@@ -6,9 +6,9 @@ expectation is the reference interpreter's kernel, or, when the backend under te
 the independent oracle; ``spec=True`` marks an oracle that is the specification (the storage-format casts):
 it is then the expectation on every backend. Tolerances come from the primitive's tolerance class.
 
-Compile groups: on backends other than the reference, the cases of one (primitive, dtype, thread count) are
-compiled together as one function and run once; a case that passes there is done, any other is run, and
-judged, alone.
+Compile groups: on backends other than the reference, the cases of one (primitive, dtype, thread count,
+constant operands) are compiled together as one function and run once; a case that passes there is done, any
+other is run, and judged, alone.
 """
 from __future__ import annotations
 
@@ -131,13 +131,14 @@ GROUPS: dict = {}
 
 
 def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profiles=None, threads=1, spec=False,
-              group=True):
+              group=True, consts=()):
     """One case: ``make(rng)`` returns the operands; ``oracle(arrays, attrs)`` -> (expected, magnitude) or a
-    list of them; ``n_of(arrays, attrs)`` the reduction length."""
+    list of them; ``n_of(arrays, attrs)`` the reduction length; ``consts``: the indices of the operands that are
+    constants (a backend may prepare them at compile time, e.g. the CPU conv engine's filters)."""
     attrs = dict(attrs or {})
     case_id = f"primitives/{prim}/{dt}/{variant}" + (f"/t{threads}" if threads != 1 else "")
     tol = tolerance_class(prim)
-    key = (prim, dt, threads)
+    key = (prim, dt, threads) + ((tuple(consts),) if consts else ())
 
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
@@ -151,7 +152,7 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
             except CaseFailure:
                 pass  # the fast path only ever passes a case: a failure is decided by the case compiled alone
         ctx.answers.clear()  # the group's is_op_supported answers are not this case's
-        check(ctx, arrays, run_primitive(ctx, prim, arrays, attrs, desc, rr, threads), desc, rr)
+        check(ctx, arrays, run_primitive(ctx, prim, arrays, attrs, desc, rr, threads, consts), desc, rr)
 
     def check(ctx, arrays, got, desc, rr):
         if ctx.is_reference or spec:
@@ -167,7 +168,8 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
         GROUPS.setdefault(key, {})[case_id] = (make, attrs)
     return Case(case_id, "primitives", prim, dt, run, profiles or profiles_for(dt),
                 {"variant": variant, "attrs": attrs, "tolerance": tol, "make": make, "oracle": oracle,
-                 "n_of": n_of, "threads": threads, "spec": spec, "group": key if group else None})
+                 "n_of": n_of, "threads": threads, "spec": spec, "group": key if group else None,
+                 "consts": tuple(consts)})
 
 
 def grouped_outputs(ctx, key, case_id):
@@ -180,7 +182,8 @@ def grouped_outputs(ctx, key, case_id):
         from glow_core.types import tensor_type_of
 
         from .harness import check_supported
-        prim, dt, threads = key
+        prim, dt, threads = key[:3]
+        consts = key[3] if len(key) > 3 else ()
         try:
             fn = Function(f"conformance_{prim}_{dt}")
             feeds, names = {}, {}
@@ -190,8 +193,9 @@ def grouped_outputs(ctx, key, case_id):
                     check_supported(ctx.backend, prim, arrays, at)
                 except Exception:  # noqa: BLE001  (declined cases run, and skip, on their own)
                     continue
-                vals = [fn.add_input(f"c{k}_x{i}", tensor_type_of(np.asarray(a))) for i, a in enumerate(arrays)]
-                feeds.update({f"c{k}_{n}": v for n, v in feed(arrays).items()})
+                vals = [fn.constant(np.asarray(a), f"c{k}_c{i}") if i in consts else
+                        fn.add_input(f"c{k}_x{i}", tensor_type_of(np.asarray(a))) for i, a in enumerate(arrays)]
+                feeds.update({f"c{k}_x{i}": v for i, v in enumerate(feed(arrays).values()) if i not in consts})
                 out = Builder(fn, where=f"case {cid}", fold=False, name=f"c{k}").emit(prim, *vals, **at)
                 outs = out if isinstance(out, list) else [out]
                 names[cid] = [f"c{k}_y{i}" for i in range(len(outs))]

@@ -381,17 +381,31 @@ def _conv_geometries():
 
 CONV = _conv_geometries()
 PARALLEL_CONV = ("2d_parallel_im2col", "2d_parallel_depthwise")
+#: Constant-filter convs the CPU conv engine runs by each of its algorithms (Winograd F(2x2), F(4x4), direct,
+#: 1x1 in place, depthwise; ``paths.engine_geometries``): special values at 1 and 2 threads.
+ENGINE = {name: (xs, ws, st, [1] * len(st), pd, g) for name, (xs, ws, st, pd, g) in paths.engine_geometries().items()}
+ALL_CONV = {**CONV, **ENGINE}
 CONV_INT = ("1d", "1x1", "2d_pad1", "2d_stride2_asym_pads", "2d_dilation2", "2d_group2", "2d_depthwise",
             "2d_channel_multiplier2", "3d", "2d_batch3")
 
 
-def _conv(dt, name, variant=None, make=None, threads=1):
-    xs, ws, st, dl, pd, g = CONV[name]
+def _conv(dt, name, variant=None, make=None, threads=1, consts=()):
+    xs, ws, st, dl, pd, g = ALL_CONV[name]
     attrs = {"strides": st, "dilations": dl, "pads": pd, "group": g}
     mk = make or (lambda rng: [num_range(dt, rng, xs, True), num_range(dt, rng, ws, True),
                                num_range(dt, rng, (ws[0],), True)])
     return make_case("conv", dt, variant or name, mk, attrs, lambda a, at: O.conv(*a, **at),
-                     n_of=lambda a, at: int(np.prod(a[1].shape[1:])) + 1, threads=threads)
+                     n_of=lambda a, at: int(np.prod(a[1].shape[1:])) + 1, threads=threads, consts=consts)
+
+
+def _conv_specials(dt, name, threads=1, consts=()):
+    """Special values (NaN, +-inf, -0.0, denormals) in the input; in the weights only without padding: a padded
+    tap is 0 * w, which the contract does not settle for non-finite w (see conformance/README.md)."""
+    xs, ws, pads = ALL_CONV[name][0], ALL_CONV[name][1], ALL_CONV[name][4]
+    return _conv(dt, name, f"specials/{name}", lambda rng: [
+        sprinkle(num_range(dt, rng, xs), rng, 0.04, acc_specials(dt)),
+        num_range(dt, rng, ws) if any(pads) else sprinkle(num_range(dt, rng, ws), rng, 0.04, acc_specials(dt)),
+        num_range(dt, rng, (ws[0],))], threads, consts)
 
 
 def conv_cases():
@@ -405,17 +419,16 @@ def conv_cases():
         if dt in ("float32", "float64"):
             out += [_conv(dt, name, threads=2) for name in PARALLEL_CONV]
         for name in ("2d_pad1", "2d_depthwise", "1x1", "2d_depthwise_1x1"):
-            xs, ws, pads = CONV[name][0], CONV[name][1], CONV[name][4]
+            xs, ws = CONV[name][0], CONV[name][1]
             if d.is_float:
-                # special values in the input; in the weights only without padding: a padded tap is 0 * w,
-                # which the contract does not settle for non-finite w (see conformance/README.md)
-                out.append(_conv(dt, name, f"specials/{name}", lambda rng, dt=dt, xs=xs, ws=ws, p=any(pads): [
-                    sprinkle(num_range(dt, rng, xs), rng, 0.04, acc_specials(dt)),
-                    num_range(dt, rng, ws) if p else sprinkle(num_range(dt, rng, ws), rng, 0.04, acc_specials(dt)),
-                    num_range(dt, rng, (ws[0],))]))
+                out.append(_conv_specials(dt, name))
             elif name in ("2d_pad1", "2d_depthwise"):
                 out.append(_conv(dt, name, f"extremes/{name}", lambda rng, dt=dt, xs=xs, ws=ws: [
                     full_range(dt, xs, rng), full_range(dt, ws, rng), full_range(dt, (ws[0],), rng)]))
+        if dt in ("float32", "float64"):  # the generic kernels' parallel im2col and depthwise loops
+            out += [_conv_specials(dt, name, threads=2) for name in PARALLEL_CONV]
+    # constant filters (the CPU conv engine's float32 algorithms), 1 and 2 threads
+    out += [_conv_specials("float32", name, threads, consts=(1, 2)) for name in ENGINE for threads in (1, 2)]
     return out
 
 

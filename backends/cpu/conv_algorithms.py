@@ -339,6 +339,10 @@ WINOGRAD = {
 WINOGRAD_ITEM_BYTES = 1536 * 1024
 #: Larger transformed weights stream from memory once per tile batch: the direct kernel then wins.
 WINOGRAD_MAX_WEIGHT_BYTES = 16 << 20
+#: (m, least output side) in order of preference: F(m x m) on maps at least that large (``winograd_choice``).
+WINOGRAD_LEAST_SIDE = ((4, 24), (2, 12))
+#: Fewest input channels and filters for Winograd (``winograd_choice``).
+WINOGRAD_MIN_CHANNELS = 16
 
 
 def _lincomb(row) -> str:
@@ -365,9 +369,9 @@ def winograd_choice(geom: ConvGeometry):
     in or out: F(4x4)'s rounding error grows with the dynamic range inside a tile, and few channels do not
     average it out (tests/test_conv_engine.py measures it against the conformance bound)."""
     oh, ow = geom.out_spatial
-    if geom.channels < 16 or geom.filters < 16:
+    if geom.channels < WINOGRAD_MIN_CHANNELS or geom.filters < WINOGRAD_MIN_CHANNELS:
         return None
-    for m, least in ((4, 24), (2, 12)):
+    for m, least in WINOGRAD_LEAST_SIDE:
         a = m + 2
         if min(oh, ow) >= least and a * a * geom.channels * geom.filters * 4 <= WINOGRAD_MAX_WEIGHT_BYTES:
             return f"winograd{m}"
