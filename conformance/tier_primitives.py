@@ -267,10 +267,19 @@ def _mm_label(sa, sb):
     return f"{'x'.join(map(str, sa))}@{'x'.join(map(str, sb))}"
 
 
-def _matmul(dt, sa, sb, variant=None, threads=1, make=None):
+def _matmul(dt, sa, sb, variant=None, threads=1, make=None, consts=()):
     mk = make or (lambda rng: [num_range(dt, rng, sa), num_range(dt, rng, sb)])
     return make_case("matmul", dt, variant or _mm_label(sa, sb), mk, {}, lambda a, at: O.matmul(*a),
-                     n_of=lambda a, at: a[0].shape[-1], threads=threads)
+                     n_of=lambda a, at: a[0].shape[-1], threads=threads, consts=consts)
+
+
+def _matmul_specials(dt, sa, sb, tag, threads=1, consts=()):
+    """NaN, +-inf, +-0 and denormals in A and B, about 0.3 per dot product (so most results stay finite and
+    the non-finite ones mark the rows and columns that hold them, across the GEMM's tile edges)."""
+    p = min(0.05, 0.3 / sa[-1])
+    return _matmul(dt, sa, sb, f"specials/{tag}{_mm_label(sa, sb)}", threads, lambda rng: [
+        sprinkle(num_range(dt, rng, sa), rng, p, acc_specials(dt)),
+        sprinkle(num_range(dt, rng, sb), rng, p, acc_specials(dt))], consts)
 
 
 def matmul_cases():
@@ -298,6 +307,13 @@ def matmul_cases():
         if dt in ("float32", "float64"):  # above the parallel threshold: the micro-kernel loop on two threads
             out.append(_matmul(dt, (m, k), (k, n), f"gemm/{m}x{k}@{k}x{n}", threads=2))
             out.append(_matmul(dt, (2, m, 40), (2, 40, n), f"gemm/batched/2x{m}x40@2x40x{n}", threads=2))
+            # special values across the tile edges: B computed at run time and B packed at compile time
+            out += [_matmul_specials(dt, (m, k), (k, n), "gemm/") for m, k, n in shapes[:-1:3]]
+            packed = paths.packed_b_shapes(sfx)
+            out += [_matmul_specials(dt, (m, k), (k, n), "packed_b/", consts=(1,)) for m, k, n in packed]
+            out.append(_matmul_specials(dt, (m, k), (k, n), "gemm/", threads=2))
+            pm, pk, pn = packed[-1]
+            out.append(_matmul_specials(dt, (pm, pk), (pk, pn), "packed_b/", threads=2, consts=(1,)))
     return out
 
 
@@ -400,11 +416,13 @@ def _conv(dt, name, variant=None, make=None, threads=1, consts=()):
 
 def _conv_specials(dt, name, threads=1, consts=()):
     """Special values (NaN, +-inf, -0.0, denormals) in the input; in the weights only without padding: a padded
-    tap is 0 * w, which the contract does not settle for non-finite w (see conformance/README.md)."""
+    tap is 0 * w, which the contract does not settle for non-finite w (see conformance/README.md). About half a
+    special value per window (so most results stay finite and the others mark where they are), at least 16 in x."""
     xs, ws, pads = ALL_CONV[name][0], ALL_CONV[name][1], ALL_CONV[name][4]
+    p = min(0.16, max(0.5 / int(np.prod(ws[1:])), 16 / int(np.prod(xs))))
     return _conv(dt, name, f"specials/{name}", lambda rng: [
-        sprinkle(num_range(dt, rng, xs), rng, 0.04, acc_specials(dt)),
-        num_range(dt, rng, ws) if any(pads) else sprinkle(num_range(dt, rng, ws), rng, 0.04, acc_specials(dt)),
+        sprinkle(num_range(dt, rng, xs), rng, p, acc_specials(dt)),
+        num_range(dt, rng, ws) if any(pads) else sprinkle(num_range(dt, rng, ws), rng, p, acc_specials(dt)),
         num_range(dt, rng, (ws[0],))], threads, consts)
 
 
