@@ -391,7 +391,8 @@ def _tile_batch(tiles: int, cap: int, nt: int) -> int:
 
 def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
     """F(m x m, 3x3): per batch of output tiles, input transform, one GEMM per position (the direct kernel's
-    register tiles with tiles as pixels), output transform with the epilogue. Weights transformed in float64."""
+    register tiles with tiles as pixels), output transform with the epilogue. Weights transformed in float64; the
+    raw weights follow them for the tiles whose outputs are not all finite (recomputed by the direct formula)."""
     cb = target.cb
     if in_layout == "nhwc" or out_layout == "nhwc":
         return Unsupported("conv engine: winograd runs on nchw / nchwc only")
