@@ -154,7 +154,12 @@ class TierFile(pytest.File):
         pats = self.config.getoption("glow_cases")
         if pats and not any("/" not in p or fnmatch.fnmatchcase(tier, p.split("/")[0]) for p in pats):
             return
+        seen = set()
         for case in tier_cases(tier, ctx):
+            if case.id in seen:  # pytest would keep one of the two and run it twice: the other never runs
+                raise pytest.UsageError(f"conformance: two cases of tier {tier} share the id {case.id}; each "
+                                        f"case line needs its own variant")
+            seen.add(case.id)
             if not _selected(self.config, case.id):
                 continue
             CASES[case.id] = case

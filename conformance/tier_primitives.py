@@ -303,6 +303,10 @@ def matmul_cases():
             shapes = shapes[::3]
         for m, k, n in shapes:
             out.append(_matmul(dt, (m, k), (k, n), f"gemm/{m}x{k}@{k}x{n}"))
+        if dt in ("float16", "bfloat16"):  # through the float32 GEMM, B converted at run time or compile time
+            m, k, n = shapes[0]
+            out += [_matmul_specials(dt, (m, k), (k, n), tag, consts=c) for tag, c in (("gemm/", ()),
+                                                                                      ("const_b/", (1,)))]
         m, k, n = shapes[-1]
         if dt in ("float32", "float64"):  # above the parallel threshold: the micro-kernel loop on two threads
             out.append(_matmul(dt, (m, k), (k, n), f"gemm/{m}x{k}@{k}x{n}", threads=2))
@@ -420,7 +424,7 @@ def _conv_specials(dt, name, threads=1, consts=()):
     special value per window (so most results stay finite and the others mark where they are), at least 16 in x."""
     xs, ws, pads = ALL_CONV[name][0], ALL_CONV[name][1], ALL_CONV[name][4]
     p = min(0.16, max(0.5 / int(np.prod(ws[1:])), 16 / int(np.prod(xs))))
-    return _conv(dt, name, f"specials/{name}", lambda rng: [
+    return _conv(dt, name, f"specials/{'const_' if consts else ''}{name}", lambda rng: [
         sprinkle(num_range(dt, rng, xs), rng, p, acc_specials(dt)),
         num_range(dt, rng, ws) if any(pads) else sprinkle(num_range(dt, rng, ws), rng, p, acc_specials(dt)),
         num_range(dt, rng, (ws[0],))], threads, consts)
@@ -436,7 +440,7 @@ def conv_cases():
             out.append(_conv(dt, name))
         if dt in ("float32", "float64"):
             out += [_conv(dt, name, threads=2) for name in PARALLEL_CONV]
-        for name in ("2d_pad1", "2d_depthwise", "1x1", "2d_depthwise_1x1"):
+        for name in ("2d_pad1", "2d_depthwise", "1x1", "2d_depthwise_1x1", "2d_group2", "3d_stride2"):
             xs, ws = CONV[name][0], CONV[name][1]
             if d.is_float:
                 out.append(_conv_specials(dt, name))
@@ -445,6 +449,8 @@ def conv_cases():
                     full_range(dt, xs, rng), full_range(dt, ws, rng), full_range(dt, (ws[0],), rng)]))
         if dt in ("float32", "float64"):  # the generic kernels' parallel im2col and depthwise loops
             out += [_conv_specials(dt, name, threads=2) for name in PARALLEL_CONV]
+        elif d.is_float:  # a constant filter converted to the accumulator type at compile time
+            out.append(_conv_specials(dt, "2d_pad1", consts=(1, 2)))
     # constant filters (the CPU conv engine's float32 algorithms), 1 and 2 threads
     out += [_conv_specials("float32", name, threads, consts=(1, 2)) for name in ENGINE for threads in (1, 2)]
     return out
