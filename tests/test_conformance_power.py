@@ -402,6 +402,8 @@ CPU_VARIANTS = {
                                  ["primitives/conv/float32/2d_depthwise"], {"conv"}),
     "depthwise_threads_share_planes": ("templates/depthwise.c.j2", "#pragma omp parallel for", "#pragma omp parallel",
                                        ["primitives/conv/float32/2d_parallel_depthwise/t2"], {"conv"}),
+    "winograd_specials_not_recomputed": ("templates/conv_winograd.c.j2", "if (z == z) break;", "break;",
+                                         ["primitives/conv/float32/specials/const_winograd*"], {"conv"}),
     "gemm_partial_tile_as_full": ("templates/gemm.c.j2", "mr == MR && nr == NR", "mr == MR || nr == NR",
                                   ["primitives/matmul/float32/gemm/7x*"], {"matmul"}),
     "gemm_accumulates_first_block": ("templates/gemm.c.j2", "pc > 0, last", "pc >= 0, last",
