@@ -111,11 +111,11 @@ def engine_geometries() -> dict:
     """name -> (x shape, w shape, strides, pads, group) of float32 convs that the CPU conv engine
     (``conv_algorithms``; constant filters) runs by each of its algorithms, with output planes large enough
     for its OpenMP region at two threads (``PARALLEL_MIN_MACS``; a quarter of it for depthwise). Winograd:
-    every F(m x m) of ``WINOGRAD_LEAST_SIDE`` on an odd side from its least one (a ragged last tile row),
-    below the next larger m's, with the fewest channels it takes (``WINOGRAD_MIN_CHANNELS``) and half as many
-    filters more (a partial filter block); padded (``pad1``) and not (``pad0``, two images: the weights
-    may then hold special values too, a padded tap being 0 * w). The direct kernel just below Winograd's channel count, 1x1
-    reading x in place, strided 3x3, and depthwise."""
+    every F(m x m) of ``WINOGRAD_LEAST_SIDE``, on an output side from its least one up to below the next
+    larger m's, not a multiple of m (a ragged last tile row), with the fewest channels it takes
+    (``WINOGRAD_MIN_CHANNELS``) and half as many filters more (a partial filter block); padded (``pad1``) and
+    not (``pad0``, two images: the weights may then hold special values too, a padded tap being 0 * w). The
+    direct kernel just below Winograd's channel count, strided 3x3 and 1x1 reading x in place; depthwise."""
     ca = _conv_algorithms()
     work, c = ca.PARALLEL_MIN_MACS, ca.WINOGRAD_MIN_CHANNELS
     f = c + c // 2
