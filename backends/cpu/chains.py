@@ -4,7 +4,7 @@ over one iteration space runs as one loop that computes every member's value per
 ``elementwise_chains(irf, fusable, sources)`` groups the instructions. A member M (an instruction for which
 ``fusable(instr)`` holds: one output, an activation no view aliases) joins the chain of its readers when the
 value it writes is read, from M until its buffer is next written, only by instructions of that one chain, and
-its output has the chain root's stored shape and layout. The root, the chain's last instruction, writes the only
+its output has the chain root's shape and layout (its dtype may differ: casts, predicates). The root, the chain's last instruction, writes the only
 output; the members' outputs are never written (their memory stays planned and unused). The loop runs where the
 root ran, so every buffer a member reads from outside the chain (``sources`` applied: a broadcast's source read
 in place, stacking.py) must keep its bytes from the member to the root: no other instruction in between writes
@@ -105,7 +105,7 @@ def _joined(readers, chain_of, ins, out, instrs, pos, sources) -> "Chain | None"
         return None
     root = chain.root
     (rout,) = root.outs
-    if out.size != rout.size or out.type.shape != rout.type.shape or out.layout != rout.layout:
+    if out.type.shape != rout.type.shape or out.layout != rout.layout:
         return None
     start, end = pos[id(ins)], pos[id(root)]
     if end - start > MAX_SPAN:
