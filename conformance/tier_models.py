@@ -96,7 +96,7 @@ FUSED = {
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
-          "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "float64", "int32")}
+          "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32")}
 #: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
 THREADED = {"ew_chains": ("float32", "float16", "int32")}
 
