@@ -205,3 +205,36 @@ def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
     side3 = conv(aligned, 32, c0, 1)
     y = g.op("Gemm", [g.op("Flatten", [h], axis=1), g.w(10, c0 * (size // 2) ** 2), g.w(10, scale=0.1)], transB=1)
     return g.model("layout_boundaries", [("input", (2, c0, size, size))], [y, side1, side2, side3, gap])
+
+
+def ew_chains(seed=0, dt="float32", batch=2, rows=64, cols=320):
+    """Chains of 2 to 6 elementwise ops a backend may run as one loop (the CPU backend's chains.py), past the
+    parallel thresholds at 2 threads: a bias add into a lowered GELU (x*0.5*(1+erf(x/sqrt2)), the input read by
+    two members), LayerNorm pieces kept lowered (per-row mean and variance: the subtracted tensor also read by
+    a square that a reduction reads stops fusion there; the scale and shift broadcast per row and per column),
+    LeakyRelu of a difference (select(lt, mul)), a Swish (x * sigmoid(x)) whose value is also a graph output,
+    and a cast round trip through float64 between multiplies. Integer types: adds, multiplies, max/min and
+    sign flips around an integer division (its divisor check keeps it a kernel of its own) and a reduction."""
+    g = G(seed, dt)
+    x = "input"
+    if np.dtype(g.dt.np).kind != "f":
+        a = g.op("Add", [x, g.const(np.arange(cols) % 5 - 2)])
+        b = g.op("Sub", [g.op("Mul", [a, g.const(3)]), x])
+        c = g.op("Max", [b, g.op("Neg", [g.op("Min", [a, g.const(2)])])])
+        red = g.op("ReduceSum", [c, g.const([2], np.int64)], keepdims=1)
+        d = g.op("Div", [g.op("Add", [c, g.const(7)]), g.const(np.arange(1, cols + 1) % 4 + 1)])
+        e = g.op("Mul", [g.op("Sub", [d, red]), g.op("Abs", [c])])
+        return g.model("ew_chains", [(x, (batch, rows, cols))], [e, red])
+    a = g.op("Add", [x, g.w(cols, scale=1.0)])
+    erf = g.op("Erf", [g.op("Mul", [a, g.const(1 / np.sqrt(2))])])
+    gelu = g.op("Mul", [g.op("Mul", [a, g.const(0.5)]), g.op("Add", [erf, g.const(1.0)])])
+    mean = g.op("ReduceMean", [gelu, g.const([2], np.int64)], keepdims=1)
+    d = g.op("Sub", [gelu, mean])
+    var = g.op("ReduceMean", [g.op("Mul", [d, d]), g.const([2], np.int64)], keepdims=1)
+    norm = g.op("Div", [d, g.op("Sqrt", [g.op("Add", [var, g.const(1e-3)])])])
+    ln = g.op("Add", [g.op("Mul", [norm, g.w(cols, scale=1.0)]), g.w(cols, scale=0.1)])
+    lrelu = g.op("LeakyRelu", [g.op("Sub", [ln, x])], alpha=0.2)
+    swish = g.op("Mul", [lrelu, g.op("Sigmoid", [lrelu])])
+    wide = g.op("Cast", [g.op("Mul", [swish, g.const(1.5)])], to=11)
+    out = g.op("Mul", [g.op("Cast", [g.op("Sub", [wide, g.const(0.25, np.float64)])], to=g.dt.onnx), a])
+    return g.model("ew_chains", [(x, (batch, rows, cols))], [out, swish])

@@ -47,6 +47,7 @@ MODELS = {
     "lstm_unrolled": lambda dt: M.lstm_unrolled(seed=1, dt=dt),
     "unet": lambda dt: M.unet(seed=1, dt=dt),
     "fused_tails": lambda dt: M.fused_tails(seed=1, dt=dt),
+    "ew_chains": lambda dt: M.ew_chains(seed=1, dt=dt),
     "layout_boundaries": lambda dt: M.layout_boundaries(seed=1, dt=dt),
     # the bench families of glow_core.example_models at small sizes
     "resnet50_small": lambda dt: example_models.resnet50(seed=1, size=16, classes=10, blocks=(1, 1), widths=(4, 8)),
@@ -95,7 +96,9 @@ FUSED = {
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
-          "lstm_unrolled": ("float32", "float64")}
+          "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32")}
+#: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
+THREADED = {"ew_chains": ("float32", "float16", "int32")}
 
 
 #: QDQ models: name -> (float model, per-channel weights, activation dtype)
@@ -159,6 +162,9 @@ def cases():
                 return m, _feeds(m, rng)
             out.append(model_case(f"models/{name}/{dt}/seeded", "models", name, dt, build, "model",
                                   profiles=("models",)))
+            if dt in THREADED.get(name, ()):
+                out.append(model_case(f"models/{name}/{dt}/seeded/t2", "models", name, dt, build, "model",
+                                      profiles=("models",), threads=2))
     for name, (dts, producer, act, xs, ws, const, attrs) in FUSED.items():
         for dt in dts:
             def build(rng, dt=dt, producer=producer, act=act, xs=xs, ws=ws, const=const, attrs=attrs):

@@ -513,6 +513,23 @@ def stacked(op: str) -> bool:
                                                  or op in ("select", "mod"))
 
 
+def _product(step) -> bool:
+    """Whether a chain step's value is a product (see _Kernel.k_elementwise_chain)."""
+    return step[0] == "mul" or step[5] == "silu"
+
+
+def chainable(instr) -> bool:
+    """Whether instruction ``instr`` may join an elementwise chain (chains.py): its kernel is the elementwise
+    loop over a non-empty output of computable types, without divisor checks."""
+    if len(instr.outs) != 1 or instr.scratch is not None or instr.outs[0].type.numel == 0:
+        return False
+    dts = [b.type.dtype.name for b in instr.ins]
+    out = instr.outs[0].type.dtype.name
+    if not (stacked(instr.op) or instr.op == "cast") or not all(supported(d) for d in dts + [out]):
+        return False
+    return not kernels_ew.expression(instr.op, dts, out, [f"a{i}" for i in range(len(dts))], instr.attrs)[1]
+
+
 # -- kernels --------------------------------------------------------------------------------------------------------
 _MEMO: dict = {}
 _MEMO_LIMIT = 8192
@@ -638,6 +655,44 @@ class _Kernel(QuantizedKernels):
         return self.t("elementwise.c.j2",
             fn=fn, decls=decls, loads=[], store=store, n=n, rows=split.rows, cols=split.cols,
             check_n=args[1].type.numel if checks else n, parallel=self.nt > 1, checks=checks, err=ERR_DIV0)
+
+    def k_elementwise_chain(self, ins, fn):
+        """A chain of elementwise instructions (chains.py) as one loop: each member's value is a local of its
+        storage type, computed by the member's own expression and rounded as its kernel stores it, so the loop
+        computes bit for bit what the members' kernels do. A float member value that is a product (mul, a silu
+        epilogue) gets + glow_nz, -0.0 the compiler cannot see (x + -0.0 == x for every x but a signaling NaN):
+        a product feeding another member's addition would otherwise be contracted into an FMA that the
+        separate kernels, storing the product in between, do not compute."""
+        out, args = ins.outs[0], ins.ins
+        split = broadcast_split(out.type.shape, [b.type.shape for b in args])
+        decls = [f"{ctype(out.type.dtype.name).storage} *out = {self.tptr(out)}"]
+        decls += [f"const {ctype(b.type.dtype.name).storage} *in{i} = {self.tptr(b, True)}"
+                  for i, b in enumerate(args)]
+        steps = ins.attrs["steps"]
+        barriers = {ctype(s[4]).compute for s in steps[:-1] if _product(s) and s[4] in ("float32", "float64")}
+        decls += [f"volatile {c} glow_vnz_{c} = -0.0; const {c} glow_nz_{c} = glow_vnz_{c}" for c in sorted(barriers)]
+        lines, shown = [], []
+        for k, (op, attrs, refs, in_dts, out_dt, act, params) in enumerate(steps):
+            names = [f"in{a}[{split.index[a]}]" if kind == "in" else f"t{a}" for kind, a in refs]
+            expr = kernels_ew.expression(op, list(in_dts), out_dt, names, attrs)[0]
+            t = ctype(out_dt).storage
+            if act:
+                lines.append(f"const {t} t{k}_v = {expr}")
+                expr = kernels_ew.activation(act, out_dt, f"t{k}_v", {p: literal(v, out_dt) for p, v in params.items()})
+            shown.append(f"{'out' if k == len(steps) - 1 else f't{k}'} = {op}"
+                         f"({', '.join(f'{kind}{a}' if kind == 'in' else f't{a}' for kind, a in refs)})"
+                         + (f" + {act}" if act else ""))
+            if k < len(steps) - 1:
+                if _product(steps[k]) and out_dt in ("float32", "float64"):
+                    expr = f"({expr}) + glow_nz_{ctype(out_dt).compute}"
+                lines.append(f"const {t} t{k} = {expr}")
+        self.choice = (f"elementwise chain of {len(steps)} in one loop: {'; '.join(shown)}"
+                       + "".join(f", in{i} read in place from its broadcast source ({idx})"
+                                 for i, (b, idx) in enumerate(zip(args, split.index))
+                                 if b.type.shape != out.type.shape))
+        return self.t("elementwise.c.j2",
+            fn=fn, decls=decls, loads=lines, store=f"out[i] = {expr}", n=out.type.numel, rows=split.rows,
+            cols=split.cols, parallel=self.nt > 1, checks=[], err=0)
 
     def k_cast(self, ins, fn):
         """Casts between computable types are elementwise expressions; those from or to a storage-only type

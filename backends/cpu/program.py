@@ -8,8 +8,9 @@ import numpy as np
 
 from glow_core.memory import align_up
 
-from .codegen import (KernelCode, KernelInstr, c_comment, constant_value, gemm_source, kernel_code, stacked,
-                      template)
+from .chains import chain_kernel, elementwise_chains
+from .codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, gemm_source, kernel_code,
+                      stacked, template)
 from .codegen_int8 import engine_conv as int8_engine_conv
 from .int8_fusion import fuse_residuals
 from .stacking import read_in_place
@@ -25,6 +26,9 @@ ELIDED_BROADCAST = KernelCode("glow_k_nothing",
 #: The kernel of a qadd the preceding qconv's epilogue computes (int8_fusion.fuse_residuals).
 FUSED_RESIDUAL = KernelCode("glow_k_fused", "GLOW_KERNEL int glow_k_fused(uint8_t *const *p) { (void)p; return 0; }\n",
                             (), (), "computed in the epilogue of the qconv before it (residual add fused)")
+#: The kernel of a member of an elementwise chain (chains.py): its root's loop computes it in registers.
+CHAINED = KernelCode("glow_k_chained", "GLOW_KERNEL int glow_k_chained(uint8_t *const *p) { (void)p; return 0; }\n",
+                     (), (), "computed in the elementwise chain loop of a later instruction")
 
 
 @dataclass
@@ -38,9 +42,10 @@ class Call:
 
 class Program:
     """The calls of one IRFunction in order, its distinct kernels, and its constant region (the memory plan's
-    weights, then the constants kernels asked for: converted weights, 64-byte aligned)."""
+    weights, then the constants kernels asked for: converted weights, 64-byte aligned). ``chains``: run
+    elementwise chains as one loop (chains.py)."""
 
-    def __init__(self, irf, num_threads: int):
+    def __init__(self, irf, num_threads: int, chains: bool = True):
         self.irf = irf
         self.calls: list[Call] = []
         self.kernels: dict[str, KernelCode] = {}
@@ -49,8 +54,13 @@ class Program:
         placed: dict = {}
         elided = read_in_place(irf, stacked)
         fused = fuse_residuals(irf, lambda conv: int8_engine_conv(KernelInstr.of(conv), num_threads))
+        chained = elementwise_chains(irf, lambda i: chainable(i) and id(i) not in fused,
+                                     elided.sources) if chains else {}
         for ins in irf.code:
             skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
+            chain = chained.get(id(ins))
+            if chain is not None and chain.root is not ins:
+                skip = CHAINED
             if id(ins) in fused:
                 if fused[id(ins)].add is ins:
                     skip = FUSED_RESIDUAL
@@ -61,9 +71,13 @@ class Program:
                 self.calls.append(Call(ins, skip, []))
                 continue
             sources = elided.sources.get(id(ins), {})
-            code = kernel_code(KernelInstr.of(ins, sources), num_threads)
+            if chain is not None:
+                ki, bufs = chain_kernel(chain, elided.sources)
+            else:
+                ki, bufs = KernelInstr.of(ins, sources), [sources.get(i, b) for i, (b, _) in enumerate(ins.operands)]
+            code = kernel_code(ki, num_threads)
             self.kernels.setdefault(code.name, code)
-            ptrs = [(b.region, b.address) for b in (sources.get(i, b) for i, (b, _) in enumerate(ins.operands))]
+            ptrs = [(b.region, b.address) for b in bufs]
             for d in code.derived:
                 bufs = [ins.operands[slot][0] for slot in d.slots]
                 key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
