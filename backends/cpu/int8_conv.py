@@ -31,12 +31,17 @@ DP_CYCLES, LOAD_CYCLES, TILE_OVERHEAD = 0.75, 0.5, 40.0
 #: Measured (bench/bench_int8.py, ResNet-18 3x3 convs): 8x2, 6x3, 4x4 and 12x1 tiles run at 250-290 GMAC/s,
 #: 5x4, 9x2 and 16x1 (one or two registers more) at 90-160: GCC spills.
 TILE_SPARE = 5
+#: Most pixel vectors of a conv tile (a matmul's, whose vectors are packed rows, may take 8). Measured
+#: (bench/bench_int8.py geometries, AVX-512 VNNI): the 3ch x 6 vectors tile the model ties with 6x3 ran at
+#: 650-690 us on ResNet-18's 3x3 convs at 56, 28 and 14 pixels against 415-435 for 6x3 and 8x2 (every tap's
+#: vector loads straddle cache lines: six of them per tap saturate the load ports).
+MAX_NV = 4
 
 
-def _tile_candidates(target: QTarget):
+def _tile_candidates(target: QTarget, max_nv: int):
     """(mr, nv) register tiles: accumulators, the nv input vectors and the mr broadcast weights fit the
-    registers with TILE_SPARE left."""
-    return [(mr, nv) for nv in range(1, 9) for mr in range(1, 25)
+    registers with TILE_SPARE left, nv <= max_nv."""
+    return [(mr, nv) for nv in range(1, max_nv + 1) for mr in range(1, 25)
             if mr * nv + mr + nv <= target.registers - TILE_SPARE]
 
 
@@ -48,10 +53,10 @@ def _blocks(total: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def choose_tile(fg: int, nvec: int, ksteps: int, target: QTarget) -> tuple[int, int]:
+def choose_tile(fg: int, nvec: int, ksteps: int, target: QTarget, max_nv: int = 8) -> tuple[int, int]:
     """The (mr, nv) of least modelled cycles over the output channels of a group x the pixel vectors."""
     best = None
-    for mr, nv in _tile_candidates(target):
+    for mr, nv in _tile_candidates(target, max_nv):
         if mr > fg or nv > nvec:
             continue
         cost = 0.0
@@ -134,7 +139,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         done += bin(m).count("1")
 
     ksteps = c4 * kh * kw
-    mr, nv = choose_tile(fg, nvec, ksteps, target)
+    mr, nv = choose_tile(fg, nvec, ksteps, target, MAX_NV)
     mr, nv = int(force.get("mr", mr)), int(force.get("nv", nv))
     if not (1 <= mr <= fg and 1 <= nv <= nvec):
         raise Int8EngineError(f"int8 engine: forced tile {mr}x{nv} must fit 1..{fg} channels x 1..{nvec} vectors")
