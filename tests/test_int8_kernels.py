@@ -70,6 +70,11 @@ CONV = [
     ((3, 4, 1, 17), (6, 4, 1, 5), (1, 2), (1, 2), (0, 2, 0, 3), 1, "int8", "rand", "zero", True, "int8", None, 1),
     ((1, 64, 28, 28), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", "relu", 1),
     ((1, 128, 7, 7), (96, 128, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "rand", "tensor", True, "int8", None, 1),
+    # rows of at least 16 positions: the transform's 16-position blocks (stride 1 and 2, int8 flipped, a partial
+    # 4-channel block beside full ones) with scalar heads and tails
+    ((1, 8, 12, 40), (8, 8, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, "int8", "rand", "zero", True, "int8", None, 1),
+    ((1, 6, 5, 37), (4, 6, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "lo", "channel", True, "uint8", None, 1),
+    ((1, 4, 6, 66), (5, 4, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1, "uint8", "rand", "zero", False, "uint8", None, 1),
 ]
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [

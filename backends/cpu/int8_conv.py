@@ -151,6 +151,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             cond_q = f"qb < {nvec // nv}" if v == nv else f"qb == {nvec // nv}"
             variants.append((m, v, f"{cond_o} && {cond_q}"))
     res_src, res_desc = "", ""
+    # the 16-lane path adds the residual to the requantized lanes in registers (8-bit B and Y: the qadd's v16 helper)
+    res_vec = residual is not None and lanes == 16 and {residual.b_dtype, residual.y.dtype} <= {"int8", "uint8"}
     if residual is not None:
         if y.dtype not in ("int8", "uint8"):
             raise Int8EngineError(f"int8 engine: a residual add needs an 8-bit conv output, not {y.dtype}")
@@ -161,7 +163,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         (ad, ao, am), (bd, bo, bm) = ab
         res_src = plan_qadd((1,), a_dtype=ad, a_offset=ao, a_multiplier=am, b_dtype=bd, b_offset=bo,
                             b_multiplier=bm, y=residual.y, target=target, name=name + "_res").source
-        res_desc = f", residual add {residual.b_dtype}->{residual.y.dtype} fused per tile"
+        res_desc = (f", residual add {residual.b_dtype}->{residual.y.dtype} fused per tile"
+                    f"{' in registers' if res_vec else ''}")
     macs = n * f * cg * kh * kw * oh * ow
     nt = threads_for(macs, num_threads)
     requant = y.dtype != "int32"
@@ -183,6 +186,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         x_ctype="int8_t" if x_dtype == "int8" else "uint8_t",
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype],
         parallel=nt > 1, nt=nt, res_src=res_src, residual=residual,
+        res_vec=res_vec,
+        rb_cvt="cvtepi8" if residual and residual.b_dtype == "int8" else "cvtepu8",
         b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
         r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
 
