@@ -36,6 +36,9 @@ TILE_SPARE = 5
 #: 650-690 us on ResNet-18's 3x3 convs at 56, 28 and 14 pixels against 415-435 for 6x3 and 8x2 (every tap's
 #: vector loads straddle cache lines: six of them per tap saturate the load ports).
 MAX_NV = 4
+#: Chunks per thread of a parallel conv's transform rows and register tiles, handed out dynamically: on a shared
+#: machine a static half per thread made every barrier wait out a preempted thread's whole share.
+DYNAMIC_CHUNKS = 8
 
 
 def _tile_candidates(target: QTarget, max_nv: int):
@@ -167,6 +170,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
                     f"{' in registers' if res_vec else ''}")
     macs = n * f * cg * kh * kw * oh * ow
     nt = threads_for(macs, num_threads)
+    trows, items = group * c4 * len(phases) * hh, group * nob * nqb
+    tchunk = max(1, trows // (nt * DYNAMIC_CHUNKS))
     requant = y.dtype != "int32"
     flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
     kind = "depthwise" if cg == 1 and group == c else ("1x1" if kh == kw == 1 else f"{kh}x{kw}")
@@ -180,12 +185,13 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         nplanes=len(phases), phs=", ".join(str(p[0]) for p in phases), pws=", ".join(str(p[1]) for p in phases),
         taps=kh * kw, toff=", ".join(map(str, toff)), cst=cst, nvec=nvec,
         masks=", ".join(f"0x{m:x}u" for m in masks), pos=", ".join(map(str, pos + [done])),
-        flip=flip, flip4=flip * 0x01010101, pad1=xo_u, pad4=xo_u * 0x01010101, trows=group * c4 * len(phases) * hh,
+        flip=flip, flip4=flip * 0x01010101, pad1=xo_u, pad4=xo_u * 0x01010101, trows=trows,
         xsum=xsum, xt_bytes=xt_bytes, scratch=scratch, variants=variants, mr=mr, nv=nv, nob=nob, nqb=nqb,
-        items=group * nob * nqb, requant=requant, flo=flo, fhi=fhi, yoff=y.offset,
+        items=items, requant=requant, flo=flo, fhi=fhi, yoff=y.offset,
         x_ctype="int8_t" if x_dtype == "int8" else "uint8_t",
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype],
         parallel=nt > 1, nt=nt, res_src=res_src, residual=residual,
+        tchunk=tchunk, tchunks=-(-trows // tchunk), ichunk=max(1, items // (nt * DYNAMIC_CHUNKS)),
         res_vec=res_vec,
         rb_cvt="cvtepi8" if residual and residual.b_dtype == "int8" else "cvtepu8",
         b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
