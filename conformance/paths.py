@@ -145,3 +145,11 @@ def int8_parallel_elements() -> int:
     tail so the threads' chunks end unevenly."""
     from glow_cpu import int8_common, int8_elementwise
     return int8_common.PARALLEL_MIN_MACS // int8_elementwise.ELEMENT_WORK + 37
+
+
+def int8_parallel_conv_rows(channels: int, filters: int, taps: int, width: int) -> int:
+    """Output rows of a stride-1 int8 conv (``channels`` -> ``filters``, ``taps`` per window, ``width`` output
+    columns) whose multiply-adds pass the CPU int8 engine's threading threshold (``int8_common.PARALLEL_MIN_MACS``),
+    plus one so the threads' shares of register tiles end unevenly."""
+    from glow_cpu import int8_common
+    return int8_common.PARALLEL_MIN_MACS // (channels * filters * taps * width) + 2

@@ -245,11 +245,25 @@ def _weights(rng, shape, channels, per_channel, extreme=False):
     return w, scales, offs
 
 
+def engine_conv_geometries() -> dict:
+    """name -> (geometry as the float tier's, threads): the CPU int8 engine's paths the float geometries do not
+    reach: input rows of at least 16 positions (the conv transform's 16-position blocks at stride 1 and 2, with
+    scalar heads and tails), one of them at 2 threads past the engine's threading threshold."""
+    o2 = [1, 1, 1, 1]
+    rows = paths.int8_parallel_conv_rows(16, 16, 9, 48)
+    return {"2d_rows40_s1": (((1, 8, 5, 40), (6, 8, 3, 3), [1, 1], [1, 1], o2, 1), 1),
+            "2d_rows70_s2": (((1, 4, 7, 70), (5, 4, 3, 3), [2, 2], [1, 1], o2, 1), 1),
+            "2d_rows48_parallel": (((1, 16, rows, 48), (16, 16, 3, 3), [1, 1], [1, 1], o2, 1), 2)}
+
+
 def qconv_cases(geometries):
     out = []
-    variants = [(dt, pc, "") for dt in ("int8", "uint8") for pc in (False, True)]
-    for name, (xs, ws, st, dl, pd, g) in geometries.items():
-        for dt, pc, _ in variants:
+    variants = [(dt, pc) for dt in ("int8", "uint8") for pc in (False, True)]
+    lines = [(name, geo, 1, variants) for name, geo in geometries.items()]
+    lines += [(name, geo, threads, [("int8", True), ("uint8", False)])
+              for name, (geo, threads) in engine_conv_geometries().items()]
+    for name, (xs, ws, st, dl, pd, g), threads, kinds in lines:
+        for dt, pc in kinds:
             def mk(rng, xs=xs, ws=ws, st=st, dl=dl, pd=pd, g=g, dt=dt, pc=pc):
                 w, s, o = _weights(rng, ws, ws[0], pc)
                 x = ints(dt, xs, rng)
@@ -258,7 +272,8 @@ def qconv_cases(geometries):
                          "x_offset": offset(dt, rng), "out_scale": float(0.02 * 0.03 * np.sqrt(k) * 40),
                          "out_offset": offset(dt, rng), "out_dtype": dt}
                 return [x, w, rng.integers(-3000, 3000, ws[0]).astype(np.int32), s, o], attrs
-            out.append(case("qconv", dt, f"{name}/{'per_channel' if pc else 'per_tensor'}", mk, consts=(1, 2, 3, 4)))
+            out.append(case("qconv", dt, f"{name}/{'per_channel' if pc else 'per_tensor'}", mk, consts=(1, 2, 3, 4),
+                            threads=threads))
     xs, ws, st, dl, pd, g = geometries["2d_pad1"]
     specials = {
         "offsets_at_extremes": dict(x_off="low", w_extreme=True, out_off="high"),

@@ -70,6 +70,11 @@ CONV = [
     ((3, 4, 1, 17), (6, 4, 1, 5), (1, 2), (1, 2), (0, 2, 0, 3), 1, "int8", "rand", "zero", True, "int8", None, 1),
     ((1, 64, 28, 28), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", "relu", 1),
     ((1, 128, 7, 7), (96, 128, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "rand", "tensor", True, "int8", None, 1),
+    # rows of at least 16 positions: the transform's 16-position blocks (stride 1 and 2, int8 flipped, a partial
+    # 4-channel block beside full ones) with scalar heads and tails
+    ((1, 8, 12, 40), (8, 8, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, "int8", "rand", "zero", True, "int8", None, 1),
+    ((1, 6, 5, 37), (4, 6, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "lo", "channel", True, "uint8", None, 1),
+    ((1, 4, 6, 66), (5, 4, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1, "uint8", "rand", "zero", False, "uint8", None, 1),
 ]
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [
@@ -86,7 +91,8 @@ RESCALE = [("int8", -128, "uint8", 0, 0.7), ("uint8", 255, "int8", 127, 3.3), ("
 ADD = [("int8", 5, 0.9, "uint8", 128, 1.3, "int8", -10, "relu"), ("uint8", 0, 0.5, "uint8", 255, 0.5, "uint8", 0, None),
        ("int8", -128, 2.0, "int8", 127, 1.7, "int8", 3, None),
        ("int16", -300, 0.01, "int8", 5, 0.7, "int16", 17, None),
-       ("int16", 1000, 0.003, "int16", -32768, 0.002, "int16", -5, "relu")]
+       ("int16", 1000, 0.003, "int16", -32768, 0.002, "int16", -5, "relu"),
+       ("uint8", 3, 0.5, "int8", -7, 0.5, "uint8", 100, None)]  # half-integer sums: the 16-lane float pass defers
 POOL = [("max", (2, 3, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), "int8", 0, 0),
         ("max", (1, 4, 5, 5), (2, 2), (1, 1), (0, 0, 1, 1), "uint8", 0, 0),
         ("avg", (2, 3, 9, 8), (3, 3), (2, 2), (1, 1, 1, 1), "int8", 1, 1),

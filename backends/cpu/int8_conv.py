@@ -31,12 +31,20 @@ DP_CYCLES, LOAD_CYCLES, TILE_OVERHEAD = 0.75, 0.5, 40.0
 #: Measured (bench/bench_int8.py, ResNet-18 3x3 convs): 8x2, 6x3, 4x4 and 12x1 tiles run at 250-290 GMAC/s,
 #: 5x4, 9x2 and 16x1 (one or two registers more) at 90-160: GCC spills.
 TILE_SPARE = 5
+#: Most pixel vectors of a conv tile (a matmul's, whose vectors are packed rows, may take 8). Measured
+#: (bench/bench_int8.py geometries, AVX-512 VNNI): the 3ch x 6 vectors tile the model ties with 6x3 ran at
+#: 650-690 us on ResNet-18's 3x3 convs at 56, 28 and 14 pixels against 415-435 for 6x3 and 8x2 (every tap's
+#: vector loads straddle cache lines: six of them per tap saturate the load ports).
+MAX_NV = 4
+#: Chunks per thread of a parallel conv's transform rows and register tiles, handed out dynamically: on a shared
+#: machine a static half per thread made every barrier wait out a preempted thread's whole share.
+DYNAMIC_CHUNKS = 8
 
 
-def _tile_candidates(target: QTarget):
+def _tile_candidates(target: QTarget, max_nv: int):
     """(mr, nv) register tiles: accumulators, the nv input vectors and the mr broadcast weights fit the
-    registers with TILE_SPARE left."""
-    return [(mr, nv) for nv in range(1, 9) for mr in range(1, 25)
+    registers with TILE_SPARE left, nv <= max_nv."""
+    return [(mr, nv) for nv in range(1, max_nv + 1) for mr in range(1, 25)
             if mr * nv + mr + nv <= target.registers - TILE_SPARE]
 
 
@@ -48,10 +56,10 @@ def _blocks(total: int, size: int) -> list[tuple[int, int]]:
     return out
 
 
-def choose_tile(fg: int, nvec: int, ksteps: int, target: QTarget) -> tuple[int, int]:
+def choose_tile(fg: int, nvec: int, ksteps: int, target: QTarget, max_nv: int = 8) -> tuple[int, int]:
     """The (mr, nv) of least modelled cycles over the output channels of a group x the pixel vectors."""
     best = None
-    for mr, nv in _tile_candidates(target):
+    for mr, nv in _tile_candidates(target, max_nv):
         if mr > fg or nv > nvec:
             continue
         cost = 0.0
@@ -134,7 +142,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         done += bin(m).count("1")
 
     ksteps = c4 * kh * kw
-    mr, nv = choose_tile(fg, nvec, ksteps, target)
+    mr, nv = choose_tile(fg, nvec, ksteps, target, MAX_NV)
     mr, nv = int(force.get("mr", mr)), int(force.get("nv", nv))
     if not (1 <= mr <= fg and 1 <= nv <= nvec):
         raise Int8EngineError(f"int8 engine: forced tile {mr}x{nv} must fit 1..{fg} channels x 1..{nvec} vectors")
@@ -146,6 +154,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             cond_q = f"qb < {nvec // nv}" if v == nv else f"qb == {nvec // nv}"
             variants.append((m, v, f"{cond_o} && {cond_q}"))
     res_src, res_desc = "", ""
+    # the 16-lane path adds the residual to the requantized lanes in registers (8-bit B and Y: the qadd's v16 helper)
+    res_vec = residual is not None and lanes == 16 and {residual.b_dtype, residual.y.dtype} <= {"int8", "uint8"}
     if residual is not None:
         if y.dtype not in ("int8", "uint8"):
             raise Int8EngineError(f"int8 engine: a residual add needs an 8-bit conv output, not {y.dtype}")
@@ -156,9 +166,12 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         (ad, ao, am), (bd, bo, bm) = ab
         res_src = plan_qadd((1,), a_dtype=ad, a_offset=ao, a_multiplier=am, b_dtype=bd, b_offset=bo,
                             b_multiplier=bm, y=residual.y, target=target, name=name + "_res").source
-        res_desc = f", residual add {residual.b_dtype}->{residual.y.dtype} fused per tile"
+        res_desc = (f", residual add {residual.b_dtype}->{residual.y.dtype} fused per tile"
+                    f"{' in registers' if res_vec else ''}")
     macs = n * f * cg * kh * kw * oh * ow
     nt = threads_for(macs, num_threads)
+    trows, items = group * c4 * len(phases) * hh, group * nob * nqb
+    tchunk = max(1, trows // (nt * DYNAMIC_CHUNKS))
     requant = y.dtype != "int32"
     flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
     kind = "depthwise" if cg == 1 and group == c else ("1x1" if kh == kw == 1 else f"{kh}x{kw}")
@@ -172,12 +185,15 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         nplanes=len(phases), phs=", ".join(str(p[0]) for p in phases), pws=", ".join(str(p[1]) for p in phases),
         taps=kh * kw, toff=", ".join(map(str, toff)), cst=cst, nvec=nvec,
         masks=", ".join(f"0x{m:x}u" for m in masks), pos=", ".join(map(str, pos + [done])),
-        flip=flip, flip4=flip * 0x01010101, pad1=xo_u, pad4=xo_u * 0x01010101, trows=group * c4 * len(phases) * hh,
+        flip=flip, flip4=flip * 0x01010101, pad1=xo_u, pad4=xo_u * 0x01010101, trows=trows,
         xsum=xsum, xt_bytes=xt_bytes, scratch=scratch, variants=variants, mr=mr, nv=nv, nob=nob, nqb=nqb,
-        items=group * nob * nqb, requant=requant, flo=flo, fhi=fhi, yoff=y.offset,
+        items=items, requant=requant, flo=flo, fhi=fhi, yoff=y.offset,
         x_ctype="int8_t" if x_dtype == "int8" else "uint8_t",
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype],
         parallel=nt > 1, nt=nt, res_src=res_src, residual=residual,
+        tchunk=tchunk, tchunks=-(-trows // tchunk), ichunk=max(1, items // (nt * DYNAMIC_CHUNKS)),
+        res_vec=res_vec,
+        rb_cvt="cvtepi8" if residual and residual.b_dtype == "int8" else "cvtepu8",
         b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
         r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
 

@@ -69,6 +69,15 @@ def plan_qmul(shape, *, a_dtype: str, a_offset: int, b_dtype: str, b_offset: int
                    target, name)
 
 
+def _tie_margin(ma: np.float32, mb: np.float32) -> str:
+    """The distance from a half-integer within which the 16-lane add's float pass defers to its double pass (as a
+    C float literal, "" when the float pass is off): 4 x the float pass's error bound of 2^-23 * 255 (|ma| + |mb|)
+    for 8-bit operands, so F and the double sum round alike beyond it; off when that reaches 1/8 (multipliers
+    past ~2^12: the float pass would mostly defer)."""
+    margin = 2.0 ** -21 * 255 * (abs(float(ma)) + abs(float(mb)))
+    return c_float(margin) if margin < 0.125 else ""
+
+
 def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_threads, target, name) -> Int8Kernel:
     check_name(name)
     for what, dt, off in ((f"{op} input a", a_dtype, a_offset), (f"{op} input b", b_dtype, b_offset)):
@@ -85,7 +94,7 @@ def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_thre
         a_ctype=QTYPES[a_dtype][0], b_ctype=QTYPES[b_dtype][0], y_ctype=QTYPES[y.dtype][0], aoff=a_offset,
         boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt,
         itype="int64_t" if "int16" in (a_dtype, b_dtype) else "int32_t",
-        simd16=op == "add" and {a_dtype, b_dtype, y.dtype} <= {"int8", "uint8"},
+        simd16=op == "add" and {a_dtype, b_dtype, y.dtype} <= {"int8", "uint8"}, tie_margin=_tie_margin(ma, mb),
         a_cvt="cvtepi8" if a_dtype == "int8" else "cvtepu8", b_cvt="cvtepi8" if b_dtype == "int8" else "cvtepu8")
     return Int8Kernel(name, "add", src, 0, desc, size)
 

@@ -1,0 +1,118 @@
+"""Per-layer gap table of the int8 ResNet-18 (bench/bench_int8_e2e.py's QDQ model): every instruction of the CPU
+backend's int8 run beside onnxruntime's per-node profile of the same model, at each thread count.
+
+    python bench/bench_int8_layers.py [--threads 1,2] [--runs 30] [--size 224] [--json FILE]
+
+glow-int8 is timed per instruction with ``CompiledFunction.execute_timed`` (a monotonic clock read around each
+kernel call); onnxruntime with ``SessionOptions.enable_profiling`` (its ``*_kernel_time`` events). Both run the
+model ``--runs`` times after a warm-up, alternating one glow run and one onnxruntime run, and each row is the
+median over the runs. Rows are matched by the ONNX node a kernel comes from (onnxruntime's node name without its
+``_token_N`` suffix is the prefix of ours); a node only one side has (onnxruntime's layout transposes and
+Flatten) gets a row with the other side empty. The totals are the sums of the medians (a whole run costs a little
+more: the call itself).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+
+for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import glow_core  # noqa: E402
+from bench.bench_int8_e2e import models  # noqa: E402
+
+
+def _ort_node(event_name: str) -> str:
+    return re.sub(r"_token_\d+$", "", event_name[:-len("_kernel_time")])
+
+
+def profile(qdq, feed, threads: int, runs: int):
+    """[(node, glow op, glow median us, ort op, ort median us)] in glow's instruction order, ort-only rows last."""
+    gq = glow_core.compile(qdq, "cpu", num_threads=threads)
+    gq.run(feed)
+    compiled = gq.last.compiled
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as d:
+        so.profile_file_prefix = os.path.join(d, "ort")
+        sess = ort.InferenceSession(qdq.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ours: dict[str, list] = {}
+        op_of: dict[str, str] = {}
+        for _ in range(runs + 1):
+            _, timings = compiled.execute_timed(feed)
+            for ins, _start, dur in timings:
+                ours.setdefault(ins.name, []).append(dur * 1e6)
+                op_of[ins.name] = ins.op
+            sess.run(None, feed)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    theirs: dict[str, list] = {}
+    their_op: dict[str, str] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            node = _ort_node(e["name"])
+            theirs.setdefault(node, []).append(e["dur"])
+            their_op[node] = e["args"].get("op_name", "?")
+    # drop the warm-up run
+    ours = {k: v[1:] for k, v in ours.items()}
+    theirs = {k: v[1:] for k, v in theirs.items()}
+    nodes = sorted(theirs, key=len, reverse=True)
+    rows, matched = [], set()
+    for name, ts in ours.items():
+        node = next((n for n in nodes if name.startswith(n + "_")), None)
+        # several of our instructions may come from one node (a quantize and a conv): the first takes the row
+        other = node if node is not None and node not in matched else None
+        if other:
+            matched.add(other)
+        rows.append((node or name, op_of[name], statistics.median(ts), their_op.get(other, ""),
+                     statistics.median(theirs[other]) if other else None))
+    for n in theirs:
+        if n not in matched:
+            rows.append((n, "", None, their_op[n], statistics.median(theirs[n])))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    _, qdq, name, shape = models(a.size)
+    feed = {name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+    result = {}
+    for nt in [int(t) for t in a.threads.split(",")]:
+        rows = profile(qdq, feed, nt, a.runs)
+        print(f"threads {nt} (medians over {a.runs} runs, microseconds)")
+        print(f"  {'node':22s} {'glow op':12s} {'glow':>8s} {'ort op':26s} {'ort':>8s} {'glow/ort':>8s}")
+        for node, op, g, oop, o in rows:
+            ratio = f"{g / o:8.2f}" if g is not None and o else ""
+            gs = f"{g:8.1f}" if g is not None else ""
+            os_ = f"{o:8.1f}" if o is not None else ""
+            print(f"  {node[:22]:22s} {op:12s} {gs:>8s} {oop[:26]:26s} {os_:>8s} {ratio:>8s}")
+        tg = sum(r[2] for r in rows if r[2] is not None)
+        to = sum(r[4] for r in rows if r[4] is not None)
+        print(f"  {'total':22s} {'':12s} {tg:8.1f} {'':26s} {to:8.1f} {tg / to:8.2f}")
+        result[nt] = [dict(zip(("node", "glow_op", "glow_us", "ort_op", "ort_us"), r)) for r in rows]
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
