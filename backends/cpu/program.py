@@ -8,9 +8,10 @@ import numpy as np
 
 from glow_core.memory import align_up
 
-from .codegen import (KernelCode, KernelInstr, c_comment, constant_value, gemm_source, kernel_code, stacked,
-                      template)
+from .codegen import (KernelCode, KernelInstr, c_comment, constant_value, engine_conv, gemm_source, kernel_code,
+                      stacked, template)
 from .codegen_int8 import engine_conv as int8_engine_conv
+from .conv_fusion import fuse_float_residuals
 from .int8_fusion import fuse_residuals
 from .stacking import read_in_place
 
@@ -22,9 +23,9 @@ REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
 ELIDED_BROADCAST = KernelCode("glow_k_nothing",
                               "GLOW_KERNEL int glow_k_nothing(uint8_t *const *p) { (void)p; return 0; }\n", (), (),
                               "not materialized: its elementwise readers index its source in place")
-#: The kernel of a qadd the preceding qconv's epilogue computes (int8_fusion.fuse_residuals).
+#: The kernel of a qadd or add the preceding (q)conv's epilogue computes (int8_fusion, conv_fusion).
 FUSED_RESIDUAL = KernelCode("glow_k_fused", "GLOW_KERNEL int glow_k_fused(uint8_t *const *p) { (void)p; return 0; }\n",
-                            (), (), "computed in the epilogue of the qconv before it (residual add fused)")
+                            (), (), "computed in the epilogue of the conv before it (residual add fused)")
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Program:
         placed: dict = {}
         elided = read_in_place(irf, stacked)
         fused = fuse_residuals(irf, lambda conv: int8_engine_conv(KernelInstr.of(conv), num_threads))
+        fused.update(fuse_float_residuals(irf, lambda conv: bool(engine_conv(KernelInstr.of(conv), num_threads)),
+                                          skip=set(elided.sources)))
         for ins in irf.code:
             skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
             if id(ins) in fused:
