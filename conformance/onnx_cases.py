@@ -118,10 +118,12 @@ def scales(model, feeds, ctx, out_names, tolerance, want):
     return 1, {}
 
 
-def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info=None, oracle=None, group=None):
+def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info=None, oracle=None, group=None,
+               threads=1):
     """A case over an ONNX model: ``build(rng)`` returns (model, feeds); ``oracle(feeds)`` (a list of arrays)
     replaces ReferenceEvaluator where that is known to be wrong or less precise. Cases with the same ``group``
-    are first run merged into one model (one compilation; see ``grouped_outputs``)."""
+    are first run merged into one model (one compilation; see ``grouped_outputs``). ``threads``: the compilation's
+    num_threads."""
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         model, feeds = build(np.random.default_rng(seed))
@@ -148,10 +150,11 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
             except CaseFailure:
                 pass  # judged alone
         ctx.answers.clear()
-        check(run_model(ctx, model, feeds))
+        check(run_model(ctx, model, feeds, threads))
     if group is not None:
         GROUPS.setdefault(group, {})[case_id] = build
-    return Case(case_id, tier, subject, dt, run, profiles or profiles_for(dt), dict(info or {}, group=group))
+    return Case(case_id, tier, subject, dt, run, profiles or profiles_for(dt),
+                dict(info or {}, group=group, threads=threads))
 
 
 #: group key -> {case id: build}: the model cases first run merged into one model
