@@ -85,3 +85,42 @@ def test_resnet18_identity_blocks_fuse_and_stay_exact(monkeypatch):
     assert len(pairs) == 4 and all(a.startswith("add_s") for _, a in pairs), pairs
     plain = unfused(model, 2, monkeypatch)
     np.testing.assert_array_equal(next(iter(cm.run(feed).values())), next(iter(plain.run(feed).values())))
+
+
+HARD = [(("HardSwish", {}), "hard_swish", {"alpha": float(np.float32(1 / 6)), "beta": 0.5}),
+        (("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), "hard_sigmoid",
+         {"alpha": float(np.float32(0.3)), "beta": float(np.float32(0.4))})]
+
+
+@needs_cc
+@pytest.mark.parametrize("producer", ["conv", "depthwise"])
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("act,name,params", HARD, ids=[h[1] for h in HARD])
+def test_hard_swish_and_hard_sigmoid_fused_on_conv_exactly(producer, dt, act, name, params):
+    """HardSwish and HardSigmoid after a conv and a depthwise conv: one fused activation (its alpha and beta as
+    the lowered splats hold them), in the conv engine's registers for float32, in the generic kernels' store
+    for float64; bit-equal to the unfused mul, add, max, min (and mul) over inputs with infinities, NaN, -0 and
+    values on the clip's corners, equal to onnxruntime (float32)."""
+    from onnx import TensorProto
+    from tests.test_fusion import NoFusionCPU, activation_model, fused
+    npd = np.float32 if dt == "float32" else np.float64
+    model, xs = activation_model(act, producer, dtype=TensorProto.FLOAT if dt == "float32" else TensorProto.DOUBLE,
+                                 npd=npd)
+    x = (np.random.default_rng(9).standard_normal(xs) * 4).astype(npd)
+    x.reshape(-1)[:10] = [np.inf, -np.inf, np.nan, -0.0, 3.0, -3.0, 1e-40, 3e38, -3e38, 2.5]
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    want_params = params if dt == "float32" else {"alpha": pytest.approx(params["alpha"], rel=1e-7),
+                                                  "beta": pytest.approx(params["beta"], rel=1e-7)}
+    assert fused(cm.ir) == [("conv", name, want_params)]
+    choices = [c.code.choice for c in cm.last.compiled.program.calls if c.instr.op == "conv"]
+    if dt == "float32":
+        assert any(c.startswith("conv engine") and c.endswith(f"{name} fused in registers") for c in choices), choices
+    got = cm.run({"x": x})["y"]
+    plain = glow_core.compile(model, NoFusionCPU(), num_threads=1)
+    assert fused(plain.ir) == [("conv", None, None)]
+    np.testing.assert_array_equal(got, plain.run({"x": x})["y"])
+    if dt == "float32":
+        clean = (np.random.default_rng(3).standard_normal(xs) * 4).astype(npd)
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": clean})[0]
+        np.testing.assert_allclose(cm.run({"x": clean})["y"], want, rtol=1e-5, atol=1e-5)

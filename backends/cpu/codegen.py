@@ -352,15 +352,17 @@ ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
 
 def _engine_steps(act, params) -> "tuple | None":
     """The conv engine's epilogue steps of one fused activation (glow_core.fusion): () for none; relu and clip,
-    whose selects equal the lowered max/min bit for bit, and sigmoid and silu, whose vector gce_sigmoid is the
-    elementwise glow_sigmoidf operation for operation; None for the others (tanh, leaky_relu)."""
+    whose selects equal the lowered max/min bit for bit, sigmoid and silu, whose vector gce_sigmoid is the
+    elementwise glow_sigmoidf operation for operation, and hard_sigmoid and hard_swish (the mul rounded before
+    the add, then the clip's selects); None for the others (tanh, leaky_relu)."""
     if not act:
         return ()
     if act in ("relu", "sigmoid", "silu"):
         return (act,)
-    if act == "clip" and all(isinstance(params.get(k), (int, float)) and params[k] == params[k]
-                             for k in ("min", "max")):
-        return (("clip", params["min"], params["max"]),)
+    for name, keys in (("clip", ("min", "max")), ("hard_sigmoid", ("alpha", "beta")),
+                       ("hard_swish", ("alpha", "beta"))):
+        if act == name and all(isinstance(params.get(k), (int, float)) and params[k] == params[k] for k in keys):
+            return ((name,) + tuple(params[k] for k in keys),)
     return None
 
 
