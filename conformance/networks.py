@@ -161,7 +161,8 @@ def fused_tails(seed=0, dt="float32", batch=2, ch=8, size=16):
 
 #: ONNX activation -> (extra constant inputs, attributes): the forms glow_core.fusion folds into a producer.
 ACTIVATIONS = {"Relu": ((), {}), "Clip": ((0.0, 6.0), {}), "Sigmoid": ((), {}), "Tanh": ((), {}),
-               "LeakyRelu": ((), {"alpha": 0.1})}
+               "LeakyRelu": ((), {"alpha": 0.1}), "HardSwish": ((), {}),
+               "HardSigmoid": ((), {"alpha": 0.3, "beta": 0.4})}
 
 
 def fused(seed=0, dt="float32", producer="Conv", act="Relu", x=(1, 8, 10, 10), w=(8, 8, 3, 3), const=True,

@@ -66,7 +66,7 @@ MODELS = {
 #: generator's tile table (paths.gemm_shapes' last: several K blocks, the epilogue only after the last one,
 #: whole and partial micro-tiles); conv sizes from the conv engine's choices (backends/cpu/conv_algorithms.py:
 #: 3x3 stride 1 on 12x12 and 24x24 maps is Winograd F(2x2) and F(4x4), strided is direct); activations the
-#: engine does not apply in registers (sigmoid, tanh, leaky_relu) run after it, in the same kernel.
+#: engine does not apply in registers (tanh, leaky_relu) run after it, in the same kernel.
 _G32, _G64 = paths.gemm_shapes("f32")[-1], paths.gemm_shapes("f64")[-1]
 P1, S2 = [1, 1, 1, 1], [2, 2]
 FUSED = {
@@ -87,6 +87,12 @@ FUSED = {
                                       dict(pads=P1, group=16)),
     "conv_engine_depthwise_clip": (("float32",), "Conv", "Clip", (1, 24, 11, 11), (24, 1, 3, 3), True,
                                    dict(pads=P1, strides=S2, group=24)),
+    "conv_engine_winograd4_hard_swish": (("float32",), "Conv", "HardSwish", (1, 16, 24, 24), (16, 16, 3, 3), True,
+                                         dict(pads=P1)),
+    "conv_engine_depthwise_hard_sigmoid": (("float32",), "Conv", "HardSigmoid", (1, 20, 11, 11), (20, 1, 3, 3),
+                                           True, dict(pads=P1, strides=S2, group=20)),
+    "conv_im2col_hard_sigmoid": (("float64",), "Conv", "HardSigmoid", (1, 4, 9, 9), (6, 4, 3, 3), False,
+                                 dict(pads=P1)),
     "conv_im2col_sigmoid": (("float32", "float64", "float16"), "Conv", "Sigmoid", (1, 4, 9, 9), (6, 4, 3, 3),
                             False, dict(pads=P1)),
     "conv_direct_1x1_relu": (("float32",), "Conv", "Relu", (1, 4, 9, 9), (6, 4, 1, 1), False, {}),
