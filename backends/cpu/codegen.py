@@ -381,6 +381,9 @@ def _engine_epilogue(attrs) -> "Epilogue | None":
     return Epilogue(steps + ("residual",) + after)
 
 
+#: Partial sums of a reduce_sum over a contiguous run (``_Kernel._reduce``).
+REDUCE_LANES = 8
+
 _ENGINE_MEMO: dict = {}
 #: Kernels that index their operands by the logical shape and the operand's layout.
 LAYOUT_AWARE = ("conv", LAYOUT_CONVERT, "max_pool", "avg_pool")
@@ -840,8 +843,17 @@ class _Kernel(QuantizedKernels):
                               [f"r{i} * {st}" for i, (_, st) in enumerate(red)]) or "0"
         kst = row_strides([s for s, _ in kept])
         out_idx = " + ".join(f"o{i} * {st}" for i, st in enumerate(kst)) or "0"
+        # A sum over one contiguous run of the input (e.g. a global average pool): LANES independent partial sums
+        # (the compiler vectorizes them; one chain of dependent adds is latency-bound), combined pairwise.
+        run = prod(s for s, _ in red)
+        lanes = REDUCE_LANES if op == "reduce_sum" and run >= 2 * REDUCE_LANES and \
+            [st for _, st in red] == row_strides([s for s, _ in red]) else 0
+        if lanes:
+            self.choice = f"reduce_sum: {lanes} partial sums over runs of {run}"
         return self.t("reduce.c.j2",
-            fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
+            fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x), lanes=lanes,
+            run=run, base=" + ".join(f"o{i} * {st}" for i, (_, st) in enumerate(kept)) or "0",
+            load_q=f"({acc_t})" + ct.ld("src[q + l]"), load_t=f"({acc_t})" + ct.ld("src[q]"),
             parallel=self.nt > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
             red=[s for s, _ in red], acc_t=acc_t, init=init, load=f"({acc_t})" + ct.ld(f"in[{load_idx}]"),
             update=update, out_idx=out_idx, store=ct.st(f"({ct.compute})acc"))
