@@ -29,7 +29,7 @@ def fused_pairs(cm):
     """(conv name, add name) of every add the program runs in a conv's epilogue."""
     calls = cm.last.compiled.program.calls
     return [(calls[i - 1].instr.name, c.instr.name) for i, c in enumerate(calls)
-            if c.code.name == program.FUSED_RESIDUAL.name and c.instr.op == "add"]
+            if c.code.name == program.FUSED_ADD.name]
 
 
 def unfused(model, threads, monkeypatch):

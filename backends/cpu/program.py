@@ -23,9 +23,13 @@ REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
 ELIDED_BROADCAST = KernelCode("glow_k_nothing",
                               "GLOW_KERNEL int glow_k_nothing(uint8_t *const *p) { (void)p; return 0; }\n", (), (),
                               "not materialized: its elementwise readers index its source in place")
-#: The kernel of a qadd or add the preceding (q)conv's epilogue computes (int8_fusion, conv_fusion).
+#: The kernel of a qadd the preceding qconv's epilogue computes (int8_fusion.fuse_residuals).
 FUSED_RESIDUAL = KernelCode("glow_k_fused", "GLOW_KERNEL int glow_k_fused(uint8_t *const *p) { (void)p; return 0; }\n",
-                            (), (), "computed in the epilogue of the conv before it (residual add fused)")
+                            (), (), "computed in the epilogue of the qconv before it (residual add fused)")
+#: The kernel of a float add the preceding conv's epilogue computes (conv_fusion.fuse_float_residuals).
+FUSED_ADD = KernelCode("glow_k_fused_add",
+                       "GLOW_KERNEL int glow_k_fused_add(uint8_t *const *p) { (void)p; return 0; }\n",
+                       (), (), "computed in the epilogue of the conv before it (residual add fused)")
 
 
 @dataclass
@@ -56,7 +60,7 @@ class Program:
             skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
             if id(ins) in fused:
                 if fused[id(ins)].add is ins:
-                    skip = FUSED_RESIDUAL
+                    skip = FUSED_RESIDUAL if ins.op == "qadd" else FUSED_ADD
                 else:
                     ins = fused[id(ins)].conv
             if skip is not None:
