@@ -20,6 +20,7 @@ from .api import CompiledModel
 from .api import compile as glow_compile
 from .errors import GlowError
 from .flops import instr_flops
+from .ir import PSEUDO
 from .progress import Progress
 
 
@@ -178,7 +179,7 @@ def profile_layers(cm: CompiledModel, feed: dict, budget: float, label: str = "g
     if prof is None:
         raise GlowError(f"backend '{cm.backend.name}' does not time single instructions: no per-layer table")
     per_run, walls = prof
-    code = [ins for ins in res.ir.code if ins.op not in ("allocactivation", "deallocactivation", "tensorview")]
+    code = [ins for ins in res.ir.code if ins.op not in PSEUDO]
     own = {_node_of(ins.name, nodes) for ins in code}
     layers: dict[str, Layer] = {}
     for ins in code:
