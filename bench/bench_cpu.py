@@ -11,7 +11,10 @@
    <= 2.0).
 3. The matmul kernel's GFLOP/s at --n^3 against numpy single-threaded (OPENBLAS_NUM_THREADS=1; target >= 60%).
 4. The per-call latency of linear_sigmoid against ort ``session.run`` (target: faster than ort).
-5. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
+5. A per-layer table of the slowest model against onnxruntime (the highest cpu/ort ratio at the first thread
+   count, or --layers MODEL): per ONNX node, glow's time, GFLOP/s and share of the run beside onnxruntime's
+   profiled time of the same node (glow_core.bench.format_layers).
+6. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
    (target < 1 s) of the ResNet-18-style model, each in a fresh process.
 
 Models (glow_core.example_models, seeded weights), the families of issue 13: cnn, linear_sigmoid, mlp
@@ -111,6 +114,19 @@ def worker_latency(runtime, name, threads):
         fn = lambda: sess.run(None, feed)  # noqa: E731
     ts = timed_runs(fn, budget, lo, hi)
     return {"median": statistics.median(ts), "min": min(ts), "n": len(ts)}
+
+
+def worker_layers(name, threads):
+    """The per-layer table of ``name`` (glow_core.bench: glow's per-instruction timing by ONNX node beside
+    onnxruntime's profiler), as text."""
+    from glow_core.bench import format_layers, ort_layer_times, ort_node_times, profile_layers
+    model = build(name)
+    feed = feed_of(model)
+    cm = glow_compile(model, threads)
+    cm.run(feed)
+    layers, wall = profile_layers(cm, feed, MODELS[name][1])
+    ort = ort_layer_times(model, ort_node_times(model, feed, threads), layers)
+    return {"table": format_layers(f"per layer, {name}, {threads} thread(s)", layers, wall, ort)}
 
 
 def worker_compile(name, threads):
@@ -225,12 +241,14 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5, help="matmul repetitions")
     ap.add_argument("--tol", type=float, default=1e-3, help="max relative difference against onnxruntime")
     ap.add_argument("--compile-model", default=None, help="model of the compile-time measurement")
+    ap.add_argument("--layers", default=None,
+                    help="model of the per-layer table (default: the slowest against onnxruntime; 'none': no table)")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         kind, *rest = a.worker
         out = worker_latency(rest[0], rest[1], int(rest[2])) if kind == "latency" else \
-            worker_compile(rest[0], int(rest[1]))
+            worker_layers(rest[0], int(rest[1])) if kind == "layers" else worker_compile(rest[0], int(rest[1]))
         print(json.dumps(out))
         return 0
 
@@ -259,6 +277,11 @@ def main(argv=None):
         ratios = [res[m, 1][0] / res[m, 1][1] for m in names]
         gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
         print(f"geometric mean of cpu/ort at 1 thread over {len(ratios)} models: {gm:.2f} (target <= 2.0)")
+
+    if a.layers != "none":
+        th = thread_list[0]
+        slowest = a.layers or max(names, key=lambda m: res[m, th][0] / res[m, th][1])
+        print(f"\n{spawn(['layers', slowest, str(th)], th)['table']}", flush=True)
 
     print()
     matmul(n, a.reps)

@@ -161,7 +161,8 @@ def fused_tails(seed=0, dt="float32", batch=2, ch=8, size=16):
 
 #: ONNX activation -> (extra constant inputs, attributes): the forms glow_core.fusion folds into a producer.
 ACTIVATIONS = {"Relu": ((), {}), "Clip": ((0.0, 6.0), {}), "Sigmoid": ((), {}), "Tanh": ((), {}),
-               "LeakyRelu": ((), {"alpha": 0.1})}
+               "LeakyRelu": ((), {"alpha": 0.1}), "HardSwish": ((), {}),
+               "HardSigmoid": ((), {"alpha": 0.3, "beta": 0.4})}
 
 
 def fused(seed=0, dt="float32", producer="Conv", act="Relu", x=(1, 8, 10, 10), w=(8, 8, 3, 3), const=True,
@@ -177,6 +178,27 @@ def fused(seed=0, dt="float32", producer="Conv", act="Relu", x=(1, 8, 10, 10), w
     g.op(act, [y] + [g.const(v) for v in extra], **at)
     inputs = [("input", x)] + ([] if const else [("weight", w)])
     return g.model(f"fused_{producer.lower()}_{act.lower()}", inputs, [g.nodes[-1].output[0]])
+
+
+def residual(seed=0, dt="float32", act=None, x=(1, 16, 12, 12), w=(16, 16, 3, 3), blocked=True, **attrs):
+    """conv -> Add(conv, earlier) [-> act]: the residual add a backend folds into the conv's epilogue. ``blocked``:
+    the earlier tensor is Relu(conv(input)) and the sum feeds a 1x1 conv (between convs: the blocked layout a
+    backend's layout pass may choose), else a second graph input (plain layout: graph inputs and outputs are plain). The conv keeps the
+    spatial shape (pads of half the kernel; ``attrs``: e.g. group)."""
+    g = G(seed, dt)
+    attrs.setdefault("pads", [k // 2 for k in w[2:]] * 2)
+    c = x[1]
+    b = "other"
+    if blocked:
+        b = g.op("Relu", [g.op("Conv", ["input", g.w(c, c, 1, 1), g.w(c, scale=0.1)])])
+    y = g.op("Add", [g.op("Conv", [b if blocked else "input", g.w(*w), g.w(w[0], scale=0.1)], **attrs), b])
+    if act:
+        extra, at = ACTIVATIONS[act]
+        y = g.op(act, [y] + [g.const(v) for v in extra], **at)
+    if blocked:  # read by a conv: blocked
+        y = g.op("Conv", [y, g.w(c, c, 1, 1), g.w(c, scale=0.1)])
+    inputs = [("input", x)] + ([] if blocked else [("other", x[:1] + (w[0],) + x[2:])])
+    return g.model(f"residual_{act or 'none'}", inputs, [y])
 
 
 def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):

@@ -153,7 +153,8 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
         check(run_model(ctx, model, feeds, threads))
     if group is not None:
         GROUPS.setdefault(group, {})[case_id] = build
-    return Case(case_id, tier, subject, dt, run, profiles or profiles_for(dt), dict(info or {}, group=group))
+    return Case(case_id, tier, subject, dt, run, profiles or profiles_for(dt),
+                dict(info or {}, group=group, threads=threads))
 
 
 #: group key -> {case id: build}: the model cases first run merged into one model

@@ -67,7 +67,7 @@ MODELS = {
 #: generator's tile table (paths.gemm_shapes' last: several K blocks, the epilogue only after the last one,
 #: whole and partial micro-tiles); conv sizes from the conv engine's choices (backends/cpu/conv_algorithms.py:
 #: 3x3 stride 1 on 12x12 and 24x24 maps is Winograd F(2x2) and F(4x4), strided is direct); activations the
-#: engine does not apply in registers (sigmoid, tanh, leaky_relu) run after it, in the same kernel.
+#: engine does not apply in registers (tanh, leaky_relu) run after it, in the same kernel.
 _G32, _G64 = paths.gemm_shapes("f32")[-1], paths.gemm_shapes("f64")[-1]
 P1, S2 = [1, 1, 1, 1], [2, 2]
 FUSED = {
@@ -88,11 +88,31 @@ FUSED = {
                                       dict(pads=P1, group=16)),
     "conv_engine_depthwise_clip": (("float32",), "Conv", "Clip", (1, 24, 11, 11), (24, 1, 3, 3), True,
                                    dict(pads=P1, strides=S2, group=24)),
+    "conv_engine_winograd4_hard_swish": (("float32",), "Conv", "HardSwish", (1, 16, 24, 24), (16, 16, 3, 3), True,
+                                         dict(pads=P1)),
+    "conv_engine_depthwise_hard_sigmoid": (("float32",), "Conv", "HardSigmoid", (1, 20, 11, 11), (20, 1, 3, 3),
+                                           True, dict(pads=P1, strides=S2, group=20)),
+    "conv_im2col_hard_sigmoid": (("float64",), "Conv", "HardSigmoid", (1, 4, 9, 9), (6, 4, 3, 3), False,
+                                 dict(pads=P1)),
     "conv_im2col_sigmoid": (("float32", "float64", "float16"), "Conv", "Sigmoid", (1, 4, 9, 9), (6, 4, 3, 3),
                             False, dict(pads=P1)),
     "conv_direct_1x1_relu": (("float32",), "Conv", "Relu", (1, 4, 9, 9), (6, 4, 1, 1), False, {}),
     "conv_depthwise_leaky_relu": (("float32", "float64"), "Conv", "LeakyRelu", (1, 5, 8, 8), (5, 1, 3, 3), False,
                                   dict(pads=P1, group=5)),
+}
+#: A conv and the residual add (and the add's activation) a backend folds into the conv's epilogue
+#: (networks.residual), one line each: name -> (activation, x shape, weight shape, blocked, threads, attributes).
+#: The CPU conv engine's choices (conv_algorithms.py): 3x3 stride 1 on 12x12 / 24x24 is Winograd F(2x2) / F(4x4),
+#: 1x1 and 5x5 direct, group == C depthwise; 20 channels leave a partial channel block (its padding lanes);
+#: ``blocked``: between convs (NCHWc), else plain graph inputs and outputs; 2 threads past PARALLEL_MIN_MACS.
+RESIDUAL = {
+    "winograd2_relu_blocked": ("Relu", (1, 16, 12, 12), (16, 16, 3, 3), True, 1, {}),
+    "winograd4_blocked_t2": (None, (1, 16, 24, 24), (16, 16, 3, 3), True, 2, {}),
+    "direct_1x1_relu_plain_t2": ("Relu", (1, 32, 32, 32), (40, 32, 1, 1), False, 2, {}),
+    "direct_5x5_plain": (None, (1, 20, 13, 13), (20, 20, 5, 5), False, 1, {}),
+    "direct_5x5_clip_blocked_t2": ("Clip", (1, 20, 24, 24), (20, 20, 5, 5), True, 2, {}),
+    "depthwise_clip_blocked": ("Clip", (1, 20, 11, 11), (20, 1, 3, 3), True, 1, dict(group=20)),
+    "depthwise_sigmoid_plain_t2": ("Sigmoid", (1, 24, 56, 56), (24, 1, 3, 3), False, 2, dict(group=24)),
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
@@ -172,6 +192,12 @@ def cases():
                 return m, _feeds(m, rng)
             out.append(model_case(f"models/fused_{name}/{dt}/seeded", "models", f"fused_{name}", dt, build, "model",
                                   profiles=("models",)))
+    for name, (act, xs, ws, blocked, threads, attrs) in RESIDUAL.items():
+        def build(rng, act=act, xs=xs, ws=ws, blocked=blocked, attrs=attrs):
+            m = M.residual(seed=3, act=act, x=xs, w=ws, blocked=blocked, **attrs)
+            return m, _feeds(m, rng)
+        out.append(model_case(f"models/residual_{name}/float32/seeded", "models", f"residual_{name}", "float32", build,
+                              "model", profiles=("models",), threads=threads))
     for name in QDQ:
         def build(rng, name=name):
             m = _qdq_model(name)

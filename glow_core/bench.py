@@ -8,7 +8,9 @@ hook returns None gets the table of FLOPs by op kind instead, and the report say
 """
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +20,7 @@ from .api import CompiledModel
 from .api import compile as glow_compile
 from .errors import GlowError
 from .flops import instr_flops
+from .ir import PSEUDO
 from .progress import Progress
 
 
@@ -100,14 +103,13 @@ def op_kinds(irf) -> dict[str, OpKind]:
     return kinds
 
 
-def profile_op_kinds(compiled, feed: dict, kinds: dict[str, OpKind], budget: float, label: str,
-                     min_runs: int = 3) -> float | None:
-    """Fill ``OpKind.seconds`` from ``compiled.execute_timed`` runs for ``budget`` seconds; returns the median
-    wall time of those runs, or None (nothing filled) when the backend does not time instructions."""
+def _profile(compiled, feed: dict, budget: float, label: str, key, min_runs: int = 3):
+    """Per-run sums of instruction times by ``key(instr, index)`` from ``compiled.execute_timed`` runs for
+    ``budget`` seconds, and the runs' wall times; None when the backend does not time instructions."""
     first = compiled.execute_timed(feed)
     if first is None:
         return None
-    per_run: list[dict[str, float]] = []
+    per_run: list[dict] = []
     walls: list[float] = []
     with Progress(f"profiling {label}", total=budget, unit="s") as p:
         start = time.perf_counter()
@@ -115,14 +117,157 @@ def profile_op_kinds(compiled, feed: dict, kinds: dict[str, OpKind], budget: flo
             t = time.perf_counter()
             _, timings = compiled.execute_timed(feed)
             walls.append(time.perf_counter() - t)
-            acc: dict[str, float] = {}
-            for ins, _, sec in timings:
-                acc[ins.op] = acc.get(ins.op, 0.0) + sec
+            acc: dict = {}
+            for i, (ins, _, sec) in enumerate(timings):
+                k = key(ins, i)
+                acc[k] = acc.get(k, 0.0) + sec
             per_run.append(acc)
             p.update(time.perf_counter() - start, note=f"{len(per_run)} runs")
+    return per_run, walls
+
+
+def profile_op_kinds(compiled, feed: dict, kinds: dict[str, OpKind], budget: float, label: str,
+                     min_runs: int = 3) -> float | None:
+    """Fill ``OpKind.seconds`` from ``compiled.execute_timed`` runs for ``budget`` seconds; returns the median
+    wall time of those runs, or None (nothing filled) when the backend does not time instructions."""
+    prof = _profile(compiled, feed, budget, label, lambda ins, i: ins.op, min_runs)
+    if prof is None:
+        return None
+    per_run, walls = prof
     for op, k in kinds.items():
         k.seconds = float(np.median([r.get(op, 0.0) for r in per_run]))
     return float(np.median(walls))
+
+
+@dataclass
+class Layer:
+    """One row of the per-layer table: an ONNX node (or an instruction no node name prefixes) with the
+    instructions lowered from it, their FLOPs and median time per run, the nodes it computes (``covers``: its
+    own, and those fused into it: a conv writing its relu's output), and onnxruntime's time of those nodes (None
+    when onnxruntime has no kernel of them: fused into another, or not profiled)."""
+
+    name: str
+    ops: list[str] = field(default_factory=list)
+    flops: int | None = 0
+    seconds: float = 0.0
+    ort_seconds: float | None = None
+    covers: set[str] = field(default_factory=set)
+
+
+def _node_of(name: str, names: dict[str, str]) -> str:
+    """The ONNX node ``name`` comes from: ``names[cut]`` for the longest ``cut`` that is ``name`` or its prefix
+    before an underscore (the importer names instructions and values ``<node>_<primitive>``), else ``name``."""
+    cut = name
+    while cut:
+        if cut in names:
+            return names[cut]
+        if "_" not in cut:
+            break
+        cut = cut.rsplit("_", 1)[0]
+    return name
+
+
+def profile_layers(cm: CompiledModel, feed: dict, budget: float, label: str = "glow") -> tuple[list[Layer], float]:
+    """Per-layer times of ``cm``'s last compilation (``execute_timed``, median per layer over runs for
+    ``budget`` seconds) and the median wall time of those runs. Raises GlowError when the backend does not
+    time instructions."""
+    res = cm.last
+    nodes = {n.name: n.name for n in cm.model.graph.node if n.name}
+    checked = cm.check_inputs(feed)
+    prof = _profile(res.compiled, {nm: a for nm, a in checked.items() if nm in res.ir.inputs}, budget, label,
+                    lambda ins, i: _node_of(ins.name, nodes))
+    if prof is None:
+        raise GlowError(f"backend '{cm.backend.name}' does not time single instructions: no per-layer table")
+    per_run, walls = prof
+    code = [ins for ins in res.ir.code if ins.op not in PSEUDO]
+    own = {_node_of(ins.name, nodes) for ins in code}
+    layers: dict[str, Layer] = {}
+    for ins in code:
+        key = _node_of(ins.name, nodes)
+        lay = layers.setdefault(key, Layer(key, covers={key}))
+        if ins.op not in lay.ops:
+            lay.ops.append(ins.op)
+        lay.covers.update(n for n in (_node_of(b.root.name, nodes) for b in ins.outs) if n not in own)
+        f = instr_flops(ins)
+        lay.flops = None if f is None or lay.flops is None else lay.flops + f
+    for name, lay in layers.items():
+        lay.seconds = float(np.median([r.get(name, 0.0) for r in per_run]))
+    return list(layers.values()), float(np.median(walls))
+
+
+def ort_node_times(model, feed: dict, threads: int, runs: int = 20) -> dict[str, float]:
+    """onnxruntime's median kernel time per node name over ``runs`` profiled runs (its own profiler; nodes its
+    graph optimizer fused into another appear under that node's name only)."""
+    so = _ort_options(threads)
+    import onnxruntime as ort
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as d:
+        so.profile_file_prefix = os.path.join(d, "ort")
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ort_feed = {i.name: feed[i.name] for i in sess.get_inputs()}
+        for _ in range(runs):
+            sess.run(None, ort_feed)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    per: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            per.setdefault(e["name"][:-len("_kernel_time")], []).append(e["dur"] * 1e-6)
+    return {nm: float(np.median(v[1:] if len(v) > 1 else v)) for nm, v in per.items()}
+
+
+def ort_layer_times(model, node_times: dict[str, float], layers: list[Layer]) -> dict[str, float]:
+    """onnxruntime's node times (``ort_node_times``) by glow's layers: its optimizer's names ("conv6_nchwc",
+    "relu_nchwc" after an output, "silu6/QuickGeluFusion/") go back to the model's node (``_node_of`` on the
+    part before the first "/", by node or output name), then to the layer computing that node; nodes of no layer
+    keep their name, and so do the nodes onnxruntime adds (layout reorders)."""
+    names = {o: n.name for n in model.graph.node if n.name for o in n.output}
+    names.update({n.name: n.name for n in model.graph.node if n.name})
+    layer_of = {c: x.name for x in layers for c in x.covers}
+    out: dict[str, float] = {}
+    for nm, sec in node_times.items():
+        node = _node_of(nm.split("/")[0], names)
+        key = layer_of.get(node, node)
+        out[key] = out.get(key, 0.0) + sec
+    return out
+
+
+def format_layers(title: str, layers: list[Layer], wall: float, ort: dict[str, float] | None = None,
+                  top: int = 30) -> str:
+    """The per-layer table: the ``top`` layers by the larger of the two times (time, GFLOP/s, share of the
+    summed layer times; onnxruntime's time (``ort_layer_times``), GFLOP/s and the ratio beside them; "-" where
+    one runtime has no separate kernel for the layer: fused into another layer, or a node of its own such as
+    onnxruntime's layout reorders), then the rest as one row."""
+    total = sum(x.seconds for x in layers) or 1.0
+    ort = dict(ort or {}) if ort is not None else None
+    rows_in = list(layers)
+    if ort is not None:
+        for x in rows_in:
+            x.ort_seconds = ort.pop(x.name, None)
+        rows_in += [Layer(nm, ["(onnxruntime only)"], None, 0.0, sec) for nm, sec in ort.items()]
+    rows_in.sort(key=lambda x: -max(x.seconds, x.ort_seconds or 0.0))
+    head = ("layer", "glow ops", "time", "share", "GFLOP/s") + (("ort time", "ort GFLOP/s", "glow/ort")
+                                                              if ort is not None else ())
+    rows = [head]
+
+    def row(name, ops, sec, flops, osec):
+        r = (name[:40], ops[:30], _ms(sec) if sec else "-", f"{100 * sec / total:.1f}%", _gflops(flops, sec))
+        if ort is not None:
+            r += (("-", "-", "-") if not osec else
+                  (_ms(osec), _gflops(flops, osec), f"{sec / osec:.2f}" if sec else "-"))
+        return r
+    for x in rows_in[:top]:
+        rows.append(row(x.name, "+".join(x.ops), x.seconds, x.flops, x.ort_seconds))
+    rest = rows_in[top:]
+    if rest:
+        fl = [x.flops for x in rest]
+        rows.append(row(f"({len(rest)} more layers)", "", sum(x.seconds for x in rest),
+                        None if any(f is None for f in fl) else sum(fl),
+                        sum(x.ort_seconds or 0.0 for x in rest) if ort is not None else None))
+    ort_total = sum(x.ort_seconds or 0.0 for x in rows_in)
+    lines = [f"{title}: glow's layers sum to {_ms(total)} of a {_ms(wall)} timed run"
+             + (f", onnxruntime's profiled nodes to {_ms(ort_total)}" if ort is not None else "")]
+    return "\n".join(lines + _table(rows, "llrrrrrr"))
 
 
 @dataclass
@@ -145,8 +290,7 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
 
 
-def ort_session(model, threads: int):
-    """An onnxruntime CPU session of ``model`` (a ModelProto) with ``threads`` intra-op threads."""
+def _ort_options(threads: int):
     try:
         import onnxruntime as ort
     except ImportError:
@@ -155,6 +299,13 @@ def ort_session(model, threads: int):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    return so
+
+
+def ort_session(model, threads: int):
+    """An onnxruntime CPU session of ``model`` (a ModelProto) with ``threads`` intra-op threads."""
+    import onnxruntime as ort
+    so = _ort_options(threads)
     try:
         return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001  (onnxruntime raises its own exception types)

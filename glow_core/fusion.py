@@ -2,7 +2,8 @@
 
 After lowering, Relu is ``max(x, splat 0)``, Clip ``min(max(x, splat lo), splat hi)``, LeakyRelu (float32/64)
 ``select(lt(x, splat 0), mul(x, splat alpha), x)``; Sigmoid and Tanh are primitives; SiLU (x * Sigmoid(x), as
-torch exports it) is ``mul(x, sigmoid(x))`` in either operand order. ``ACTIVATIONS`` declares
+torch exports it) is ``mul(x, sigmoid(x))`` in either operand order; HardSigmoid ``min(max(add(mul(x, splat
+alpha), splat beta), splat 0), splat 1)`` and HardSwish ``mul(x, that)`` (alpha 1/6, beta 1/2). ``ACTIVATIONS`` declares
 these forms as data; ``fuse_activations`` finds them on the output of a producer in ``PRODUCERS`` (conv,
 matmul, and the elementwise add: a residual or bias add followed by relu is one pass, and the splat of zeros
 the lowered relu compares against is never materialized) and, when the backend's
@@ -21,9 +22,10 @@ import numpy as np
 
 from .graph import Function, Node, Value
 
-#: Annotation holding the fused activation's name ("relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu").
+#: Annotation holding the fused activation's name ("relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu",
+#: "hard_sigmoid", "hard_swish").
 FUSED_ACTIVATION = "_fused_activation"
-#: Annotation holding its parameters by name (empty for relu, silu, sigmoid and tanh).
+#: Annotation holding its parameters by name (empty for relu, silu, sigmoid and tanh; alpha and beta for the hard ones).
 FUSED_PARAMS = "_fused_params"
 
 #: Primitives that may absorb an activation.
@@ -48,6 +50,10 @@ class Pattern:
     steps: tuple[Step, ...]
 
 
+#: HardSigmoid as lowered: min(max(x * alpha + beta, 0), 1) (HardSwish: x times it, alpha 1/6, beta 0.5).
+_HARD_SIGMOID = (Step("mul", ("x", "splat:alpha")), Step("add", ("step:0", "splat:beta")),
+                 Step("max", ("step:1", "splat:0")), Step("min", ("step:2", "splat:1")))
+
 ACTIVATIONS = (
     Pattern("clip", (Step("max", ("x", "splat:min")), Step("min", ("step:0", "splat:max")))),
     Pattern("relu", (Step("max", ("x", "splat:0")),)),
@@ -58,6 +64,10 @@ ACTIVATIONS = (
     Pattern("tanh", (Step("tanh", ("x",)),)),
     Pattern("leaky_relu", (Step("lt", ("x", "splat:0")), Step("mul", ("x", "splat:alpha")),
                            Step("select", ("step:0", "step:1", "x")))),
+    # hard_swish before hard_sigmoid: both start at the mul, and x's second user rules hard_sigmoid alone out
+    Pattern("hard_swish", _HARD_SIGMOID + (Step("mul", ("x", "step:3")),)),
+    Pattern("hard_swish", _HARD_SIGMOID + (Step("mul", ("step:3", "x")),)),
+    Pattern("hard_sigmoid", _HARD_SIGMOID),
 )
 
 

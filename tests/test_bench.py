@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shutil
 import subprocess
 import sys
 
@@ -14,7 +15,8 @@ import pytest
 
 import glow_core
 from glow_core import example_models as models
-from glow_core.bench import bench, format_report, op_kinds
+from glow_core.bench import (bench, format_layers, format_report, op_kinds, ort_layer_times, ort_node_times,
+                              profile_layers)
 from glow_core.progress import Progress
 from glow_interpreter.backend import InterpreterBackend, InterpreterFunction
 
@@ -123,6 +125,31 @@ def test_bench_cpu_times_every_op_kind(tmp_path):
     ms = [float(row[2]) for row in rows]
     assert ms == sorted(ms, reverse=True)
     assert abs(sum(float(row[4].rstrip("%")) for row in rows) - 100) < 0.5
+
+
+def test_per_layer_table_maps_glow_and_onnxruntime_to_the_model_nodes():
+    """The cnn's layers by ONNX node: glow's conv with its relu fused is one layer covering both nodes;
+    onnxruntime's renamed fused node ("relu_nchwc", after the relu's output)
+    lands on the same layer; the table lists every layer with a time and a share summing to 100%."""
+    pytest.importorskip("onnxruntime")
+    if shutil.which("cc") is None and shutil.which("gcc") is None and not os.environ.get("CC"):
+        pytest.skip("no C compiler")
+    model = models.cnn()
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    feed = {"input": np.random.default_rng(0).standard_normal((1, 3, 28, 28)).astype(np.float32)}
+    cm.run(feed)
+    layers, wall = profile_layers(cm, feed, 0.05)
+    by = {x.name: x for x in layers}
+    assert set(by) == {"conv1", "pool1", "fc"} and by["conv1"].covers == {"conv1", "relu1"}
+    assert by["conv1"].flops == CNN_FLOPS["conv"]  # the fused relu is not counted (glow_core.flops)
+    assert by["fc"].flops == CNN_FLOPS["matmul"] + CNN_FLOPS["add"] and by["pool1"].flops == CNN_FLOPS["max_pool"]
+    assert all(x.seconds > 0 for x in layers) and wall > 0
+    ort = ort_layer_times(model, ort_node_times(model, feed, 1, runs=3), layers)
+    assert {"conv1", "pool1", "fc"} <= set(ort)
+    text = format_layers("per layer, cnn", layers, wall, ort).splitlines()
+    rows = [line.split() for line in text[2:]]
+    assert {r[0] for r in rows} >= {"conv1", "pool1", "fc"}
+    assert abs(sum(float(r[4].rstrip("%")) for r in rows if r[2] != "-") - 100) < 0.5
 
 
 class _UntimedFunction(InterpreterFunction):

@@ -16,7 +16,8 @@ def test_bench_cpu_quick():
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
-    for needle in ("correctness", "cnn", "linear_sigmoid", "geometric mean", "GFLOP/s", "per call", "compile"):
+    for needle in ("correctness", "cnn", "linear_sigmoid", "geometric mean", "GFLOP/s", "per call", "compile",
+                   "per layer, ", "ort time"):
         assert needle in out, out
     assert "WRONG" not in out and "FAILED" not in out, out
 

@@ -90,7 +90,8 @@ ACT = {
     "gelu_erf": (lambda v: 0.5 * v * _erfc(-v / math.sqrt(2)), 1.13, 8),  # 1 + erf(-x) cancels; erfc does not
     # 0.5 (1 + tanh z) = 1 / (1 + exp(-2 z)): the tanh form cancels for negative v, even in float64
     "gelu_tanh": (lambda v: v / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3))), 1.13, 4),
-    "hard_swish": (lambda v: v * np.clip(v / 6 + 0.5, 0, 1), 1.5, 4),
+    ("hard_swish", 1 / 6, 0.5): (lambda v: v * np.clip(v / 6 + 0.5, 0, 1), 1.5, 4),
+    ("hard_sigmoid", 0.2, 0.5): (lambda v: np.clip(0.2 * v + 0.5, 0, 1), 0.2, 2),
 }
 
 # id: (batch, C, F, spatial, kernel, strides, dilations, pads, group, force, layouts in/out, threads, epilogue)

@@ -20,7 +20,8 @@ from .runtime import CPUFunction
 from .storage_cast import ONE_BYTE_STORAGE
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
-FUSED_ACTIVATIONS = frozenset((op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS)
+FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS]
+                              + [("conv", "hard_sigmoid"), ("conv", "hard_swish")])
 
 
 class CPUBackend(Backend):
@@ -60,7 +61,8 @@ class CPUBackend(Backend):
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
         """conv (the conv engine, im2col/direct GEMM and depthwise), matmul and the elementwise add apply every
-        activation of glow_core.fusion in their kernel: relu, clip, silu, sigmoid, tanh, leaky_relu."""
+        activation of glow_core.fusion in their kernel: relu, clip, silu, sigmoid, tanh, leaky_relu; conv also
+        hard_sigmoid and hard_swish."""
         return (op, activation) in FUSED_ACTIVATIONS
 
     def tensor_layout_requirements(self, instr):

@@ -37,6 +37,7 @@ from .codegen_int8 import BAKED, QuantizedKernels
 from .codegen_int8 import scratch_bytes as int8_scratch_bytes
 from .conv_algorithms import template_env
 from .conv_engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
+from .conv_fusion import RESIDUAL
 from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, kernels_nn, storage_cast
@@ -349,21 +350,39 @@ class ConvPlan:
 ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
 
 
-def _engine_epilogue(attrs) -> Epilogue:
-    """The conv engine's in-register epilogue for a conv's fused activation (glow_core.fusion): relu and clip,
-    whose selects equal the lowered max/min bit for bit, and sigmoid and silu, whose vector gce_sigmoid is the
-    elementwise glow_sigmoidf operation for operation. Other activations (tanh, leaky_relu) are not in it: the
-    kernel applies them after the engine with the elementwise expression (``_engine_conv``), so that a fused
-    result equals the unfused one exactly, as glow_core.fusion requires."""
-    act = attrs.get(FUSED_ACTIVATION)
-    params = attrs.get(FUSED_PARAMS) or {}
+def _engine_steps(act, params) -> "tuple | None":
+    """The conv engine's epilogue steps of one fused activation (glow_core.fusion): () for none; relu and clip,
+    whose selects equal the lowered max/min bit for bit, sigmoid and silu, whose vector gce_sigmoid is the
+    elementwise glow_sigmoidf operation for operation, and hard_sigmoid and hard_swish (the mul rounded before
+    the add, then the clip's selects); None for the others (tanh, leaky_relu)."""
+    if not act:
+        return ()
     if act in ("relu", "sigmoid", "silu"):
-        return Epilogue((act,))
-    if act == "clip" and all(isinstance(params.get(k), (int, float)) and params[k] == params[k]
-                             for k in ("min", "max")):
-        return Epilogue((("clip", params["min"], params["max"]),))
-    return Epilogue()
+        return (act,)
+    for name, keys in (("clip", ("min", "max")), ("hard_sigmoid", ("alpha", "beta")),
+                       ("hard_swish", ("alpha", "beta"))):
+        if act == name and all(isinstance(params.get(k), (int, float)) and params[k] == params[k] for k in keys):
+            return ((name,) + tuple(params[k] for k in keys),)
+    return None
 
+
+def _engine_epilogue(attrs) -> "Epilogue | None":
+    """The conv engine's in-register epilogue of a conv: its fused activation, then a fused residual add
+    (conv_fusion.RESIDUAL) and that add's activation. Without a residual, an activation the engine lacks is left
+    out (``_engine_conv`` applies it after the engine with the elementwise expression, so that a fused result
+    equals the unfused one exactly, as glow_core.fusion requires); with one, None when any step is not in it."""
+    steps = _engine_steps(attrs.get(FUSED_ACTIVATION), attrs.get(FUSED_PARAMS) or {})
+    res = attrs.get(RESIDUAL)
+    if res is None:
+        return Epilogue(steps or ())
+    after = _engine_steps(res["activation"], res["params"])
+    if steps is None or after is None:
+        return None
+    return Epilogue(steps + ("residual",) + after)
+
+
+#: Partial sums of a reduce_sum over a contiguous run (``_Kernel._reduce``).
+REDUCE_LANES = 8
 
 _ENGINE_MEMO: dict = {}
 #: Kernels that index their operands by the logical shape and the operand's layout.
@@ -388,13 +407,16 @@ def engine_conv(ki, num_threads: int):
     env = template_env()
     if env.bytecode_cache is None:
         env.bytecode_cache = bytecode_cache()
+    epilogue = _engine_epilogue(ki.attrs)
     if x.type.dtype.name != "float32" or not w.const:
         plan = Unsupported("conv engine: float32 convolutions with a constant filter only")
+    elif epilogue is None:
+        plan = Unsupported("conv engine: a fused residual add needs every activation in the epilogue's registers")
     else:
         a = ki.attrs
         geom = ConvGeometry.from_conv(x.type.shape, w.type.shape, a["strides"], a["dilations"], a["pads"],
                                       a.get("group", 1))
-        plan = plan_conv(geom, epilogue=_engine_epilogue(a), num_threads=num_threads,
+        plan = plan_conv(geom, epilogue=epilogue, num_threads=num_threads,
                          in_layout=engine_layout(x.layout), out_layout=engine_layout(out.layout))
         if plan and plan.geometry.out_spatial != tuple(out.type.shape[2:]):
             raise BackendError(f"cpu backend: conv engine output {plan.geometry.out_spatial} disagrees with the "
@@ -876,8 +898,17 @@ class _Kernel(QuantizedKernels):
                               [f"r{i} * {st}" for i, (_, st) in enumerate(red)]) or "0"
         kst = row_strides([s for s, _ in kept])
         out_idx = " + ".join(f"o{i} * {st}" for i, st in enumerate(kst)) or "0"
+        # A sum over one contiguous run of the input (e.g. a global average pool): LANES independent partial sums
+        # (the compiler vectorizes them; one chain of dependent adds is latency-bound), combined pairwise.
+        run = prod(s for s, _ in red)
+        lanes = REDUCE_LANES if op == "reduce_sum" and run >= 2 * REDUCE_LANES and \
+            [st for _, st in red] == row_strides([s for s, _ in red]) else 0
+        if lanes:
+            self.choice = f"reduce_sum: {lanes} partial sums over runs of {run}"
         return self.t("reduce.c.j2",
-            fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x),
+            fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x), lanes=lanes,
+            run=run, base=" + ".join(f"o{i} * {st}" for i, (_, st) in enumerate(kept)) or "0",
+            load_q=f"({acc_t})" + ct.ld("src[q + l]"), load_t=f"({acc_t})" + ct.ld("src[q]"),
             parallel=self.nt > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
             red=[s for s, _ in red], acc_t=acc_t, init=init, load=f"({acc_t})" + ct.ld(f"in[{load_idx}]"),
             update=update, out_idx=out_idx, store=ct.st(f"({ct.compute})acc"))
@@ -954,6 +985,9 @@ class _Kernel(QuantizedKernels):
         engine = engine_conv(ins, self.nt)
         if engine:
             return self._engine_conv(ins, fn, engine)
+        if RESIDUAL in ins.attrs:
+            raise BackendError(f"cpu backend: a conv with a fused residual add runs on the conv engine only, which "
+                               f"does not take it: {engine.reason}")
         x, w, bias = ins.ins
         out = ins.outs[0]
         dt = x.type.dtype.name
@@ -1002,9 +1036,10 @@ class _Kernel(QuantizedKernels):
             if engine.scratch_bytes > have:
                 raise BackendError(f"cpu backend: the conv engine needs {engine.scratch_bytes} bytes of scratch, "
                                    f"the instruction has {have}")
-        x, w, bias = ins.ins
+        x, w, bias = ins.ins[:3]
         out = ins.outs[0]
         act = ins.attrs.get(FUSED_ACTIVATION)
+        res = ins.attrs.get(RESIDUAL)
         self.choice = engine.describe
         post = None
         if act and engine.epilogue.steps:
@@ -1012,11 +1047,15 @@ class _Kernel(QuantizedKernels):
         elif act:
             post = self.epilogue("float32")
             self.choice += " after the conv"
+        if res is not None:
+            self.choice += ", residual add" + (f" + {res['activation']}" if res["activation"] else "") + \
+                " fused in registers"
         return self.t("conv_engine_call.c.j2",
                       fn=fn, engine=engine.source, engine_fn=engine.name, choice=c_comment(self.choice, 400),
                       x_ptr=self.ptr(x), b_ptr=self.ptr(bias), out_ptr=self.ptr(out),
                       w_ptr=self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights),
                       scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post,
+                      res_ptr=f"(const float *)({self.ptr(ins.ins[3])})" if res is not None else "0",
                       n=prod(stored_shape(out.type.shape, out.layout)))
 
     def k_layout_convert(self, ins, fn):

@@ -30,7 +30,8 @@ values: the layout kernels write zeros, the conv kernels finite values. ``layout
 NCHW <-> NCHWc conversions a layout pass will place.
 
 Epilogue (applied in registers before the final store): bias, then ``Epilogue.steps`` in order: "relu",
-("clip", lo, hi), "sigmoid", "silu", "gelu_erf", "gelu_tanh", "hard_swish" and "residual" (adds ``res``).
+("clip", lo, hi), "sigmoid", "silu", "gelu_erf", "gelu_tanh", ("hard_sigmoid", alpha, beta), ("hard_swish", alpha,
+beta) (x * hard_sigmoid(x)) and "residual" (adds ``res``).
 """
 from __future__ import annotations
 

@@ -166,7 +166,8 @@ class ConvGeometry:
 
 # -- epilogue ---------------------------------------------------------------------------------------------------
 #: Activation -> number of float parameters (every step is one of these or "residual").
-ACTIVATIONS = {"relu": 0, "clip": 2, "sigmoid": 0, "silu": 0, "gelu_erf": 0, "gelu_tanh": 0, "hard_swish": 0}
+ACTIVATIONS = {"relu": 0, "clip": 2, "sigmoid": 0, "silu": 0, "gelu_erf": 0, "gelu_tanh": 0, "hard_sigmoid": 2,
+               "hard_swish": 2}
 
 
 def c_float(v: float) -> str:
@@ -179,7 +180,8 @@ def c_float(v: float) -> str:
 @dataclass(frozen=True)
 class Epilogue:
     """What happens to each output after the bias: ``steps`` in order, each an activation name, a tuple
-    (name, *params) (("clip", lo, hi)), or "residual" (adds the ``res`` input, at most once)."""
+    (name, *params) (("clip", lo, hi), ("hard_sigmoid", alpha, beta), ("hard_swish", alpha, beta)), or "residual"
+    (adds the ``res`` input, at most once)."""
 
     steps: tuple = ()
 
@@ -211,8 +213,8 @@ class Epilogue:
         for s in self.steps:
             if s == "residual":
                 out.append(s)
-            elif isinstance(s, tuple):
-                out.append(f"gce_clip{cb}(v, {c_float(s[1])}, {c_float(s[2])})")
+            elif isinstance(s, tuple):  # clip(lo, hi), hard_sigmoid / hard_swish(alpha, beta)
+                out.append(f"gce_{s[0]}{cb}(v, {', '.join(c_float(p) for p in s[1:])})")
             elif s == "silu":
                 out.append(f"v * gce_sigmoid{cb}(v)")
             else:

@@ -200,7 +200,16 @@ def activation(act, dt, v, params) -> str:
         return ew("mul", [v, ew("sigmoid", [v])])
     if act == "leaky_relu":
         return f"({ew('lt', [v, _zero(dt)], 'bool')} ? {ew('mul', [v, params['alpha']])} : {v})"
+    if act in ("hard_sigmoid", "hard_swish"):  # the product rounded before the add, as the separate mul stores it
+        t = ew("mul", [v, params["alpha"]])
+        t = f"GLOW_ROUNDED({t})" if ctype(dt).storage in ("float", "double") else t
+        h = ew("min", [ew("max", [ew("add", [t, params["beta"]]), _zero(dt)]), _one(dt)])
+        return h if act == "hard_sigmoid" else ew("mul", [v, h])
     raise KeyError(act)
+
+
+def _one(dt) -> str:
+    return f"(({ctype(dt).storage})1)"
 
 
 def _zero(dt) -> str:

@@ -9,9 +9,11 @@ import numpy as np
 from glow_core.memory import align_up
 
 from .chains import chain_kernel, elementwise_chains
-from .codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, gemm_source, kernel_code,
+from .codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, engine_conv, gemm_source,
+                      kernel_code,
                       stacked, template)
 from .codegen_int8 import engine_conv as int8_engine_conv
+from .conv_fusion import fuse_float_residuals
 from .int8_fusion import fuse_residuals
 from .stacking import read_in_place
 
@@ -29,6 +31,10 @@ FUSED_RESIDUAL = KernelCode("glow_k_fused", "GLOW_KERNEL int glow_k_fused(uint8_
 #: The kernel of a member of an elementwise chain (chains.py): its root's loop computes it in registers.
 CHAINED = KernelCode("glow_k_chained", "GLOW_KERNEL int glow_k_chained(uint8_t *const *p) { (void)p; return 0; }\n",
                      (), (), "computed in the elementwise chain loop of a later instruction")
+#: The kernel of a float add the preceding conv's epilogue computes (conv_fusion.fuse_float_residuals).
+FUSED_ADD = KernelCode("glow_k_fused_add",
+                       "GLOW_KERNEL int glow_k_fused_add(uint8_t *const *p) { (void)p; return 0; }\n",
+                       (), (), "computed in the epilogue of the conv before it (residual add fused)")
 
 
 @dataclass
@@ -54,6 +60,8 @@ class Program:
         placed: dict = {}
         elided = read_in_place(irf, stacked)
         fused = fuse_residuals(irf, lambda conv: int8_engine_conv(KernelInstr.of(conv), num_threads))
+        fused.update(fuse_float_residuals(irf, lambda conv: bool(engine_conv(KernelInstr.of(conv), num_threads)),
+                                          skip=set(elided.sources)))
         chained = elementwise_chains(irf, lambda i: chainable(i) and id(i) not in fused,
                                      elided.sources) if chains else {}
         for ins in irf.code:
@@ -63,7 +71,7 @@ class Program:
                 skip = CHAINED
             if id(ins) in fused:
                 if fused[id(ins)].add is ins:
-                    skip = FUSED_RESIDUAL
+                    skip = FUSED_RESIDUAL if ins.op == "qadd" else FUSED_ADD
                 else:
                     ins = fused[id(ins)].conv
             if skip is not None:
