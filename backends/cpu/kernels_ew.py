@@ -30,8 +30,8 @@ def unary(op, dt, a) -> str:
     """Expression in the compute type of ``dt`` (or a 0/1 int for predicates)."""
     ct = ctype(dt)
     c = ct.compute
-    if op == "exp" and c == "float":  # branch-free, so loops over it vectorize (glow_prelude.h)
-        return f"glow_expf({a})"
+    if op in ("exp", "erf") and c == "float":  # branch-free, so loops over them vectorize (glow_prelude.h)
+        return f"glow_{op}f({a})"
     if op in C_MATH:
         return f"{C_MATH[op]}{_fsfx(ct)}({a})"
     if op == "neg":
@@ -180,13 +180,15 @@ def reduce_parts(op, dt) -> tuple[str, str, str]:
 
 #: Fused activations (glow_core.fusion) the kernels apply in their epilogue, with their parameters in order.
 ACTIVATION_PARAMS = {"relu": (), "clip": ("min", "max"), "silu": (), "sigmoid": (), "tanh": (),
-                     "leaky_relu": ("alpha",)}
+                     "leaky_relu": ("alpha",), "gelu_erf": ("scale",), "gelu_tanh": ("cube", "scale")}
 
 
 def activation(act, dt, v, params) -> str:
     """The fused activation ``act`` of the stored value ``v`` (a raw value of ``dt``'s storage type), built from
     the elementwise primitives' own expressions in the order the core lowers it (relu = max(v, 0), clip =
-    min(max(v, min), max), silu = v * sigmoid(v), leaky_relu = select(v < 0, v * alpha, v)), so a fused result equals the unfused one
+    min(max(v, min), max), silu = v * sigmoid(v), leaky_relu = select(v < 0, v * alpha, v), gelu_erf =
+    (v * 0.5) * (erf(v * scale) + 1), gelu_tanh = (v * 0.5) * (tanh((v + ((v * v) * v) * cube) * scale) + 1)),
+    each step rounded to the storage type as the primitive's store does, so a fused result equals the unfused one
     bit for bit. ``params`` maps the activation's parameters to C expressions of the storage type."""
     def ew(op, names, out_dt=dt):
         return expression(op, [dt] * len(names), out_dt, names, {})[0]
@@ -200,6 +202,14 @@ def activation(act, dt, v, params) -> str:
         return ew("mul", [v, ew("sigmoid", [v])])
     if act == "leaky_relu":
         return f"({ew('lt', [v, _zero(dt)], 'bool')} ? {ew('mul', [v, params['alpha']])} : {v})"
+    if act in ("gelu_erf", "gelu_tanh"):
+        half, one = ctype(dt).st("0.5f"), ctype(dt).st("1.0f")
+        if act == "gelu_erf":
+            t = ew("erf", [ew("mul", [v, params["scale"]])])
+        else:
+            cube = ew("mul", [ew("mul", [ew("mul", [v, v]), v]), params["cube"]])
+            t = ew("tanh", [ew("mul", [ew("add", [v, cube]), params["scale"]])])
+        return ew("mul", [ew("mul", [v, half]), ew("add", [t, one])])
     raise KeyError(act)
 
 
