@@ -189,7 +189,8 @@ def activation(act, dt, v, params) -> str:
     min(max(v, min), max), silu = v * sigmoid(v), leaky_relu = select(v < 0, v * alpha, v), gelu_erf =
     (v * 0.5) * (erf(v * scale) + 1), gelu_tanh = (v * 0.5) * (tanh((v + ((v * v) * v) * cube) * scale) + 1)),
     each step rounded to the storage type as the primitive's store does, so a fused result equals the unfused one
-    bit for bit. ``params`` maps the activation's parameters to C expressions of the storage type."""
+    bit for bit (up to the C compiler's contraction of a product and a sum into one multiply-add, as gelu_tanh's
+    x + x^3 * cube). ``params`` maps the activation's parameters to C expressions of the storage type."""
     def ew(op, names, out_dt=dt):
         return expression(op, [dt] * len(names), out_dt, names, {})[0]
     if act == "relu":
