@@ -73,6 +73,15 @@ def test_layernorm_whole(axis, bias):
     assert "LayerNormalization" in _check(m, {"x": (rng.standard_normal(shape) * 3 + 1).astype(np.float32)})
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 197])
+def test_layernorm_whole_rows_across_the_vector_tails(n):
+    """Rows below, at and across the kernel's 16 sum lanes, an offset mean (the centred variance)."""
+    x = (rng.standard_normal((6, n)) * 3 + 50).astype(np.float32)
+    consts = [("s", rng.standard_normal(n).astype(np.float32)), ("b", rng.standard_normal(n).astype(np.float32))]
+    m = _model(helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1), {"x": x}, consts)
+    assert "LayerNormalization" in _check(m, {"x": x})
+
+
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_whole(approximate):
     m = _model(helper.make_node("Gelu", ["x"], ["y"], approximate=approximate), {"x": np.zeros((3, 50000), np.float32)},
