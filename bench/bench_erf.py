@@ -44,7 +44,10 @@ int main(int argc, char **argv) {
   int64_t maxd = 0; double maxe = 0; float at_d = 0, at_e = 0; uint64_t count = 0;
   for (uint64_t u = 0; u < hi; u += step * B) {
     int n = 0;
-    for (int k = 0; k < B && u + (uint64_t)k * step < hi; ++k) { uint32_t b = (uint32_t)(u + k * step); memcpy(&xs[n++], &b, 4); }
+    for (int k = 0; k < B && u + (uint64_t)k * step < hi; ++k) {
+      uint32_t b = (uint32_t)(u + k * step);
+      memcpy(&xs[n++], &b, 4);
+    }
     vec_erf(xs, ys, n);
     for (int k = 0; k < n; ++k) {
       const double ref = erf((double)xs[k]);
@@ -76,7 +79,8 @@ int main(int argc, char **argv) {
       t = now() - t;
       if (t < best[f]) best[f] = t;
     }
-  printf("time per element over [-5, 5]: glow_erff %.2f ns, C library erff %.2f ns\n", best[0] * 1e9 / n, best[1] * 1e9 / n);
+  printf("time per element over [-5, 5]: glow_erff %.2f ns, C library erff %.2f ns\n", best[0] * 1e9 / n,
+         best[1] * 1e9 / n);
   return 0;
 }
 """

@@ -3,7 +3,8 @@
 After lowering, Relu is ``max(x, splat 0)``, Clip ``min(max(x, splat lo), splat hi)``, LeakyRelu (float32/64)
 ``select(lt(x, splat 0), mul(x, splat alpha), x)``; Sigmoid and Tanh are primitives; SiLU (x * Sigmoid(x), as
 torch exports it) is ``mul(x, sigmoid(x))`` in either operand order; GELU (ONNX Gelu's lowering, and the Erf or
-Tanh form models write) is ``(x * 0.5) * (erf(x * scale) + 1)`` or its tanh form. ``ACTIVATIONS`` declares
+Tanh form models write) is ``(x * 0.5) * (erf(x * scale) + 1)``, ``(x * (erf(x / divisor) + 1)) * 0.5`` (torch's
+TorchScript exporter) or the tanh form. ``ACTIVATIONS`` declares
 these forms as data; ``fuse_activations`` finds them on the output of a producer in ``PRODUCERS`` (conv,
 matmul, and the elementwise add: a residual or bias add followed by relu is one pass, and the splat of zeros
 the lowered relu compares against is never materialized) and, when the backend's
@@ -23,7 +24,7 @@ import numpy as np
 from .graph import Function, Node, Value
 
 #: Annotation holding the fused activation's name ("relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu",
-#: "gelu_erf", "gelu_tanh").
+#: "gelu_erf", "gelu_erf_div", "gelu_tanh").
 FUSED_ACTIVATION = "_fused_activation"
 #: Annotation holding its parameters by name (empty for relu, silu, sigmoid and tanh).
 FUSED_PARAMS = "_fused_params"
@@ -65,8 +66,13 @@ ACTIVATIONS = (
     Pattern("gelu_erf", (Step("mul", ("x", "splat:scale")), Step("erf", ("step:0",)),
                          Step("add", ("step:1", "splat:1")), Step("mul", ("x", "splat:0.5")),
                          Step("mul", ("step:3", "step:2")))),
+    # ... and as torch.onnx's TorchScript exporter writes it: (x * (erf(x / divisor) + 1)) * 0.5
+    Pattern("gelu_erf_div", (Step("div", ("x", "splat:divisor")), Step("erf", ("step:0",)),
+                             Step("add", ("step:1", "splat:1")), Step("mul", ("x", "step:2")),
+                             Step("mul", ("step:3", "splat:0.5")))),
     Pattern("gelu_tanh", (Step("mul", ("x", "x")), Step("mul", ("step:0", "x")),
-                          Step("mul", ("step:1", "splat:cube")), Step("add", ("x", "step:2")), Step("mul", ("step:3", "splat:scale")),
+                          Step("mul", ("step:1", "splat:cube")), Step("add", ("x", "step:2")),
+                          Step("mul", ("step:3", "splat:scale")),
                           Step("tanh", ("step:4",)), Step("add", ("step:5", "splat:1")),
                           Step("mul", ("x", "splat:0.5")), Step("mul", ("step:7", "step:6")))),
 )
