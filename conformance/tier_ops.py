@@ -9,7 +9,7 @@ in ``TENSOR_RELATIVE``, judged against the tensor's largest value). Ops not list
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from glow_core.ops import custom_ops
 from glow_core.ops.registry import OPS
@@ -125,6 +125,29 @@ def _then_activation(built, act):
     g.node.append(helper.make_node("Sigmoid", ["pre"], ["sig" if act == "silu" else "y0"], name="act_sigmoid"))
     if act == "silu":
         g.node.append(helper.make_node("Mul", ["pre", "sig"], ["y0"], name="act_mul"))
+    return model, feeds
+
+
+def _then_gelu(built, form):
+    """``built`` (a one-node model and its feeds) followed by GELU written with primitives as transformers export
+    it: (y * 0.5) * (Erf(y * 1/sqrt 2) + 1) ("erf"), (y * (Erf(y / sqrt 2) + 1)) * 0.5 ("erf_div", torch's
+    TorchScript exporter), or (y * 0.5) * (Tanh((y + y^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"); the CPU backend
+    fuses each into the producer (glow_core.fusion's gelu_erf / gelu_erf_div / gelu_tanh)."""
+    model, feeds = built
+    g = model.graph
+    g.node[0].output[0] = "pre"
+    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
+    g.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), nm) for nm, v in
+                         (("gelu_half", 0.5), ("gelu_one", 1.0), ("gelu_k", k), ("gelu_cube", 0.044715)))
+    nodes = {"erf": [("Mul", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
+             "erf_div": [("Div", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
+             "tanh": [("Mul", ["pre", "pre"], "sq"), ("Mul", ["sq", "pre"], "cu"), ("Mul", ["cu", "gelu_cube"], "c"),
+                      ("Add", ["pre", "c"], "in"), ("Mul", ["in", "gelu_k"], "s"), ("Tanh", ["s"], "t")]}[form]
+    if form == "erf_div":
+        nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["pre", "t1"], "h"), ("Mul", ["h", "gelu_half"], "y0")]
+    else:
+        nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["pre", "gelu_half"], "h"), ("Mul", ["h", "t1"], "y0")]
+    g.node.extend(helper.make_node(op, ins, [out], name="gelu_" + out) for op, ins, out in nodes)
     return model, feeds
 
 
@@ -301,6 +324,18 @@ def _structured():
         add("Conv", v, ("float32",), lambda r, d, xs=xs, ws=ws, at=at, act=act: _then_activation(one_node(
             "Conv", [sprinkle(rnd(d, xs, r), r, 0.03, acc_specials(d)), Init(rnd(d, ws, r)),
                      Init(rnd(d, (ws[0],), r, -50, 50))], at), act))
+    # ... followed by GELU (erf and tanh forms) written with primitives: fused after the conv engine; after the
+    # GEMM with B packed at compile time (its epilogue); after Gemm's bias add (the add's loop)
+    add("Conv", "const_gelu_tanh", ("float32",), lambda r, d: _then_gelu(one_node("Conv", [
+        rnd(d, (1, 3, 20, 20), r), Init(rnd(d, (16, 3, 3, 3), r, -0.4, 0.4)), Init(rnd(d, (16,), r))],
+        {"pads": [1, 1, 1, 1], "strides": [2, 2]}), "tanh"))
+    pm, pk, pn = paths.packed_b_shapes("f32")[0]
+    for form in ("erf", "erf_div", "tanh"):
+        add("MatMul", f"const_b_packed_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
+            "MatMul", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk)))]), form))
+        add("Gemm", f"bias_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
+            "Gemm", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk))),
+                     Init(rnd(d, (pn,), r))]), form))
     add("ConvTranspose", "const_stride2", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 8, 6, 5), r), Init(rnd(d, (8, 4, 3, 3), r))], {"strides": [2, 2]}))
     add("ConvTranspose", "stride2", ("float32",), lambda r, d: one_node(
@@ -525,6 +560,12 @@ def _structured():
     for op in ("ArgMax", "ArgMin"):
         add(op, "specials", F, lambda r, d, op=op: one_node(op, [sp(d, (3, 4, 5), r)], {"axis": 1}))
     add("Softmax", "specials", F, lambda r, d: one_node("Softmax", [sp(d, (3, 7), r)], {"axis": -1}))
+    # the CPU backend's whole softmax: rows below, at and across its 16 max/sum lanes, specials sprinkled; its
+    # vectorized erf (glow_erff) across vector tails over both of its ranges (|x| below and above 0.921875)
+    for n in SOFTMAX_TAILS:
+        add("Softmax", f"last_axis_{n}_specials", ("float32",), lambda r, d, n=n: one_node(
+            "Softmax", [sprinkle(rnd(d, (5, n), r, -20, 20), r, 0.04)], {"axis": -1}))
+        add("Erf", f"length_{n}", F, lambda r, d, n=n: one_node("Erf", [rnd(d, (n,), r, -4.5, 4.5)]))
     # indices given at run time, negative ones included (ONNX counts them from the end)
     add("Gather", "runtime_negative_indices", ("float32", "int8"), lambda r, d: one_node(
         "Gather", [rnd(d, (5, 3), r), np.array([-5, -1, 0, 4, -3], np.int64)], {"axis": 0}))
@@ -586,8 +627,12 @@ def _softmax_oracle(axis):
     return oracle
 
 
+#: Row lengths of the softmax and erf cases across the CPU kernels' vector widths (8, 16 lanes) and tails.
+SOFTMAX_TAILS = (15, 16, 17, 33, 197)
 SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "specials"): _pool_oracle("avg"),
                 ("Softmax", "specials"): _softmax_oracle(-1),
+                **{("Softmax", f"last_axis_{n}_specials"): _softmax_oracle(-1) for n in SOFTMAX_TAILS},
+                **{("Erf", f"length_{n}"): _erf for n in SOFTMAX_TAILS},
                 **{("Softmax", f"axis{a}"): _softmax_oracle(a) for a in (-1, 0, 1)}}
 
 

@@ -3,7 +3,9 @@
 After lowering, Relu is ``max(x, splat 0)``, Clip ``min(max(x, splat lo), splat hi)``, LeakyRelu (float32/64)
 ``select(lt(x, splat 0), mul(x, splat alpha), x)``; Sigmoid and Tanh are primitives; SiLU (x * Sigmoid(x), as
 torch exports it) is ``mul(x, sigmoid(x))`` in either operand order; HardSigmoid ``min(max(add(mul(x, splat
-alpha), splat beta), splat 0), splat 1)`` and HardSwish ``mul(x, that)`` (alpha 1/6, beta 1/2). ``ACTIVATIONS`` declares
+alpha), splat beta), splat 0), splat 1)`` and HardSwish ``mul(x, that)`` (alpha 1/6, beta 1/2); GELU (ONNX Gelu's
+lowering, and the Erf or Tanh form models write) is ``(x * 0.5) * (erf(x * scale) + 1)``, ``(x * (erf(x / divisor)
++ 1)) * 0.5`` (torch's TorchScript exporter) or the tanh form. ``ACTIVATIONS`` declares
 these forms as data; ``fuse_activations`` finds them on the output of a producer in ``PRODUCERS`` (conv,
 matmul, and the elementwise add: a residual or bias add followed by relu is one pass, and the splat of zeros
 the lowered relu compares against is never materialized) and, when the backend's
@@ -23,7 +25,7 @@ import numpy as np
 from .graph import Function, Node, Value
 
 #: Annotation holding the fused activation's name ("relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu",
-#: "hard_sigmoid", "hard_swish").
+#: "hard_sigmoid", "hard_swish", "gelu_erf", "gelu_erf_div", "gelu_tanh").
 FUSED_ACTIVATION = "_fused_activation"
 #: Annotation holding its parameters by name (empty for relu, silu, sigmoid and tanh; alpha and beta for the hard ones).
 FUSED_PARAMS = "_fused_params"
@@ -68,6 +70,20 @@ ACTIVATIONS = (
     Pattern("hard_swish", _HARD_SIGMOID + (Step("mul", ("x", "step:3")),)),
     Pattern("hard_swish", _HARD_SIGMOID + (Step("mul", ("step:3", "x")),)),
     Pattern("hard_sigmoid", _HARD_SIGMOID),
+    # GELU as ONNX Gelu lowers (and transformers write it with Erf/Tanh): (x * 0.5) * (erf(x * scale) + 1), and
+    # (x * 0.5) * (tanh((x + ((x * x) * x) * cube) * scale) + 1)
+    Pattern("gelu_erf", (Step("mul", ("x", "splat:scale")), Step("erf", ("step:0",)),
+                         Step("add", ("step:1", "splat:1")), Step("mul", ("x", "splat:0.5")),
+                         Step("mul", ("step:3", "step:2")))),
+    # ... and as torch.onnx's TorchScript exporter writes it: (x * (erf(x / divisor) + 1)) * 0.5
+    Pattern("gelu_erf_div", (Step("div", ("x", "splat:divisor")), Step("erf", ("step:0",)),
+                             Step("add", ("step:1", "splat:1")), Step("mul", ("x", "step:2")),
+                             Step("mul", ("step:3", "splat:0.5")))),
+    Pattern("gelu_tanh", (Step("mul", ("x", "x")), Step("mul", ("step:0", "x")),
+                          Step("mul", ("step:1", "splat:cube")), Step("add", ("x", "step:2")),
+                          Step("mul", ("step:3", "splat:scale")),
+                          Step("tanh", ("step:4",)), Step("add", ("step:5", "splat:1")),
+                          Step("mul", ("x", "splat:0.5")), Step("mul", ("step:7", "step:6")))),
 )
 
 

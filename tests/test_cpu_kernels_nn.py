@@ -40,6 +40,21 @@ def test_softmax_whole(shape):
     assert "Softmax" in _check(m, {"x": x})
 
 
+@pytest.mark.parametrize("n", [1, 7, 15, 16, 17, 31, 33, 197])
+def test_softmax_whole_rows_across_the_vector_tails(n):
+    """Row lengths below, at and across the kernel's 16 max/sum lanes; rows with NaN, +inf (NaN where inf - inf),
+    -inf, all -inf (NaN) and huge values, at the last position of a full vector and in the tail, as the
+    reference computes them."""
+    x = (rng.standard_normal((8, n)) * 30).astype(np.float32)
+    last = n - 1
+    x[1, last], x[2, min(15, last)], x[3, last] = np.nan, np.inf, -np.inf
+    x[4, :] = -np.inf
+    x[5, 0], x[6, :] = 3e38, 88.0
+    m = _model(helper.make_node("Softmax", ["x"], ["y"], axis=-1), {"x": x})
+    with np.errstate(invalid="ignore", over="ignore"):
+        assert "Softmax" in _check(m, {"x": x})
+
+
 def test_softmax_other_axis_is_lowered():
     m = _model(helper.make_node("Softmax", ["x"], ["y"], axis=0), {"x": np.zeros((3, 5), np.float32)})
     assert "Softmax" not in _check(m, {"x": rng.standard_normal((3, 5)).astype(np.float32)})
@@ -56,6 +71,15 @@ def test_layernorm_whole(axis, bias):
                             epsilon=1e-3)
     m = _model(node, {"x": np.zeros(shape, np.float32)}, consts)
     assert "LayerNormalization" in _check(m, {"x": (rng.standard_normal(shape) * 3 + 1).astype(np.float32)})
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 197])
+def test_layernorm_whole_rows_across_the_vector_tails(n):
+    """Rows below, at and across the kernel's 16 sum lanes, an offset mean (the centred variance)."""
+    x = (rng.standard_normal((6, n)) * 3 + 50).astype(np.float32)
+    consts = [("s", rng.standard_normal(n).astype(np.float32)), ("b", rng.standard_normal(n).astype(np.float32))]
+    m = _model(helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1), {"x": x}, consts)
+    assert "LayerNormalization" in _check(m, {"x": x})
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

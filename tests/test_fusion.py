@@ -225,9 +225,85 @@ def test_fused_kernels_in_other_float_types_are_exact(dt, npd):
                                rtol=1e-2 if npd == np.float16 else 1e-12, atol=1e-2 if npd == np.float16 else 1e-12)
 
 
+def gelu_nodes(src, out, form):
+    """GELU of ``src`` written with ONNX primitives as transformers export it: (x * 0.5) * (erf(x * 1/sqrt 2) + 1)
+    ("erf"), (x * (erf(x / sqrt 2) + 1)) * 0.5 ("erf_div", torch's TorchScript exporter) or (x * 0.5) *
+    (tanh((x + x^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"), and its constants."""
+    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
+    consts = [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in
+              (("half", 0.5), ("one", 1.0), ("k", k), ("cube", 0.044715))]
+    mk = helper.make_node
+    if form == "erf_div":
+        return [mk("Div", [src, "k"], ["g_s"]), mk("Erf", ["g_s"], ["g_t"]), mk("Add", ["g_t", "one"], ["g_1"]),
+                mk("Mul", [src, "g_1"], ["g_m"]), mk("Mul", ["g_m", "half"], [out])], consts
+    if form == "erf":
+        nodes = [mk("Mul", [src, "k"], ["g_s"]), mk("Erf", ["g_s"], ["g_t"])]
+    else:
+        nodes = [mk("Mul", [src, src], ["g_sq"]), mk("Mul", ["g_sq", src], ["g_cu"]),
+                 mk("Mul", ["g_cu", "cube"], ["g_c"]),
+                 mk("Add", [src, "g_c"], ["g_in"]), mk("Mul", ["g_in", "k"], ["g_s"]), mk("Tanh", ["g_s"], ["g_t"])]
+    nodes += [mk("Add", ["g_t", "one"], ["g_1"]), mk("Mul", [src, "half"], ["g_h"]), mk("Mul", ["g_h", "g_1"], [out])]
+    return nodes, consts
+
+
+def gelu_model(producer, form):
+    """``activation_model``'s producer (or a bias add of two inputs: "add") followed by GELU (``gelu_nodes``)."""
+    if producer == "add":
+        model = add_activation_model(("Relu", {}), shape=(4, 197))
+    else:
+        model, _ = activation_model(("Relu", {}), producer)
+    g = model.graph
+    src = g.node[-1].input[0]
+    del g.node[-1]
+    nodes, consts = gelu_nodes(src, "y", form)
+    g.node.extend(nodes)
+    g.initializer.extend(consts)
+    return model
+
+
+@needs_cc
+@pytest.mark.parametrize("producer", ["conv", "depthwise", "matmul", "add"])
+@pytest.mark.parametrize("form", ["erf", "erf_div", "tanh"])
+def test_gelu_fused_exactly(producer, form):
+    """GELU written with Erf (or Tanh) after conv, depthwise conv, matmul (the GEMM's epilogue) and a bias add is
+    one fused gelu_erf / gelu_erf_div / gelu_tanh with its constants as parameters: close to onnxruntime and to
+    the unfused CPU primitives over inputs spanning the float range (large |x|, infinities, NaN, -0,
+    subnormals); the erf forms bit-equal to them, the tanh form up to the C compiler's contraction of its
+    x + x^3 * 0.044715 into a multiply-add (which 1 + tanh amplifies where it cancels, below x = -2)."""
+    model = gelu_model(producer, form)
+    feeds = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    rng = np.random.default_rng(11)
+    feed = {k: (rng.standard_normal(v) * 3).astype(np.float32) for k, v in feeds.items()}
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 3.9, -3.9, 10.0, -10.0, 0.921875,
+                         -0.921875, 3e38, -3e38], np.float32)
+    feed["x" if "x" in feed else "a"].reshape(-1)[:specials.size] = specials
+    cm = glow_core.compile(model, "cpu", num_threads=1)
+    name = "gelu_" + form
+    k = np.float32({"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form])
+    want_params = {"divisor" if form == "erf_div" else "scale": pytest.approx(float(k), rel=0, abs=0)}
+    if form == "tanh":
+        want_params["cube"] = pytest.approx(float(np.float32(0.044715)), rel=0, abs=0)
+    if producer == "add":
+        assert fused_adds(cm.ir) == [(name, want_params)]
+    else:
+        assert fused(cm.ir) == [("matmul" if producer == "matmul" else "conv", name, want_params)]
+    assert not any(i.op in ("erf", "tanh", "mul", "div") for i in cm.ir.code)
+    got = cm.run(feed)["y"]
+    unfused = glow_core.compile(model, NoFusionCPU(), num_threads=1).run(feed)["y"]
+    if form != "tanh":
+        np.testing.assert_array_equal(got, unfused)
+    else:
+        np.testing.assert_allclose(got, unfused, rtol=1e-6, atol=1e-6)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = ort_run(model, feed)["y"]
+    finite = np.isfinite(want) & np.isfinite(got) & (np.abs(want) < 1e30)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+
+
 def test_patterns_are_declared_as_data():
     names = [p.name for p in ACTIVATIONS]
-    assert {"relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu"} <= set(names)
+    assert {"relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu", "gelu_erf", "gelu_erf_div",
+            "gelu_tanh"} <= set(names)
     # clip is tried before relu: relu6 (clip 0..6) is one fused clip, not a relu and a separate min
     assert names.index("clip") < names.index("relu")
 

@@ -30,8 +30,8 @@ def unary(op, dt, a) -> str:
     """Expression in the compute type of ``dt`` (or a 0/1 int for predicates)."""
     ct = ctype(dt)
     c = ct.compute
-    if op == "exp" and c == "float":  # branch-free, so loops over it vectorize (glow_prelude.h)
-        return f"glow_expf({a})"
+    if op in ("exp", "erf") and c == "float":  # branch-free, so loops over them vectorize (glow_prelude.h)
+        return f"glow_{op}f({a})"
     if op in C_MATH:
         return f"{C_MATH[op]}{_fsfx(ct)}({a})"
     if op == "neg":
@@ -180,14 +180,19 @@ def reduce_parts(op, dt) -> tuple[str, str, str]:
 
 #: Fused activations (glow_core.fusion) the kernels apply in their epilogue, with their parameters in order.
 ACTIVATION_PARAMS = {"relu": (), "clip": ("min", "max"), "silu": (), "sigmoid": (), "tanh": (),
-                     "leaky_relu": ("alpha",)}
+                     "leaky_relu": ("alpha",), "gelu_erf": ("scale",), "gelu_erf_div": ("divisor",),
+                     "gelu_tanh": ("cube", "scale")}
 
 
 def activation(act, dt, v, params) -> str:
     """The fused activation ``act`` of the stored value ``v`` (a raw value of ``dt``'s storage type), built from
     the elementwise primitives' own expressions in the order the core lowers it (relu = max(v, 0), clip =
-    min(max(v, min), max), silu = v * sigmoid(v), leaky_relu = select(v < 0, v * alpha, v)), so a fused result equals the unfused one
-    bit for bit. ``params`` maps the activation's parameters to C expressions of the storage type."""
+    min(max(v, min), max), silu = v * sigmoid(v), leaky_relu = select(v < 0, v * alpha, v), gelu_erf =
+    (v * 0.5) * (erf(v * scale) + 1), gelu_erf_div = (v * (erf(v / divisor) + 1)) * 0.5, gelu_tanh = (v * 0.5) *
+    (tanh((v + ((v * v) * v) * cube) * scale) + 1)),
+    each step rounded to the storage type as the primitive's store does, so a fused result equals the unfused one
+    bit for bit (up to the C compiler's contraction of a product and a sum into one multiply-add, as gelu_tanh's
+    x + x^3 * cube). ``params`` maps the activation's parameters to C expressions of the storage type."""
     def ew(op, names, out_dt=dt):
         return expression(op, [dt] * len(names), out_dt, names, {})[0]
     if act == "relu":
@@ -205,6 +210,16 @@ def activation(act, dt, v, params) -> str:
         t = f"GLOW_ROUNDED({t})" if ctype(dt).storage in ("float", "double") else t
         h = ew("min", [ew("max", [ew("add", [t, params["beta"]]), _zero(dt)]), _one(dt)])
         return h if act == "hard_sigmoid" else ew("mul", [v, h])
+    if act.startswith("gelu"):
+        half, one = ctype(dt).st("0.5f"), ctype(dt).st("1.0f")
+        if act == "gelu_erf_div":
+            return ew("mul", [ew("mul", [v, ew("add", [ew("erf", [ew("div", [v, params["divisor"]])]), one])]), half])
+        if act == "gelu_erf":
+            t = ew("erf", [ew("mul", [v, params["scale"]])])
+        else:
+            cube = ew("mul", [ew("mul", [ew("mul", [v, v]), v]), params["cube"]])
+            t = ew("tanh", [ew("mul", [ew("add", [v, cube]), params["scale"]])])
+        return ew("mul", [ew("mul", [v, half]), ew("add", [t, one])])
     raise KeyError(act)
 
 

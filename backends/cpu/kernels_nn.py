@@ -2,11 +2,14 @@
 instead of running their lowering's chain of primitives, each a single pass per row with nothing materialized
 between the steps.
 
-* Softmax (opset >= 13, float32, over the last axis): per row max, exp(x - max) with the sum, divide
-  (templates/softmax.c.j2).
+* Softmax (opset >= 13, float32, over the last axis): per row max, exp(x - max) (glow_expf, the exp
+  primitive's vector exp), its sum, divide; max and sum in ROW_LANES partial lanes so every pass
+  vectorizes (templates/softmax.c.j2).
 * LayerNormalization (float32, the Y output only, scale and bias of the normalized dims' shape): per row mean,
-  variance of the centred row, (x - mean) * 1/sqrt(var + epsilon) * scale + bias (templates/layernorm.c.j2).
-* Gelu (float32, erf or tanh form): one loop, the lowering's expression (templates/gelu.c.j2).
+  variance of the centred row (both sums in ROW_LANES lanes), (x - mean) * 1/sqrt(var + epsilon) * scale +
+  bias (templates/layernorm.c.j2).
+* Gelu (float32, erf or tanh form): one loop, the lowering's expression with the erf primitive's glow_erff
+  (templates/gelu.c.j2).
 * LSTM and GRU (float32, forward, time-major, default activations, no clip, inputs X, W, R and optionally B,
   zero initial state; GRU either linear_before_reset): the gate projections of the whole sequence in one GEMM,
   then per step one fused loop (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c)
@@ -17,7 +20,8 @@ between the steps.
   outputs) fused with their cell update; blocks split over the threads (one barrier per step).
 
 Each computes what the lowering computes, in its order and precision (sums in double as ``reduce_sum`` does,
-the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds may round differently.
+the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds and the order of the
+double sums (split in lanes) may round differently.
 The lowering (the interpreter's reference) stays the specification.
 """
 from __future__ import annotations
@@ -99,14 +103,21 @@ def _rows(x, axis: int) -> tuple[int, int]:
     return prod(shape[:axis]), prod(shape[axis:])
 
 
+#: Partial maxima and sums per softmax and layernorm row: one AVX-512 vector of floats (two AVX2 ones), so the
+#: max and sum passes vectorize; the sums' order changes (in double: far below float32's rounding), the max's
+#: result cannot.
+ROW_LANES = 16
+
+
 def k_softmax(kernel, ki, fn) -> str:
     x, out = ki.ins[0], ki.outs[0]
     rows, n = _rows(x, -1)
     acc_t, init, update = reduce_parts("reduce_max", "float32")
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
-    kernel.choice = f"softmax whole: {rows} rows of {n}, one kernel (max, exp+sum, divide)"
+    kernel.choice = (f"softmax whole: {rows} rows of {n}, one kernel (max in {ROW_LANES} lanes, vector exp, "
+                     f"sum in {ROW_LANES} lanes, divide)")
     return kernel.t("softmax.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), rows=rows, n=n,
-                    max_t=acc_t, max_init=init, max_update=update, sum_t=sum_t)
+                    max_t=acc_t, max_init=init, max_update=update, sum_t=sum_t, lanes=ROW_LANES)
 
 
 def k_layernorm(kernel, ki, fn) -> str:
@@ -114,9 +125,11 @@ def k_layernorm(kernel, ki, fn) -> str:
     rows, n = _rows(x, ki.attrs.get("axis", -1))
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
     eps = _f32(ki.attrs.get("epsilon", 1e-5))
-    kernel.choice = f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance, normalize-scale-shift)"
+    kernel.choice = (f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance in {ROW_LANES} lanes, "
+                     f"normalize-scale-shift)")
     return kernel.t("layernorm.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), scale=kernel.ptr(ki.ins[1]),
-                    bias=kernel.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps)
+                    bias=kernel.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps,
+                    lanes=ROW_LANES)
 
 
 _GATES = {"LSTM": 4, "GRU": 3}

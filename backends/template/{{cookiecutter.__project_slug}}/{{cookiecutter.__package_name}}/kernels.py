@@ -89,6 +89,14 @@ ACTIVATIONS = {
     "tanh": lambda y: _prim("tanh", y),
     "leaky_relu": lambda y, alpha: _prim("select", _prim("lt", y, _const(0, y), dtype=np.dtype(bool)),
                                          _prim("mul", y, _const(alpha, y)), y),
+    "silu": lambda y: _prim("mul", y, _prim("sigmoid", y)),
+    "gelu_erf": lambda y, scale: _prim("mul", _prim("mul", y, _const(0.5, y)),
+                                       _prim("add", _prim("erf", _prim("mul", y, _const(scale, y))), _const(1, y))),
+    "gelu_erf_div": lambda y, divisor: _prim("mul", _prim("mul", y, _prim("add", _prim(
+        "erf", _prim("div", y, _const(divisor, y))), _const(1, y))), _const(0.5, y)),
+    "gelu_tanh": lambda y, cube, scale: _prim("mul", _prim("mul", y, _const(0.5, y)), _prim("add", _prim("tanh", _prim(
+        "mul", _prim("add", y, _prim("mul", _prim("mul", _prim("mul", y, y), y), _const(cube, y))),
+        _const(scale, y))), _const(1, y))),
 }
 
 
