@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.ir import PSEUDO
 
+from . import stacking
 from .codegen import KernelInstr, Operand
 
 #: Longest stretch of instructions a member may run ahead of its root (beyond it, it stays a kernel of its own).
@@ -56,7 +57,7 @@ def elementwise_chains(irf, fusable, sources) -> dict:
         (out,) = ins.outs
         chain = None
         if out.kind == "activation" and out.base is None and id(out) not in viewed:
-            readers = _readers(instrs, touches[id(out)], pos[id(ins)], out)
+            readers = stacking.readers(instrs, touches[id(out)], pos[id(ins)], out)
             chain = _joined(readers, chain_of, ins, out, instrs, pos, sources)
             if chain is not None:
                 for r, slots in readers:
@@ -66,33 +67,6 @@ def elementwise_chains(irf, fusable, sources) -> dict:
         chain.members.insert(0, ins)
         chain_of[id(ins)] = chain
     return {k: c for k, c in chain_of.items() if len(c.members) > 1}
-
-
-def _readers(instrs, touching, start, out):
-    """[(instr, input slots)] reading the value ``start`` writes into ``out``, until out is next written; None
-    when a use is not a plain read of it (a view)."""
-    found = []
-    for i in touching:
-        if i <= start:
-            continue
-        ins = instrs[i]
-        if ins.op == "deallocactivation":
-            break
-        slots, writes = [], False
-        for s, (b, kind) in enumerate(ins.operands):
-            if b.root is not out:
-                continue
-            if b is not out:
-                return None
-            if kind == "in":
-                slots.append(s)
-            else:
-                writes = True
-        if slots:
-            found.append((ins, slots))
-        if writes:
-            break
-    return found
 
 
 def _joined(readers, chain_of, ins, out, instrs, pos, sources) -> "Chain | None":

@@ -18,9 +18,9 @@ the code's length.
 from __future__ import annotations
 
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
-from glow_core.ir import PSEUDO, Instr
+from glow_core.ir import Instr
 
-from .int8_fusion import Residual, _overlap, _read_later
+from .int8_fusion import Residual, _overlap, _read_later, next_add
 
 #: The attribute of a conv instruction carrying its fused residual add (the add's activation and parameters).
 RESIDUAL = "residual"
@@ -37,17 +37,11 @@ def fuse_float_residuals(irf, engine_conv, skip=frozenset()) -> dict:
         (c,) = conv.outs
         if c.kind != "activation" or c.base is not None or c.type.dtype.name != "float32":
             continue
-        j = pos[id(conv)] + 1
-        while j < len(instrs) and instrs[j].op in PSEUDO:
-            j += 1
-        if j == len(instrs) or instrs[j].op != "add" or id(instrs[j]) in skip:
+        found = next_add(instrs, pos[id(conv)], c, "add")
+        if found is None or id(found[1]) in skip:
             continue
-        add = instrs[j]
-        a_in, b_in = add.ins
+        j, add, _, b = found
         (y,) = add.outs
-        if (a_in is c) == (b_in is c):
-            continue
-        b = b_in if a_in is c else a_in
         if not (b.type == c.type == y.type and b.layout == c.layout == y.layout) or b.root is c:
             continue
         x, scratch = conv.ins[0], conv.scratch

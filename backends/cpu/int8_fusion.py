@@ -55,6 +55,21 @@ def _read_later(instrs, start: int, c) -> bool:
     return False
 
 
+def next_add(instrs, i: int, c, op: str):
+    """(position, instruction, slot of C, other operand) when the first instruction after position ``i`` that is
+    not a pseudo-instruction is an ``op`` with C as exactly one of its two inputs; else None."""
+    j = i + 1
+    while j < len(instrs) and instrs[j].op in PSEUDO:
+        j += 1
+    if j == len(instrs) or instrs[j].op != op:
+        return None
+    add = instrs[j]
+    a_in, b_in = add.ins
+    if (a_in is c) == (b_in is c):
+        return None
+    return (j, add, 0, b_in) if a_in is c else (j, add, 1, a_in)
+
+
 def fuse_residuals(irf, engine_conv) -> dict:
     """{id(conv instr) or id(qadd instr): Residual} for every fusible pair of ``irf`` (see the module doc)."""
     instrs = irf.instrs
@@ -66,20 +81,12 @@ def fuse_residuals(irf, engine_conv) -> dict:
         (c,) = conv.outs
         if c.kind != "activation" or c.base is not None or c.type.dtype.name not in _EIGHT:
             continue
-        i = pos[id(conv)]
-        j = i + 1
-        while j < len(instrs) and instrs[j].op in PSEUDO:
-            j += 1
-        if j == len(instrs) or instrs[j].op != "qadd":
+        found = next_add(instrs, pos[id(conv)], c, "qadd")
+        if found is None:
             continue
-        add = instrs[j]
-        a_in, b_in = add.ins
+        j, add, slot, b = found
         (y,) = add.outs
-        if (a_in is c) == (b_in is c):
-            continue
-        slot = 0 if a_in is c else 1
-        b = b_in if slot == 0 else a_in
-        if b.root is c or {a_in.type.dtype.name, b_in.type.dtype.name, y.type.dtype.name} - set(_EIGHT):
+        if b.root is c or {b.type.dtype.name, y.type.dtype.name} - set(_EIGHT):
             continue
         x, scratch = conv.ins[0], conv.scratch
         if _overlap(y, x) and not (_same(y, x) and x.type.shape[0] == 1):

@@ -42,18 +42,19 @@ def read_in_place(irf, elementwise) -> Elided:
         (dst,), (src,) = ins.outs, ins.ins
         if dst.kind != "activation" or dst.base is not None:
             continue
-        readers = _readers(instrs, touches[id(dst)], pos[id(ins)], dst, elementwise)
-        if not readers or not _stable(instrs, pos[id(ins)], pos[id(readers[-1][0])], src):
+        found = readers(instrs, touches[id(dst)], pos[id(ins)], dst, elementwise)
+        if not found or not _stable(instrs, pos[id(ins)], pos[id(found[-1][0])], src):
             continue
         out.broadcasts.add(id(ins))
-        for r, slots in readers:
+        for r, slots in found:
             out.sources.setdefault(id(r), {}).update({s: src for s in slots})
     return out
 
 
-def _readers(instrs, touching, start, dst, elementwise):
-    """[(instr, slots reading dst)] from ``start`` until dst is next written, or None when any use is not an
-    elementwise input (a view of dst, a non-elementwise reader, a function output)."""
+def readers(instrs, touching, start, dst, accept=None):
+    """[(instr, slots reading dst)] from ``start`` until dst is next written, or None when any use is not a plain
+    read (a view of dst) or its instruction fails ``accept(op)`` (when given). ``touching``: the positions of the
+    instructions with an operand in dst's root, ascending."""
     found = []
     for i in touching:
         if i <= start:
@@ -73,7 +74,7 @@ def _readers(instrs, touching, start, dst, elementwise):
             else:
                 writes = True
         if slots:
-            if not elementwise(ins.op):
+            if accept is not None and not accept(ins.op):
                 return None
             found.append((ins, slots))
         if writes:
