@@ -32,10 +32,7 @@ sys.path.insert(0, ROOT)
 
 import glow_core  # noqa: E402
 from bench.bench_int8_e2e import models  # noqa: E402
-
-
-def _ort_node(event_name: str) -> str:
-    return re.sub(r"_token_\d+$", "", event_name[:-len("_kernel_time")])
+from glow_core.bench import ort_kernel_times  # noqa: E402
 
 
 def profile(qdq, feed, threads: int, runs: int):
@@ -57,15 +54,13 @@ def profile(qdq, feed, threads: int, runs: int):
                 ours.setdefault(ins.name, []).append(dur * 1e6)
                 op_of[ins.name] = ins.op
             sess.run(None, feed)
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
+        events = ort_kernel_times(sess.end_profiling())
     theirs: dict[str, list] = {}
     their_op: dict[str, str] = {}
-    for e in events:
-        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-            node = _ort_node(e["name"])
-            theirs.setdefault(node, []).append(e["dur"])
-            their_op[node] = e["args"].get("op_name", "?")
+    for name, runs_ in events.items():
+        node = re.sub(r"_token_\d+$", "", name)
+        theirs.setdefault(node, []).extend(t * 1e6 for t, _ in runs_)
+        their_op[node] = runs_[-1][1]
     # drop the warm-up run
     ours = {k: v[1:] for k, v in ours.items()}
     theirs = {k: v[1:] for k, v in theirs.items()}

@@ -207,13 +207,21 @@ def ort_node_times(model, feed: dict, threads: int, runs: int = 20) -> dict[str,
         ort_feed = {i.name: feed[i.name] for i in sess.get_inputs()}
         for _ in range(runs):
             sess.run(None, ort_feed)
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
-    per: dict[str, list[float]] = {}
+        per = {nm: [t for t, _ in v] for nm, v in ort_kernel_times(sess.end_profiling()).items()}
+    return {nm: float(np.median(v[1:] if len(v) > 1 else v)) for nm, v in per.items()}
+
+
+def ort_kernel_times(profile_path: str) -> dict[str, list[tuple[float, str]]]:
+    """Per node name, in run order, (seconds, op type) of every kernel event of an onnxruntime profile file (the
+    ``*_kernel_time`` events of ``SessionOptions.enable_profiling``)."""
+    with open(profile_path) as f:
+        events = json.load(f)
+    per: dict[str, list[tuple[float, str]]] = {}
     for e in events:
         if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
-            per.setdefault(e["name"][:-len("_kernel_time")], []).append(e["dur"] * 1e-6)
-    return {nm: float(np.median(v[1:] if len(v) > 1 else v)) for nm, v in per.items()}
+            per.setdefault(e["name"][:-len("_kernel_time")], []).append((e["dur"] * 1e-6,
+                                                                           e.get("args", {}).get("op_name", "?")))
+    return per
 
 
 def ort_layer_times(model, node_times: dict[str, float], layers: list[Layer]) -> dict[str, float]:
