@@ -287,20 +287,23 @@ def _split_index(out_shape, s, q) -> "str | None":
     kept = [a == b and b != 1 for a, b in zip(s, out_shape)]
     if not any(kept):
         return "0"
-    if not any(kept[q:]):  # a function of the row: mixed radix over the outer dims it keeps
-        if all(kept[d] or out_shape[d] == 1 for d in range(q)):
-            return "r"
-        ost, sst = row_strides(out_shape[:q]), row_strides(s[:q])
-        terms = []
-        for d in (d for d in range(q) if kept[d]):
-            t = "r" if ost[d] == 1 else f"r / {ost[d]}"
-            if ost[d] * out_shape[d] < prod(out_shape[:q]):
-                t = f"{t} % {out_shape[d]}"
-            terms.append(f"({t})" if sst[d] == 1 else f"({t}) * {sst[d]}")
-        return " + ".join(terms)
-    if all(kept[d] or out_shape[d] == 1 for d in range(q, len(s))) and not any(kept[:q]):
+    inner = any(kept[q:])  # then all the inner dims must be kept: j indexes them
+    if inner and not all(kept[d] or out_shape[d] == 1 for d in range(q, len(s))):
+        return None
+    if not any(kept[:q]):
         return "j"
-    return None
+    if not inner and all(kept[d] or out_shape[d] == 1 for d in range(q)):
+        return "r"
+    # a function of the row (mixed radix over the outer dims it keeps), plus j over kept inner dims (a
+    # channel gate over NCHWc: x[N, C/cb, H, W, cb] * g[N, C/cb, 1, 1, cb])
+    ost, sst = row_strides(out_shape[:q]), row_strides(s)
+    terms = []
+    for d in (d for d in range(q) if kept[d]):
+        t = "r" if ost[d] == 1 else f"r / {ost[d]}"
+        if ost[d] * out_shape[d] < prod(out_shape[:q]):
+            t = f"{t} % {out_shape[d]}"
+        terms.append(f"({t})" if sst[d] == 1 else f"({t}) * {sst[d]}")
+    return " + ".join(terms + ["j"] * inner)
 
 
 # -- scratch -------------------------------------------------------------------------------------------------
@@ -888,6 +891,8 @@ class _Kernel(QuantizedKernels):
         dt = x.type.dtype.name
         ct = ctype(dt)
         op = ins.op
+        if x.layout != PLAIN:
+            return self._reduce_blocked(ins, fn)
         ist = row_strides(x.type.shape)
         kept = [(s, st) for i, (s, st) in enumerate(zip(x.type.shape, ist)) if i not in axes and s != 1]
         red = [(s, st) for i, (s, st) in enumerate(zip(x.type.shape, ist)) if i in axes and s != 1]
@@ -912,6 +917,23 @@ class _Kernel(QuantizedKernels):
             parallel=self.nt > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
             red=[s for s, _ in red], acc_t=acc_t, init=init, load=f"({acc_t})" + ct.ld(f"in[{load_idx}]"),
             update=update, out_idx=out_idx, store=ct.st(f"({ct.compute})acc"))
+
+    def _reduce_blocked(self, ins, fn):
+        """A reduction over every spatial axis of an NCHWc input (layouts.SPATIAL_REDUCES), whose kernel sees the
+        stored [N, C/cb, *spatial, cb] shape: per channel block, cb accumulators over the plane, lane by lane
+        (one vector); the lanes past C are not stored (the output is plain [N, C, 1.., 1..])."""
+        x, out = ins.ins[0], ins.outs[0]
+        dt = x.type.dtype.name
+        ct = ctype(dt)
+        n, blocks, *spatial, cb = x.type.shape
+        acc_t, init, update = kernels_ew.reduce_parts(ins.op, dt)
+        plane = prod(spatial)
+        self.choice = f"{ins.op} over NCHWc: {cb} lanes of a channel block at once, over planes of {plane}"
+        return self.t("reduce_blocked.c.j2",
+            fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out), in_ptr=self.ptr(x), rows=n * blocks,
+            blocks=blocks, cb=cb, plane=plane, c=out.type.shape[1], acc_t=acc_t, init=init, update=update,
+            load=f"({acc_t})" + ct.ld("src[q * %d + l]" % cb), store=ct.st(f"({ct.compute})acc"),
+            parallel=self.nt > 1 and n * blocks > 1, work=x.type.numel)
 
     k_reduce_sum = k_reduce_prod = k_reduce_max = k_reduce_min = _reduce
 
