@@ -229,6 +229,29 @@ def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
     return g.model("layout_boundaries", [("input", (2, c0, size, size))], [y, side1, side2, side3, gap])
 
 
+def squeeze_excite(seed=0, dt="float32", batch=2, channels=20, size=9, specials=False):
+    """An EfficientNet-style squeeze-excite block between convs: depthwise 3x3 conv -> global average pool ->
+    1x1 conv -> Relu -> 1x1 conv -> Sigmoid -> channel gate Mul(x, g[N, C, 1, 1]) -> 1x1 conv, and the
+    per-channel ReduceMax / ReduceSum over H, W of the depthwise output as outputs (the spatial reductions and
+    the gate a backend's layout pass may keep in its blocked layout; ``channels``: a multiple of a channel block
+    or not). ``specials``: a second input added to the block's input, the conformance feeds' special values
+    (NaN, +-inf, +-0, denormals) in a few channels, zeros elsewhere."""
+    g = G(seed, dt)
+    c, r = channels, max(1, channels // 4)
+    x = g.op("Add", ["input", "specials"]) if specials else "input"
+    y = g.op("Conv", [x, g.w(c, 1, 3, 3), g.w(c, scale=0.1)], group=c, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    s = g.op("GlobalAveragePool", [y])
+    h = g.op("Relu", [g.op("Conv", [s, g.w(r, c, 1, 1), g.w(r, scale=0.1)])])
+    gate = g.op("Sigmoid", [g.op("Conv", [h, g.w(c, r, 1, 1), g.w(c, scale=0.1)])])
+    z = g.op("Conv", [g.op("Mul", [y, gate]), g.w(c + 3, c, 1, 1), g.w(c + 3, scale=0.1)])
+    axes = g.const([2, 3], np.int64)
+    mx = g.op("ReduceMax", [y, axes], keepdims=0)
+    sm = g.op("ReduceSum", [y, axes], keepdims=1)
+    shape = (batch, c, size, size)
+    return g.model("squeeze_excite", [("input", shape)] + ([("specials", shape)] if specials else []),
+                   [z, mx, sm])
+
+
 def ew_chains(seed=0, dt="float32", batch=2, rows=64, cols=320):
     """Chains of 2 to 6 elementwise ops a backend may run as one loop (the CPU backend's chains.py), past the
     parallel thresholds at 2 threads: a bias add into a lowered GELU (x*0.5*(1+erf(x/sqrt2)), the input read by

@@ -20,6 +20,7 @@ from glow_core.types import dtype as gdtype
 from . import networks as M
 from . import paths
 from .onnx_cases import model_case
+from .primitive_cases import specials, sprinkle
 
 
 def _feeds(model, rng):
@@ -30,6 +31,11 @@ def _feeds(model, rng):
         dt = gdtype(t.elem_type).np
         if vi.name == "mask":
             a = np.where(rng.random(shape) < 0.2, -1e4, 0.0)
+        elif vi.name == "specials":  # special values in channels 1 and C - 1 (a partial channel block's last)
+            a = np.zeros(shape)
+            for ch in (1, shape[1] - 1):
+                a[:, ch] = sprinkle(np.zeros(shape[:1] + shape[2:], dt), rng, 0.1,
+                                    specials(gdtype(t.elem_type).name))
         else:
             a = rng.standard_normal(shape)
         out[vi.name] = a.astype(dt)
@@ -49,6 +55,14 @@ MODELS = {
     "fused_tails": lambda dt: M.fused_tails(seed=1, dt=dt),
     "ew_chains": lambda dt: M.ew_chains(seed=1, dt=dt),
     "layout_boundaries": lambda dt: M.layout_boundaries(seed=1, dt=dt),
+    # squeeze-excite between convs (spatial reductions and the channel gate on a blocked layout): C = 20 leaves a
+    # partial channel block, 32 fills whole ones (of 8 or 16); 40x40 planes pass the parallel thresholds (THREADED)
+    "squeeze_excite_c20": lambda dt: M.squeeze_excite(seed=1, dt=dt, channels=20),
+    "squeeze_excite_c32": lambda dt: M.squeeze_excite(seed=2, dt=dt, channels=32),
+    "squeeze_excite_c20_specials": lambda dt: M.squeeze_excite(seed=3, dt=dt, channels=20, specials=True),
+    "squeeze_excite_c40_large": lambda dt: M.squeeze_excite(seed=4, dt=dt, channels=40, size=40),
+    "squeeze_excite_c32_large_specials": lambda dt: M.squeeze_excite(seed=5, dt=dt, channels=32, size=40,
+                                                                     specials=True),
     # the bench families of glow_core.example_models at small sizes
     "resnet50_small": lambda dt: example_models.resnet50(seed=1, size=16, classes=10, blocks=(1, 1), widths=(4, 8)),
     "efficientnet_small": lambda dt: example_models.efficientnet(
@@ -118,7 +132,8 @@ DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "fl
           "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32")}
 #: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
-THREADED = {"ew_chains": ("float32", "float16", "int32")}
+THREADED = {"ew_chains": ("float32", "float16", "int32"), "squeeze_excite_c40_large": ("float32",),
+            "squeeze_excite_c32_large_specials": ("float32",)}
 
 
 #: QDQ models: name -> (float model, per-channel weights, activation dtype)

@@ -37,6 +37,8 @@ def calls(cm):
     ((2, 3, 4, 5), [(2, 3, 4, 5), (1, 3, 1, 1)], 6, 20, ("i", "(r % 3)")),
     ((2, 3, 4, 5), [(2, 1, 4, 1), (1, 1, 1, 1)], 24, 5, ("(r / 12) * 4 + (r % 4)", "0")),
     ((6, 7), [(6, 7), (6, 7)], 1, 42, ("i", "i")),
+    # a channel gate over NCHWc (stored shapes): per channel block, its cb lanes along j
+    ((1, 3, 5, 5, 16), [(1, 3, 5, 5, 16), (1, 3, 1, 1, 16)], 75, 16, ("i", "(r / 25) * 16 + j")),
 ])
 def test_broadcast_split(out, ins, rows, cols, index):
     s = broadcast_split(out, ins)
@@ -47,7 +49,7 @@ def _index_value(expr, r, j, i):
     return eval(expr.replace("/", "//"), {}, {"r": r, "j": j, "i": i})
 
 
-@pytest.mark.parametrize("out", [(2, 3, 4, 5), (3, 1, 4), (5,)])
+@pytest.mark.parametrize("out", [(2, 3, 4, 5), (3, 1, 4), (5,), (2, 3, 2, 3, 4)])
 def test_every_broadcast_source_is_indexed_as_numpy_broadcasts_it(out):
     """Each split index, evaluated for every output element, names the source element numpy's broadcast puts
     there (all 2**rank sources of ``out``)."""

@@ -57,8 +57,10 @@ def find_compiler() -> list[str]:
 
 def default_flags(num_threads: int) -> list[str]:
     # -fno-trapping-math: the kernels never read floating-point exception flags, and GCC if-converts (so
-    # vectorizes) the branch-free selects of glow_exp_polyf / glow_erff only without trapping math
-    flags = ["-O3", "-march=native", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math"]
+    # vectorizes) the branch-free selects of glow_exp_polyf / glow_erff only without trapping math;
+    # -fopenmp-simd: the `omp simd` loops (no OpenMP runtime) of elementwise.c.j2
+    flags = ["-O3", "-march=native", "-fPIC", "-shared", "-fwrapv", "-fno-math-errno", "-fno-trapping-math",
+             "-fopenmp-simd"]
     if num_threads > 1:
         flags.append("-fopenmp")
     return flags
