@@ -206,9 +206,8 @@ def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
     conv, conv -> add -> conv (a residual add of two convs), conv -> max pool -> conv, conv -> global average
     pool, concats of convs on the channel axis (17 + 20 channels, and 16 + 16: whole channel blocks), conv ->
     flatten -> gemm, graph outputs written by convs, and channel counts (3, 17, 20) that are no multiple of a
-    channel block, so padding lanes are reached. With NCHWc between convs, adds and pools: one conversion,
-    before the global average pool (its input also feeds a conv and the max pool); the flattened tensor is
-    written plain."""
+    channel block, so padding lanes are reached. With NCHWc between convs, adds and pools and a global average
+    pool reading NCHWc (its result plain): no conversion; the flattened tensor is written plain."""
     g = G(seed, dt)
     c0, c1, c2 = channels
 
