@@ -66,7 +66,8 @@ def _expected(x, w):
             y += xp[:, :, dy:dy + hgt, dx:dx + wid] * w["wd"][None, :, 0, dy, dx, None, None]
     s = y.mean(axis=(2, 3), keepdims=True)
     gate = 1 / (1 + np.exp(-_conv1x1(np.maximum(_conv1x1(s, w["w1"], w["b1"]), 0), w["w2"], w["b2"])))
-    return {"z": _conv1x1(y * gate, w["w3"], w["b3"]), "mx": y.max(axis=(2, 3)), "sm": y.sum(axis=(2, 3), keepdims=True)}
+    return {"z": _conv1x1(y * gate, w["w3"], w["b3"]), "mx": y.max(axis=(2, 3)),
+            "sm": y.sum(axis=(2, 3), keepdims=True)}
 
 
 def _run(shape, threads, x, seed=0):
