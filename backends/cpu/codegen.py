@@ -1029,7 +1029,8 @@ class _Kernel(QuantizedKernels):
                       store=store, epi=epi or "v", scratch=scratch, off=plan.scratch.offsets, wc_ptr=wc_ptr)
 
     def _engine_conv(self, ins, fn, engine):
-        """A conv by the conv engine: its kernel, called with the filter repacked at compile time."""
+        """A conv by the conv engine: its kernel, called with the filter repacked at compile time (and the
+        instruction's own filter when the kernel reads it: ConvKernel.reads_filter)."""
         have = ins.scratch.size if ins.scratch is not None else 0
         if engine.scratch_bytes > have:  # planned for fewer threads (ENGINE_SCRATCH_THREADS)
             engine = engine_conv(ins, 1)
@@ -1056,6 +1057,7 @@ class _Kernel(QuantizedKernels):
                       w_ptr=self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights),
                       scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post,
                       res_ptr=f"(const float *)({self.ptr(ins.ins[3])})" if res is not None else "0",
+                      wf_ptr=self.ptr(w) if engine.reads_filter else "",
                       n=prod(stored_shape(out.type.shape, out.layout)))
 
     def k_layout_convert(self, ins, fn):

@@ -10,16 +10,19 @@ Interface with codegen (the whole of it)::
     plan = plan_conv(geom, dtype="float32", epilogue=Epilogue(("residual", "relu")), num_threads=2,
                      in_layout="nchw", out_layout="nchw")   # name: by default a hash of all of the above
     if not plan: ...            # Unsupported(reason): keep the generic kernel; plan.reason says why
-    plan.source                 # C: static helpers + `static void NAME(x, w, bias, y, scratch, res)`
+    plan.source                 # C: static helpers + `static void NAME(x, w, bias, y, scratch, res[, wf])`
     plan.scratch_bytes          # bytes of the @scratch operand (64-byte aligned), 0 when none
     plan.pack_weights(w)        # numpy, at compile time: w as the instruction holds it -> packed float32 constant
+    plan.reads_filter           # the kernel takes a seventh argument: w as the instruction holds it (Winograd)
     plan.describe               # one line for `glowc dump`
     plan.name                   # the C function (same parameters -> same name and source: emit once)
 
 The kernel's C signature is fixed: ``void NAME(const float *x, const float *w_packed, const float *bias,
-float *y, uint8_t *scratch, const float *res)``; all geometry is baked in, nothing is allocated, ``res`` is the
-residual input (same shape and layout as ``y``; pass NULL without a residual step). ``bias`` is the plain
-``[F]`` vector. ``y`` must not alias ``x``, ``res`` or ``scratch`` (partial sums are kept in ``y``). With
+float *y, uint8_t *scratch, const float *res)``, and with ``plan.reads_filter`` a seventh parameter ``const float
+*wf``, the filter as the instruction holds it (``[F, C/group, *kernel]`` float32: Winograd recomputes the tiles
+whose outputs are not all finite by the direct formula from it, so no copy of it is packed); all geometry is
+baked in, nothing is allocated, ``res`` is the residual input (same shape and layout as ``y``; pass NULL without
+a residual step). ``bias`` is the plain ``[F]`` vector. ``y`` must not alias ``x``, ``res`` or ``scratch`` (partial sums are kept in ``y``). With
 ``num_threads > 1`` the kernel opens one OpenMP region of exactly ``num_threads`` threads when the work is large
 enough (``PARALLEL_MIN_MACS``), else it runs serially; compiled without -fopenmp it is serial and correct.
 

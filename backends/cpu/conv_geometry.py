@@ -228,8 +228,9 @@ class Epilogue:
 # -- the plan codegen receives ------------------------------------------------------------------------------------
 @dataclass
 class ConvKernel:
-    """A planned conv kernel: C source (helpers + ``static void name(x, w, bias, y, scratch, res)``), scratch
-    bytes, the compile-time weight repacking and a one-line description of the choice."""
+    """A planned conv kernel: C source (helpers + ``static void name(x, w, bias, y, scratch, res)``, with a
+    seventh parameter ``wf`` when ``reads_filter``: the filter as the instruction holds it), scratch bytes, the
+    compile-time weight repacking and a one-line description of the choice."""
 
     name: str
     source: str
@@ -244,6 +245,7 @@ class ConvKernel:
     epilogue: Epilogue
     packed_size: int = 0
     details: dict = field(default_factory=dict)
+    reads_filter: bool = False
 
     def __bool__(self) -> bool:
         return True
