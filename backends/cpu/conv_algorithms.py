@@ -221,6 +221,8 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         taps += [a * dh.sub_dil * xrow + b * dw.sub_dil * icb for a in range(kh_n) for b in range(kw_n)]
         wtotal += units * kh_n * kw_n * icb * cb
     chunk = int(force.get("chunk", max(1, SLAB_BYTES // (kmax * icb * j * cb * 4))))
+    if epi.in_place and out_layout != "nchw":  # y holds the residual: no partial sums there, one chunk
+        chunk = max([chunk] + [g[3] for g in groups])
     oh, ow = dh.out, dw.out
     yfb, ypx, _, yimg = _layout_strides("nhwc" if out_layout == "nhwc" else "nchwc", cb, F, oh * ow)
     unblock = None
@@ -228,6 +230,8 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         unblock = dict(offset=scratch, hw=oh * ow, inline=len(phases) == 1)
         scratch += align(nfb * oh * ow * cb * 4)
     rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
+    if epi.in_place and not unblock and (rfb, rpx, rlane) != (yfb, ypx, 1):
+        raise ConvEngineError(f"conv engine: an in-place residual needs y's own strides, not {(rfb, rpx, rlane)}")
     ukernels = sorted({(g[1], tt) for g in groups for p in ptable
                        for tt in (min(t, p[7]), p[7] % t) if tt > 0})
     how = "nhwc" if in_layout == "nhwc" else ("nchwc" if icb == cb else f"{icb}-lane input blocks")
@@ -240,7 +244,7 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         items=len(phases) * len(groups) * rblocks, rblocks=rblocks, chunk=chunk, tile=t, ostep=dh.step,
         sh=dh.stride, sw=dw.stride, icb=icb, xcb=hp * wp * icb, xrow=xrow, ximg=ximg, yfb=yfb, ypx=ypx,
         ypix=ypx * dw.step, yimg=yimg, ow_full=ow, rfb=rfb, rpx=rpx, rpix=rpx * dw.step, rlane=rlane, rimg=rimg,
-        residual=epi.residual, epi=epi.c_steps(cb))
+        residual=epi.residual, in_place=epi.in_place, epi=epi.c_steps(cb))
     ktaps = [(ph[0], pw[0]) for ph, pw in phases]
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 

@@ -34,7 +34,11 @@ NCHW <-> NCHWc conversions a layout pass will place.
 
 Epilogue (applied in registers before the final store): bias, then ``Epilogue.steps`` in order: "relu",
 ("clip", lo, hi), "sigmoid", "silu", "gelu_erf", "gelu_tanh", ("hard_sigmoid", alpha, beta), ("hard_swish", alpha,
-beta) (x * hard_sigmoid(x)) and "residual" (adds ``res``).
+beta) (x * hard_sigmoid(x)) and "residual" (adds ``res``; with ``Epilogue.in_place`` adds what ``y`` holds on
+entry instead: the residual planned in y's own memory. Invariant of that mode, direct kernel only: every output
+position is stored exactly once, by the thread that has just read its residual from the same position, and
+nothing reads y after storing it; so partial sums over input-channel chunks stay in registers (one chunk) or in
+scratch (nchw output, converted from the blocked copy after the residuals are read)).
 """
 from __future__ import annotations
 
@@ -120,6 +124,10 @@ def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue 
         raise ConvEngineError(f"conv engine: num_threads must be >= 1, got {num_threads}")
     algorithm = force.get("algorithm")
     depthwise = geom.channels == geom.group and all(u == 1 for u in geom.input_dilation)
+    if epilogue.in_place and (algorithm not in (None, "direct") or depthwise or
+                              (algorithm is None and winograd_fits(geom) and winograd_choice(geom))):
+        return Unsupported("conv engine: a residual in y's own memory (Epilogue.in_place) runs on the direct "
+                           "kernel only (Winograd stores a tile again after reading its residual)")
     if algorithm == "depthwise" or (algorithm is None and depthwise):
         if not depthwise:
             raise ConvEngineError("conv engine: depthwise needs one input channel per group and no input dilation")
