@@ -244,7 +244,9 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         items=len(phases) * len(groups) * rblocks, rblocks=rblocks, chunk=chunk, tile=t, ostep=dh.step,
         sh=dh.stride, sw=dw.stride, icb=icb, xcb=hp * wp * icb, xrow=xrow, ximg=ximg, yfb=yfb, ypx=ypx,
         ypix=ypx * dw.step, yimg=yimg, ow_full=ow, rfb=rfb, rpx=rpx, rpix=rpx * dw.step, rlane=rlane, rimg=rimg,
-        residual=epi.residual, in_place=epi.in_place, epi=epi.c_steps(cb))
+        # the residual: res, or in place y itself (read by the register tiles through yp when they store y)
+        res_base="" if not epi.residual or (epi.in_place and not unblock) else ("y" if epi.in_place else "res"),
+        res_src="yp" if epi.in_place and not unblock else "rp", epi=epi.c_steps(cb))
     ktaps = [(ph[0], pw[0]) for ph, pw in phases]
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 

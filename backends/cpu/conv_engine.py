@@ -22,7 +22,8 @@ float *y, uint8_t *scratch, const float *res)``, and with ``plan.reads_filter`` 
 *wf``, the filter as the instruction holds it (``[F, C/group, *kernel]`` float32: Winograd recomputes the tiles
 whose outputs are not all finite by the direct formula from it, so no copy of it is packed); all geometry is
 baked in, nothing is allocated, ``res`` is the residual input (same shape and layout as ``y``; pass NULL without
-a residual step). ``bias`` is the plain ``[F]`` vector. ``y`` must not alias ``x``, ``res`` or ``scratch`` (partial sums are kept in ``y``). With
+a residual step). ``bias`` is the plain ``[F]`` vector. ``y`` must not alias ``x``, ``res`` or ``scratch``
+(partial sums are kept in ``y``). With
 ``num_threads > 1`` the kernel opens one OpenMP region of exactly ``num_threads`` threads when the work is large
 enough (``PARALLEL_MIN_MACS``), else it runs serially; compiled without -fopenmp it is serial and correct.
 

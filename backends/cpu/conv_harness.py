@@ -100,8 +100,11 @@ class ConvRunner:
         self.res = None
         if res is not None:
             rl = to_layout(res, k.out_layout, k.cb)
-            self.res = _aligned(rl.size)
-            self.res[:] = rl.reshape(-1)
+            if k.epilogue.in_place:  # the kernel reads the residual from y
+                self.y[:] = rl.reshape(-1)
+            else:
+                self.res = _aligned(rl.size)
+                self.res[:] = rl.reshape(-1)
         self.args = (self.x.ctypes.data, self.w.ctypes.data, self.b.ctypes.data, self.y.ctypes.data,
                      self.scratch.ctypes.data, self.res.ctypes.data if self.res is not None else None,
                      self.wf.ctypes.data)
