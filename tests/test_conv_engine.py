@@ -298,8 +298,8 @@ def test_unsupported_and_errors_say_why():
     with pytest.raises(ConvEngineError, match="needs a residual"):
         Epilogue(("relu",), in_place=True)
     g16 = ConvGeometry(1, 16, 16, 1, (24, 24), (3, 3), (1, 1), (1, 1), (1,) * 4)
-    for geom, force in ((g16, None), (g16, {"algorithm": "winograd2"}), (ConvGeometry(1, 16, 16, 16, (8, 8), (3, 3),
-                                                                                       (1, 1), (1, 1), (1,) * 4), None)):
+    dw16 = ConvGeometry(1, 16, 16, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1,) * 4)
+    for geom, force in ((g16, None), (g16, {"algorithm": "winograd2"}), (dw16, None)):
         r = plan_conv(geom, epilogue=Epilogue(("residual",), in_place=True), force=force)
         assert isinstance(r, Unsupported) and "direct kernel only" in r.reason
     assert plan_conv(g16, epilogue=Epilogue(("residual",), in_place=True), force={"algorithm": "direct"})
