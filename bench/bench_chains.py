@@ -17,7 +17,6 @@ import collections
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -30,16 +29,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
-from bench.bench_cpu import MODELS, build, feed_of, ort_session  # noqa: E402
+from bench.bench_cpu import build, glow_compile, ort_session, spawn  # noqa: E402
 
 #: Kernels that compute nothing (program.py: elided broadcasts, fused residuals, chain members).
 NOTHING = ("glow_k_nothing", "glow_k_fused", "glow_k_chained")
-RUNTIMES = ("chains", "unfused", "ort")
-
-
-def compile_glow(model, threads, chains):
-    import glow_core
-    return glow_core.compile(model, "cpu", num_threads=threads, elementwise_chains=chains)
+#: name -> (bench_cpu's worker runtime, compile options)
+RUNTIMES = {"chains": ("glow", {"elementwise_chains": True}), "unfused": ("glow", {"elementwise_chains": False}),
+            "ort": ("ort", {})}
 
 
 def kernels(names):
@@ -48,7 +44,7 @@ def kernels(names):
         model = build(name)
         row = []
         for chains in (False, True):
-            calls = compile_glow(model, 1, chains).last.compiled.program.calls
+            calls = glow_compile(model, 1, elementwise_chains=chains).last.compiled.program.calls
             run = [c for c in calls if c.code.name not in NOTHING]
             sizes = collections.Counter(int(c.code.choice.split()[3]) for c in run
                                         if c.code.choice.startswith("elementwise chain"))
@@ -73,10 +69,10 @@ def micro(n, threads, rounds):
     rng = np.random.default_rng(0)
     feed = {k: rng.standard_normal(n).astype(np.float32) for k in "xyz"}
     for th in threads:
-        fns = {"chains": compile_glow(model, th, True).run, "unfused": compile_glow(model, th, False).run}
+        fns = {rt: glow_compile(model, th, **RUNTIMES[rt][1]).run for rt in ("chains", "unfused")}
         sess = ort_session(model, th)
         fns["ort"] = lambda f: sess.run(None, f)  # noqa: E731, B023
-        per = alternating_rounds(RUNTIMES, rounds,
+        per = alternating_rounds(tuple(RUNTIMES), rounds,
                                  lambda rt: statistics.median(timed_runs(lambda: fns[rt](feed), 0.5, 10, 2000)))  # noqa: B023
         med = {k: statistics.median(v) for k, v in per.items()}
         print(f"  4-op chain, {n} float32, {th} thread(s): chains {med['chains'] * 1e3:.3f} ms, unfused "
@@ -84,34 +80,13 @@ def micro(n, threads, rounds):
               f"{med['unfused'] / med['chains']:.2f}, chains/ort {med['chains'] / med['ort']:.2f}", flush=True)
 
 
-def worker(runtime, name, threads):
-    model = build(name)
-    feed = feed_of(model)
-    _, budget, lo, hi = MODELS[name]
-    if runtime == "ort":
-        sess = ort_session(model, threads)
-        fn = lambda: sess.run(None, feed)  # noqa: E731
-    else:
-        cm = compile_glow(model, threads, runtime == "chains")
-        fn = lambda: cm.run(feed)  # noqa: E731
-    return statistics.median(timed_runs(fn, budget, lo, hi))
-
-
-def spawn(runtime, name, threads):
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", runtime, name, str(threads)],
-                       env=env, capture_output=True, text=True)
-    if p.returncode:
-        raise RuntimeError(f"worker {runtime} {name} failed (rc {p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 def latency(names, threads, rounds):
     print(f"  {'model':15s} {'threads':>7s} {'chains ms':>10s} {'unfused ms':>10s} {'ort ms':>10s} "
           f"{'unfused/chains':>14s} {'chains/ort':>10s} {'unfused/ort':>11s}")
     for name in names:
         for th in threads:
-            per = alternating_rounds(RUNTIMES, rounds, lambda rt: spawn(rt, name, th))  # noqa: B023
+            per = alternating_rounds(tuple(RUNTIMES), rounds, lambda rt: spawn(  # noqa: B023
+                ["latency", RUNTIMES[rt][0], name, str(th), json.dumps(RUNTIMES[rt][1])], th)["median"])  # noqa: B023
             c, u, o = (statistics.median(per[k]) for k in RUNTIMES)
             print(f"  {name:15s} {th:7d} {c * 1e3:10.3f} {u * 1e3:10.3f} {o * 1e3:10.3f} {u / c:14.3f} "
                   f"{c / o:10.3f} {u / o:11.3f}", flush=True)
@@ -124,11 +99,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=1 << 20, help="elements of the 4-op chain microbenchmark")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip: kernels, micro, latency")
-    ap.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if a.worker:
-        print(json.dumps(worker(a.worker[0], a.worker[1], int(a.worker[2]))))
-        return 0
     names = [m for m in a.models.split(",") if m]
     threads = [int(t) for t in a.threads.split(",") if t]
     skip = set(a.skip.split(","))

@@ -97,18 +97,21 @@ def ort_session(model, threads):
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def glow_compile(model, threads):
+def glow_compile(model, threads, **options):
+    """``model`` compiled for the cpu backend at ``threads``; ``options``: further compile options (e.g.
+    elementwise_chains=False)."""
     import glow_core
-    return glow_core.compile(model, "cpu", num_threads=threads)
+    return glow_core.compile(model, "cpu", num_threads=threads, **options)
 
 
 # ----------------------------------------------------------------------------------------------- workers
-def worker_latency(runtime, name, threads):
+def worker_latency(runtime, name, threads, options=None):
+    """The median latency of ``name`` on ``runtime`` ("glow", compiled with the compile ``options``, or "ort")."""
     model = build(name)
     feed = feed_of(model)
     _, budget, lo, hi = MODELS[name]
     if runtime == "glow":
-        cm = glow_compile(model, threads)
+        cm = glow_compile(model, threads, **(options or {}))
         fn = lambda: cm.run(feed)  # noqa: E731
     else:
         sess = ort_session(model, threads)
@@ -139,6 +142,8 @@ def worker_compile(name, threads):
 
 
 def spawn(args, threads, env_extra=None):
+    """Run a worker of this file (``--worker KIND ...``: latency RUNTIME NAME THREADS [OPTIONS as JSON], layers
+    NAME THREADS, compile NAME THREADS) in a fresh process at ``threads``; its JSON result."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                **(env_extra or {}))
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", *args], env=env,
@@ -248,7 +253,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.worker:
         kind, *rest = a.worker
-        out = worker_latency(rest[0], rest[1], int(rest[2])) if kind == "latency" else \
+        out = worker_latency(rest[0], rest[1], int(rest[2]), json.loads(rest[3]) if rest[3:] else None) \
+            if kind == "latency" else \
             worker_layers(rest[0], int(rest[1])) if kind == "layers" else worker_compile(rest[0], int(rest[1]))
         print(json.dumps(out))
         return 0

@@ -201,6 +201,26 @@ def residual(seed=0, dt="float32", act=None, x=(1, 16, 12, 12), w=(16, 16, 3, 3)
     return g.model(f"residual_{act or 'none'}", inputs, [y])
 
 
+def downsample(seed=0, dt="float32", act="Relu", x=(1, 32, 12, 12), filters=48, tail="conv"):
+    """A ResNet downsampling block: a main branch (3x3 stride 2 + Relu, then 3x3) and a shortcut (1x1 stride 2),
+    Add(main, shortcut) [-> act]. The shortcut runs last and the sum may take the main branch's memory: a backend
+    folding the add into the shortcut conv's epilogue then reads the residual from its own output. ``tail``:
+    "conv" (the sum feeds a 1x1 conv: blocked between convs), "pool" (a global average pool: plain)."""
+    g = G(seed, dt)
+    c = x[1]
+    main = g.op("Relu", [g.op("Conv", ["input", g.w(filters, c, 3, 3), g.w(filters, scale=0.1)], pads=[1] * 4,
+                              strides=[2, 2])])
+    main = g.op("Conv", [main, g.w(filters, filters, 3, 3), g.w(filters, scale=0.1)], pads=[1] * 4)
+    short = g.op("Conv", ["input", g.w(filters, c, 1, 1), g.w(filters, scale=0.1)], strides=[2, 2])
+    y = g.op("Add", [main, short])
+    if act:
+        extra, at = ACTIVATIONS[act]
+        y = g.op(act, [y] + [g.const(v) for v in extra], **at)
+    y = g.op("Conv", [y, g.w(c, filters, 1, 1), g.w(c, scale=0.1)]) if tail == "conv" else \
+        g.op("GlobalAveragePool", [y])
+    return g.model(f"downsample_{act or 'none'}_{tail}", [("input", x)], [y])
+
+
 def layout_boundaries(seed=0, dt="float32", size=10, channels=(3, 17, 20)):
     """Every boundary of a blocked-layout region (a backend's tensor_layout_requirements): conv -> relu ->
     conv, conv -> add -> conv (a residual add of two convs), conv -> max pool -> conv, conv -> global average

@@ -128,6 +128,17 @@ RESIDUAL = {
     "depthwise_clip_blocked": ("Clip", (1, 20, 11, 11), (20, 1, 3, 3), True, 1, dict(group=20)),
     "depthwise_sigmoid_plain_t2": ("Sigmoid", (1, 24, 56, 56), (24, 1, 3, 3), False, 2, dict(group=24)),
 }
+#: A ResNet downsampling block (networks.downsample), one line each: name -> (activation, x shape, filters, tail,
+#: threads). The sum takes the main branch's memory, so the CPU backend folds the add into the strided 1x1 shortcut
+#: conv reading the residual from its own output (conv_fusion's in_place): blocked (tail "conv"; 512 channels: one
+#: input-channel chunk where the direct kernel would take several), plain (tail "pool": partial sums in scratch;
+#: batch 2); 2 threads past PARALLEL_MIN_MACS.
+DOWNSAMPLE = {
+    "relu_blocked": ("Relu", (1, 32, 12, 12), 48, "conv", 1),
+    "wide_blocked_t2": (None, (1, 512, 6, 6), 256, "conv", 2),
+    "relu_plain_t2": ("Relu", (1, 64, 28, 28), 96, "pool", 2),
+    "clip_plain_batch2": ("Clip", (2, 24, 10, 10), 40, "pool", 1),
+}
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32")}
@@ -213,6 +224,12 @@ def cases():
             return m, _feeds(m, rng)
         out.append(model_case(f"models/residual_{name}/float32/seeded", "models", f"residual_{name}", "float32", build,
                               "model", profiles=("models",), threads=threads))
+    for name, (act, xs, filters, tail, threads) in DOWNSAMPLE.items():
+        def build(rng, act=act, xs=xs, filters=filters, tail=tail):
+            m = M.downsample(seed=3, act=act, x=xs, filters=filters, tail=tail)
+            return m, _feeds(m, rng)
+        out.append(model_case(f"models/downsample_{name}/float32/seeded", "models", f"downsample_{name}", "float32",
+                              build, "model", profiles=("models",), threads=threads))
     for name in QDQ:
         def build(rng, name=name):
             m = _qdq_model(name)

@@ -150,6 +150,18 @@ CASES = {
     "convT-grouped-negpad": (1, 8, ("T", 3), (5, 5), (3, 3), (2, 2), (1, 1), (4, 0, 0, 3), 2, (1, 0), "nchwc/nchwc",
                              1, ("relu",)),
     "convT-1d": (1, 4, ("T", 6), (9,), (5,), (3,), (1,), (2, 1), 1, (1,), "nchw/nchw", 1, ()),
+    # "residual in y": the residual is what y holds on entry (Epilogue.in_place): one input-channel chunk however
+    # small the forced one (blocked, nhwc output), partial sums in scratch (nchw output), phases of a transposed conv
+    "inplace-blocked-chunks": (1, 96, 40, (9, 10), (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1, {"chunk": 2},
+                               "nchwc/nchwc", 2, ("residual in y", "relu")),
+    "inplace-mixed-chunks": (2, 40, 24, (9, 11), (3, 3), (2, 1), (1, 1), (1, 1, 1, 1), 1, {"chunk": 1},
+                             "nchwc/nchw", 2, ("relu", "residual in y")),
+    "inplace-nhwc": (1, 32, 48, (9, 10), (3, 3), (2, 1), (1, 1), (1, 1, 1, 1), 1, None, "nhwc/nhwc", 1,
+                     ("residual in y",)),
+    "inplace-convT-blocked": (1, 16, ("T", 24), (7, 6), (4, 4), (2, 2), (1, 1), (1, 1, 1, 1), 1, (0, 0),
+                              "nchwc/nchwc", 2, ("residual in y", "relu")),
+    "inplace-convT-plain": (2, 6, ("T", 5), (4, 5), (3, 2), (3, 2), (2, 1), (1, 0, 0, 2), 1, (2, 1), "nchw/nchw", 1,
+                            ("residual in y",)),
 }
 for _i, _act in enumerate(ACT):
     _nm = _act if isinstance(_act, str) else _act[0]
@@ -178,8 +190,9 @@ def _case(cid):
         want, mag = ref_conv(x, w, b, s, d, p, g)
         w_conv, force = w, extra
     assert tuple(geom.out_spatial) == want.shape[2:]
-    kern = plan_conv(geom, epilogue=Epilogue(epi), num_threads=nt, in_layout=il, out_layout=ol, force=force,
-                     name="k_" + cid.replace("-", "_"))
+    steps = tuple("residual" if e == "residual in y" else e for e in epi)
+    kern = plan_conv(geom, epilogue=Epilogue(steps, in_place="residual in y" in epi), num_threads=nt, in_layout=il,
+                     out_layout=ol, force=force, name="k_" + cid.replace("-", "_"))
     return dict(x=x, w=w_conv, b=b, want=want, mag=mag, kern=kern, epi=epi, rng=rng, geom=geom)
 
 
@@ -193,12 +206,13 @@ def test_case(cid):
     kern = c["kern"]
     assert kern, kern
     want, mag = c["want"], c["mag"]
-    res = c["rng"].standard_normal(want.shape).astype(np.float32) if "residual" in c["epi"] else None
+    residual = {"residual", "residual in y"} & set(c["epi"])
+    res = c["rng"].standard_normal(want.shape).astype(np.float32) if residual else None
     got = ConvRunner(kern, c["w"], c["b"]).run(c["x"], res).astype(np.float64)
     n = _reduction_length(c["geom"])
     err_scale = 2 * n * EPS32 * mag  # the conformance "conv" bound, before the epilogue
     for step in c["epi"]:
-        if step == "residual":
+        if step in residual:
             want = want + res
             err_scale = err_scale + EPS32 * np.abs(want)
         else:
@@ -281,6 +295,14 @@ def test_unsupported_and_errors_say_why():
         Epilogue(("tanhh",))
     with pytest.raises(ConvEngineError, match="at most one residual"):
         Epilogue(("residual", "residual"))
+    with pytest.raises(ConvEngineError, match="needs a residual"):
+        Epilogue(("relu",), in_place=True)
+    g16 = ConvGeometry(1, 16, 16, 1, (24, 24), (3, 3), (1, 1), (1, 1), (1,) * 4)
+    dw16 = ConvGeometry(1, 16, 16, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1,) * 4)
+    for geom, force in ((g16, None), (g16, {"algorithm": "winograd2"}), (dw16, None)):
+        r = plan_conv(geom, epilogue=Epilogue(("residual",), in_place=True), force=force)
+        assert isinstance(r, Unsupported) and "direct kernel only" in r.reason
+    assert plan_conv(g16, epilogue=Epilogue(("residual",), in_place=True), force={"algorithm": "direct"})
     with pytest.raises(ConvEngineError, match="layouts"):
         plan_conv(g2, in_layout="nwhc")
     with pytest.raises(ConvEngineError, match="C identifier"):

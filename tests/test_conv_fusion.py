@@ -39,11 +39,21 @@ def unfused(model, threads, monkeypatch):
         return glow_core.compile(model, "cpu", num_threads=threads)
 
 
-CASES = {  # name -> (networks.residual arguments, threads)
-    "winograd_relu_blocked": (dict(act="Relu", x=(1, 16, 12, 12), w=(16, 16, 3, 3), blocked=True), 1),
-    "direct_1x1_plain_2t": (dict(act=None, x=(1, 32, 32, 32), w=(40, 32, 1, 1), blocked=False), 2),
-    "direct_5x5_clip_partial_block": (dict(act="Clip", x=(1, 20, 13, 13), w=(20, 20, 5, 5), blocked=True), 2),
-    "depthwise_sigmoid_plain": (dict(act="Sigmoid", x=(1, 20, 11, 11), w=(20, 1, 3, 3), blocked=False, group=20), 1),
+IN_PLACE = "fused in registers (the residual read from the output's own memory)"
+CASES = {  # name -> (network, its arguments, threads, the residual read from the output's memory)
+    "winograd_relu_blocked": (M.residual, dict(act="Relu", x=(1, 16, 12, 12), w=(16, 16, 3, 3), blocked=True), 1,
+                              False),
+    "direct_1x1_plain_2t": (M.residual, dict(act=None, x=(1, 32, 32, 32), w=(40, 32, 1, 1), blocked=False), 2, False),
+    "direct_5x5_clip_partial_block": (M.residual, dict(act="Clip", x=(1, 20, 13, 13), w=(20, 20, 5, 5),
+                                                       blocked=True), 2, False),
+    "depthwise_sigmoid_plain": (M.residual, dict(act="Sigmoid", x=(1, 20, 11, 11), w=(20, 1, 3, 3), blocked=False,
+                                                 group=20), 1, False),
+    # downsampling blocks: the sum over the main branch's output, the add in the shortcut conv (one channel chunk
+    # for 512 channels; nchw output: partial sums in scratch, batch 2)
+    "downsample_wide_blocked_2t": (M.downsample, dict(act=None, x=(1, 512, 6, 6), filters=256, tail="conv"), 2,
+                                   True),
+    "downsample_clip_plain_batch2": (M.downsample, dict(act="Clip", x=(2, 24, 10, 10), filters=40, tail="pool"), 1,
+                                     True),
 }
 
 
@@ -52,15 +62,16 @@ CASES = {  # name -> (networks.residual arguments, threads)
 def test_residual_add_runs_in_the_conv_epilogue_exactly(name, monkeypatch):
     """conv -> Add(conv, earlier) [-> activation]: one kernel (the add's call does nothing), the listing says so,
     bit-equal to the unfused kernels over inputs with infinities, NaN and -0, and equal to onnxruntime."""
-    args, threads = CASES[name]
-    model = M.residual(seed=2, **args)
+    network, args, threads, in_place = CASES[name]
+    model = network(seed=2, **args)
     feed = feeds(model)
     first = next(iter(feed))
     feed[first].reshape(-1)[:6] = [np.inf, -np.inf, np.nan, -0.0, 1e-40, 3e38]
     cm = glow_core.compile(model, "cpu", num_threads=threads)
     assert len(fused_pairs(cm)) == 1
     choices = [c.code.choice for c in cm.last.compiled.program.calls if c.instr.op == "conv"]
-    assert any("residual add" in c and c.endswith("fused in registers") for c in choices), choices
+    assert any("residual add" in c and c.endswith(IN_PLACE if in_place else "fused in registers")
+               for c in choices), choices
     got = cm.run(feed)
     plain = unfused(model, threads, monkeypatch)
     assert fused_pairs(plain) == []
@@ -76,13 +87,14 @@ def test_residual_add_runs_in_the_conv_epilogue_exactly(name, monkeypatch):
 def test_resnet18_identity_blocks_fuse_and_stay_exact(monkeypatch):
     """ResNet-18 at 64x64: the five identity blocks' adds (the conv right before them, the sum written in place of
     the conv's output; the last block's sum feeds the global average pool, which reads NCHWc: no conversion in
-    between) run in the conv's epilogue; the downsampling blocks' adds, whose sum is written over the other
-    operand (the engine's residual must not alias its output), stay separate. Bit-equal to the unfused run."""
+    between) and the three downsampling blocks' (the sum written over the main branch's output: the shortcut conv
+    reads the residual from its own output) run in the conv's epilogue. Bit-equal to the unfused run."""
     model = example_models.resnet18(seed=1, size=64)
     feed = feeds(model, scale=1.0)
     cm = glow_core.compile(model, "cpu", num_threads=2)
     pairs = fused_pairs(cm)
-    assert len(pairs) == 5 and all(a.startswith("add_s") for _, a in pairs), pairs
+    assert len(pairs) == 8 and all(a.startswith("add_s") for _, a in pairs), pairs
+    assert sum(c.code.choice.endswith(IN_PLACE) for c in cm.last.compiled.program.calls) == 3
     plain = unfused(model, 2, monkeypatch)
     np.testing.assert_array_equal(next(iter(cm.run(feed).values())), next(iter(plain.run(feed).values())))
 

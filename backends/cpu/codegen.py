@@ -373,7 +373,8 @@ def _engine_epilogue(attrs) -> "Epilogue | None":
     """The conv engine's in-register epilogue of a conv: its fused activation, then a fused residual add
     (conv_fusion.RESIDUAL) and that add's activation. Without a residual, an activation the engine lacks is left
     out (``_engine_conv`` applies it after the engine with the elementwise expression, so that a fused result
-    equals the unfused one exactly, as glow_core.fusion requires); with one, None when any step is not in it."""
+    equals the unfused one exactly, as glow_core.fusion requires); with one, None when any step is not in it (its
+    ``in_place``: the residual is planned in the output's own memory, Epilogue.in_place)."""
     steps = _engine_steps(attrs.get(FUSED_ACTIVATION), attrs.get(FUSED_PARAMS) or {})
     res = attrs.get(RESIDUAL)
     if res is None:
@@ -381,7 +382,7 @@ def _engine_epilogue(attrs) -> "Epilogue | None":
     after = _engine_steps(res["activation"], res["params"])
     if steps is None or after is None:
         return None
-    return Epilogue(steps + ("residual",) + after)
+    return Epilogue(steps + ("residual",) + after, in_place=res["in_place"])
 
 
 #: Partial sums of a reduce_sum over a contiguous run (``_Kernel._reduce``).
@@ -1051,7 +1052,8 @@ class _Kernel(QuantizedKernels):
                       store=store, epi=epi or "v", scratch=scratch, off=plan.scratch.offsets, wc_ptr=wc_ptr)
 
     def _engine_conv(self, ins, fn, engine):
-        """A conv by the conv engine: its kernel, called with the filter repacked at compile time."""
+        """A conv by the conv engine: its kernel, called with the filter repacked at compile time (and the
+        instruction's own filter when the kernel reads it: ConvKernel.reads_filter)."""
         have = ins.scratch.size if ins.scratch is not None else 0
         if engine.scratch_bytes > have:  # planned for fewer threads (ENGINE_SCRATCH_THREADS)
             engine = engine_conv(ins, 1)
@@ -1071,13 +1073,14 @@ class _Kernel(QuantizedKernels):
             self.choice += " after the conv"
         if res is not None:
             self.choice += ", residual add" + (f" + {res['activation']}" if res["activation"] else "") + \
-                " fused in registers"
+                " fused in registers" + (" (the residual read from the output's own memory)" if res["in_place"] else "")
         return self.t("conv_engine_call.c.j2",
                       fn=fn, engine=engine.source, engine_fn=engine.name, choice=c_comment(self.choice, 400),
                       x_ptr=self.ptr(x), b_ptr=self.ptr(bias), out_ptr=self.ptr(out),
                       w_ptr=self.derive(w, "float32", key="conv-engine " + engine.name, make=engine.pack_weights),
                       scratch=self.ptr(ins.scratch) if engine.scratch_bytes else "0", post=post,
-                      res_ptr=f"(const float *)({self.ptr(ins.ins[3])})" if res is not None else "0",
+                      res_ptr=f"(const float *)({self.ptr(ins.ins[3])})" if res and not res["in_place"] else "0",
+                      wf_ptr=self.ptr(w) if engine.reads_filter else "",
                       n=prod(stored_shape(out.type.shape, out.layout)))
 
     def k_layout_convert(self, ins, fn):

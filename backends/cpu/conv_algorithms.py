@@ -221,6 +221,8 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         taps += [a * dh.sub_dil * xrow + b * dw.sub_dil * icb for a in range(kh_n) for b in range(kw_n)]
         wtotal += units * kh_n * kw_n * icb * cb
     chunk = int(force.get("chunk", max(1, SLAB_BYTES // (kmax * icb * j * cb * 4))))
+    if epi.in_place and out_layout != "nchw":  # y holds the residual: no partial sums there, one chunk
+        chunk = max([chunk] + [g[3] for g in groups])
     oh, ow = dh.out, dw.out
     yfb, ypx, _, yimg = _layout_strides("nhwc" if out_layout == "nhwc" else "nchwc", cb, F, oh * ow)
     unblock = None
@@ -228,6 +230,8 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         unblock = dict(offset=scratch, hw=oh * ow, inline=len(phases) == 1)
         scratch += align(nfb * oh * ow * cb * 4)
     rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
+    if epi.in_place and not unblock and (rfb, rpx, rlane) != (yfb, ypx, 1):
+        raise ConvEngineError(f"conv engine: an in-place residual needs y's own strides, not {(rfb, rpx, rlane)}")
     ukernels = sorted({(g[1], tt) for g in groups for p in ptable
                        for tt in (min(t, p[7]), p[7] % t) if tt > 0})
     how = "nhwc" if in_layout == "nhwc" else ("nchwc" if icb == cb else f"{icb}-lane input blocks")
@@ -240,7 +244,9 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         items=len(phases) * len(groups) * rblocks, rblocks=rblocks, chunk=chunk, tile=t, ostep=dh.step,
         sh=dh.stride, sw=dw.stride, icb=icb, xcb=hp * wp * icb, xrow=xrow, ximg=ximg, yfb=yfb, ypx=ypx,
         ypix=ypx * dw.step, yimg=yimg, ow_full=ow, rfb=rfb, rpx=rpx, rpix=rpx * dw.step, rlane=rlane, rimg=rimg,
-        residual=epi.residual, epi=epi.c_steps(cb))
+        # the residual: res, or in place y itself (read by the register tiles through yp when they store y)
+        res_base="" if not epi.residual or (epi.in_place and not unblock) else ("y" if epi.in_place else "res"),
+        res_src="yp" if epi.in_place and not unblock else "rp", epi=epi.c_steps(cb))
     ktaps = [(ph[0], pw[0]) for ph, pw in phases]
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 
@@ -392,7 +398,8 @@ def _tile_batch(tiles: int, cap: int, nt: int) -> int:
 def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
     """F(m x m, 3x3): per batch of output tiles, input transform, one GEMM per position (the direct kernel's
     register tiles with tiles as pixels), output transform with the epilogue. Weights transformed in float64; the
-    raw weights follow them for the tiles whose outputs are not all finite (recomputed by the direct formula)."""
+    tiles whose outputs are not all finite are recomputed by the direct formula from the filter as the instruction
+    holds it (the kernel's seventh argument: ``ConvKernel.reads_filter``)."""
     cb = target.cb
     if in_layout == "nhwc" or out_layout == "nhwc":
         return Unsupported("conv engine: winograd runs on nchw / nchwc only")
@@ -442,7 +449,7 @@ def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F, m=m,
         a=a, bt_rows=[_lincomb(r) for r in BT], at_rows=[_lincomb(r) for r in AT], ukernels=[
             dict(j=x, t=y) for x, y in ukernels], groups=groups, tb=tb, tile=t, tiles=tiles, tiles_w=tiles_w,
-        batches=batches, ncb=ncb, nfb=nfb, vpos=ncb * tb * cb, mpos=nfb * tb * cb, wpos=units * cb * cb,
+        batches=batches, c=C, ncb=ncb, nfb=nfb, vpos=ncb * tb * cb, mpos=nfb * tb * cb, wpos=units * cb * cb,
         xrow=dw.size * cb, xcb=dh.size * dw.size * cb, ximg=ximg, oh=oh, ow=ow, work_offset=work_offset,
         work_bytes=work_bytes, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg,
         residual=epi.residual, epi=epi.c_steps(cb))
@@ -450,12 +457,8 @@ def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
 
     def pack(w):
         """U = G g G^T per (filter, channel) in float64, then per position the 1x1 blocking of the direct kernel:
-        [pos][filter-block group][input block][lane in][J][cb]; then the raw weights for the direct formula of
-        tiles with non-finite values: [filter block][input block][3][3][lane in][cb]."""
+        [pos][filter-block group][input block][lane in][J][cb]."""
         w = np.asarray(w, dtype=np.float64).reshape(F, C, 3, 3)
-        raw = np.zeros((nfb * cb, ncb * cb, 3, 3), np.float64)
-        raw[:F, :C] = w
-        raw = raw.reshape(nfb, cb, ncb, cb, 3, 3).transpose(0, 2, 4, 5, 3, 1).ravel()
         with np.errstate(invalid="ignore"):  # non-finite weights: those tiles take the direct formula
             u = np.matmul(np.matmul(G_, w), G_.T).transpose(2, 3, 0, 1).reshape(a * a, F, C)  # G w G^T per (f, c)
         full = np.zeros((a * a, nfb * cb, ncb * cb), np.float64)
@@ -465,7 +468,7 @@ def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
             for fb0, jj, _, _, _ in groups:
                 blk = full[pos, fb0 * cb:(fb0 + jj) * cb].reshape(jj, cb, ncb, cb)  # [J, lane out, cb, lane in]
                 parts.append(blk.transpose(2, 3, 0, 1).ravel())
-        return np.concatenate(parts + [raw]).astype(np.float32)
+        return np.concatenate(parts).astype(np.float32)
 
     return ConvKernel(name, src, scratch, pack, "conv engine: " + desc, f"winograd{m}", in_layout, out_layout, cb,
-                      geom, epi, (a * a * units + nfb * ncb * 9) * cb * cb, dict(tile=(j, t), tb=tb, m=m))
+                      geom, epi, a * a * units * cb * cb, dict(tile=(j, t), tb=tb, m=m), reads_filter=True)

@@ -10,16 +10,20 @@ Interface with codegen (the whole of it)::
     plan = plan_conv(geom, dtype="float32", epilogue=Epilogue(("residual", "relu")), num_threads=2,
                      in_layout="nchw", out_layout="nchw")   # name: by default a hash of all of the above
     if not plan: ...            # Unsupported(reason): keep the generic kernel; plan.reason says why
-    plan.source                 # C: static helpers + `static void NAME(x, w, bias, y, scratch, res)`
+    plan.source                 # C: static helpers + `static void NAME(x, w, bias, y, scratch, res[, wf])`
     plan.scratch_bytes          # bytes of the @scratch operand (64-byte aligned), 0 when none
     plan.pack_weights(w)        # numpy, at compile time: w as the instruction holds it -> packed float32 constant
+    plan.reads_filter           # the kernel takes a seventh argument: w as the instruction holds it (Winograd)
     plan.describe               # one line for `glowc dump`
     plan.name                   # the C function (same parameters -> same name and source: emit once)
 
 The kernel's C signature is fixed: ``void NAME(const float *x, const float *w_packed, const float *bias,
-float *y, uint8_t *scratch, const float *res)``; all geometry is baked in, nothing is allocated, ``res`` is the
-residual input (same shape and layout as ``y``; pass NULL without a residual step). ``bias`` is the plain
-``[F]`` vector. ``y`` must not alias ``x``, ``res`` or ``scratch`` (partial sums are kept in ``y``). With
+float *y, uint8_t *scratch, const float *res)``, and with ``plan.reads_filter`` a seventh parameter ``const float
+*wf``, the filter as the instruction holds it (``[F, C/group, *kernel]`` float32: Winograd recomputes the tiles
+whose outputs are not all finite by the direct formula from it, so no copy of it is packed); all geometry is
+baked in, nothing is allocated, ``res`` is the residual input (same shape and layout as ``y``; pass NULL without
+a residual step). ``bias`` is the plain ``[F]`` vector. ``y`` must not alias ``x``, ``res`` or ``scratch``
+(partial sums are kept in ``y``). With
 ``num_threads > 1`` the kernel opens one OpenMP region of exactly ``num_threads`` threads when the work is large
 enough (``PARALLEL_MIN_MACS``), else it runs serially; compiled without -fopenmp it is serial and correct.
 
@@ -31,7 +35,11 @@ NCHW <-> NCHWc conversions a layout pass will place.
 
 Epilogue (applied in registers before the final store): bias, then ``Epilogue.steps`` in order: "relu",
 ("clip", lo, hi), "sigmoid", "silu", "gelu_erf", "gelu_tanh", ("hard_sigmoid", alpha, beta), ("hard_swish", alpha,
-beta) (x * hard_sigmoid(x)) and "residual" (adds ``res``).
+beta) (x * hard_sigmoid(x)) and "residual" (adds ``res``; with ``Epilogue.in_place`` adds what ``y`` holds on
+entry instead: the residual planned in y's own memory. Invariant of that mode, direct kernel only: every output
+position is stored exactly once, by the thread that has just read its residual from the same position, and
+nothing reads y after storing it; so partial sums over input-channel chunks stay in registers (one chunk) or in
+scratch (nchw output, converted from the blocked copy after the residuals are read)).
 """
 from __future__ import annotations
 
@@ -117,6 +125,10 @@ def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue 
         raise ConvEngineError(f"conv engine: num_threads must be >= 1, got {num_threads}")
     algorithm = force.get("algorithm")
     depthwise = geom.channels == geom.group and all(u == 1 for u in geom.input_dilation)
+    if epilogue.in_place and (algorithm not in (None, "direct") or depthwise or
+                              (algorithm is None and winograd_fits(geom) and winograd_choice(geom))):
+        return Unsupported("conv engine: a residual in y's own memory (Epilogue.in_place) runs on the direct "
+                           "kernel only (Winograd stores a tile again after reading its residual)")
     if algorithm == "depthwise" or (algorithm is None and depthwise):
         if not depthwise:
             raise ConvEngineError("conv engine: depthwise needs one input channel per group and no input dilation")

@@ -181,9 +181,12 @@ def c_float(v: float) -> str:
 class Epilogue:
     """What happens to each output after the bias: ``steps`` in order, each an activation name, a tuple
     (name, *params) (("clip", lo, hi), ("hard_sigmoid", alpha, beta), ("hard_swish", alpha, beta)), or "residual"
-    (adds the ``res`` input, at most once)."""
+    (adds the ``res`` input, at most once). ``in_place``: the residual is what ``y`` holds when the kernel starts
+    (planned in y's own memory, same layout, element for element; ``res`` is unused): the kernel reads each
+    output position's residual before it stores that position, and stores it once (no partial sums in y)."""
 
     steps: tuple = ()
+    in_place: bool = False
 
     def __post_init__(self):
         norm = []
@@ -201,6 +204,8 @@ class Epilogue:
             norm.append((name,) + params if params else name)
         if norm.count("residual") > 1:
             raise ConvEngineError("conv engine: an epilogue adds at most one residual")
+        if self.in_place and "residual" not in norm:
+            raise ConvEngineError("conv engine: an in-place epilogue needs a residual step")
         object.__setattr__(self, "steps", tuple(norm))
 
     @property
@@ -222,14 +227,16 @@ class Epilogue:
         return out
 
     def describe(self) -> str:
-        return "+".join(s if isinstance(s, str) else f"{s[0]}({s[1]:g},{s[2]:g})" for s in self.steps)
+        return "+".join(("residual in y" if self.in_place else s) if s == "residual" else
+                        s if isinstance(s, str) else f"{s[0]}({s[1]:g},{s[2]:g})" for s in self.steps)
 
 
 # -- the plan codegen receives ------------------------------------------------------------------------------------
 @dataclass
 class ConvKernel:
-    """A planned conv kernel: C source (helpers + ``static void name(x, w, bias, y, scratch, res)``), scratch
-    bytes, the compile-time weight repacking and a one-line description of the choice."""
+    """A planned conv kernel: C source (helpers + ``static void name(x, w, bias, y, scratch, res)``, with a
+    seventh parameter ``wf`` when ``reads_filter``: the filter as the instruction holds it), scratch bytes, the
+    compile-time weight repacking and a one-line description of the choice."""
 
     name: str
     source: str
@@ -244,6 +251,7 @@ class ConvKernel:
     epilogue: Epilogue
     packed_size: int = 0
     details: dict = field(default_factory=dict)
+    reads_filter: bool = False
 
     def __bool__(self) -> bool:
         return True

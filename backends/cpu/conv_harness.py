@@ -27,7 +27,8 @@ def compile_library(kernels: list, flags=None) -> ctypes.CDLL:
     built by the backend's toolchain as one kernel unit (system C compiler, content-hash cache: an unchanged
     source compiles once)."""
     wrappers = [f"GLOW_KERNEL void {k.name}_entry(const float *x, const float *w, const float *b, float *y, "
-                f"uint8_t *s, const float *r) {{ {k.name}(x, w, b, y, s, r); }}" if isinstance(k, ConvKernel) else
+                f"uint8_t *s, const float *r, const float *wf) {{ {k.name}(x, w, b, y, s, r"
+                f"{', wf' if k.reads_filter else ''}); }}" if isinstance(k, ConvKernel) else
                 f"GLOW_KERNEL void {k.name}_entry(const float *x, float *y) {{ {k.name}(x, y); }}"
                 for k in kernels]
     text = "\n".join(k.source for k in kernels) + "\n" + "\n".join(wrappers) + "\n"
@@ -77,10 +78,11 @@ class ConvRunner:
         self.lib = lib or compile_library([kernel])
         self.fn = getattr(self.lib, kernel.name + "_entry")
         self.fn.restype = None
-        self.fn.argtypes = [ctypes.c_void_p] * 6
+        self.fn.argtypes = [ctypes.c_void_p] * 7
         packed = kernel.pack_weights(w)
         self.w = _aligned(max(packed.size, 1))
         self.w[:packed.size] = packed
+        self.wf = np.ascontiguousarray(w, dtype=np.float32)  # the filter as an instruction holds it
         self.b = np.ascontiguousarray(bias, dtype=np.float32)
         self.scratch = _aligned(max(kernel.scratch_bytes // 4, 1))
         g = kernel.geometry
@@ -98,10 +100,14 @@ class ConvRunner:
         self.res = None
         if res is not None:
             rl = to_layout(res, k.out_layout, k.cb)
-            self.res = _aligned(rl.size)
-            self.res[:] = rl.reshape(-1)
+            if k.epilogue.in_place:  # the kernel reads the residual from y
+                self.y[:] = rl.reshape(-1)
+            else:
+                self.res = _aligned(rl.size)
+                self.res[:] = rl.reshape(-1)
         self.args = (self.x.ctypes.data, self.w.ctypes.data, self.b.ctypes.data, self.y.ctypes.data,
-                     self.scratch.ctypes.data, self.res.ctypes.data if self.res is not None else None)
+                     self.scratch.ctypes.data, self.res.ctypes.data if self.res is not None else None,
+                     self.wf.ctypes.data)
 
     def call(self):
         self.fn(*self.args)
