@@ -1,0 +1,300 @@
+"""Fused attention on the planned IR: matmul(Q, K^T) -> [mul or div by a scalar constant] -> [add a mask] ->
+Softmax(last axis) -> matmul(P, V) runs as one kernel (templates/attention.c.j2) that walks (batch x head, block
+of query rows) and keeps only a block x T tile of the score matrix, in scratch, where the unfused kernels write
+and read the [..., S, T] scores three or four times.
+
+``attention_patterns(irf, num_threads, sources)`` finds the instances. Legality, per instance:
+* all float32 in the plain layout; Q [..., S, D], K^T [..., D, T], V [..., T, Dv] with one batch shape (no
+  broadcast batch); the first matmul's output is a whole activation (no view of it anywhere);
+* each intermediate (the scores, each scaled or masked step, the probabilities) is read, until next written,
+  by the next member only (stacking.readers), so none is a graph output or read elsewhere; the scale is a
+  scalar constant (after ``sources``: a broadcast read in place), the mul/div/add carry no fused activation;
+  the mask broadcasts to [..., S, T] (read through stride 0 on its broadcast dims);
+* the kernel runs where the second matmul ran: Q, K^T and the mask keep their bytes from their reader to it
+  (no instruction in between that runs a kernel writes over them; the members and ``skip``ped broadcasts do
+  not run); its scratch is the probabilities' buffer then the second matmul's scratch (both owned by the plan
+  at that point), big enough for ``num_threads`` tiles and packed panels, and overlapping none of Q, K^T, V,
+  mask, O; O overlaps none of the inputs;
+* the cost rule ``fused_wins`` holds (measured: bench/bench_attention.py).
+The replaced instructions (the first matmul, mul/div, add, Softmax) run no kernel.
+
+Numerics: both products run on the GEMM of the unfused matmul kernels (templates/gemm.c.j2, glow_gemm_run_f32)
+with the same K blocking, so each score and each output element sums in the unfused order; scale and mask are
+applied one rounding each as the elementwise kernels do; the softmax row is the Softmax kernel's macro
+(softmax_row.c.j2). The fused result is bit-equal to the unfused one. Linear in the code's length (each
+matmul looks at the few readers of its output and the instructions up to the second matmul).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from glow_core.errors import BackendError
+from glow_core.fusion import FUSED_ACTIVATION
+from glow_core.ir import PLAIN, PSEUDO
+from glow_core.memory import align_up
+
+from . import stacking
+from .codegen import KernelCode, constant_value, template
+from .gemm_blocking import gemm_pack_width, gemm_scratch_bytes
+from .kernels_ew import reduce_parts
+from .kernels_nn import ROW_LANES
+
+#: Query rows per block: a multiple of both GEMM micro-tile heights (6 and 8), the tile at most TILE_BYTES.
+ROW_QUANTUM = 24
+TILE_BYTES = 256 * 1024
+MAX_BLOCK = 96
+#: Fused only from this many keys T on (bench/bench_attention.py: below it the unfused kernels, whose score
+#: matrix stays in L2, are as fast or faster).
+MIN_KEYS = 256
+#: Values of the backend option ``attention``.
+MODES = ("auto", "always", "never")
+
+
+@dataclass(eq=False)
+class Attention:
+    """One fused instance: its instructions in program order (the second matmul last), the buffers the kernel
+    reads and writes, the scale (op and value) and mask, the rows per block, and the scratch buffer it uses."""
+
+    members: list
+    q: object
+    k: object
+    v: object
+    out: object
+    scale: tuple | None
+    mask: object | None
+    block: int
+    scratch: object
+    choice: str
+
+
+def block_rows(t: int) -> int:
+    """Query rows per block for T keys: the largest multiple of ROW_QUANTUM up to MAX_BLOCK whose tile fits."""
+    return max(ROW_QUANTUM, min(MAX_BLOCK, TILE_BYTES // (4 * t) // ROW_QUANTUM * ROW_QUANTUM))
+
+
+def fused_wins(s: int, t: int, d: int) -> bool:
+    """The cost rule: fuse when the keys are many (the score matrix out of L2: see MIN_KEYS)."""
+    return t >= MIN_KEYS
+
+
+def scratch_parts(s: int, t: int, d: int, dv: int) -> tuple[dict, int]:
+    """Byte offsets of one thread's tile, packed K^T, packed V and GEMM panel, and the bytes per thread."""
+    w = gemm_pack_width("f32")
+    blk = min(block_rows(t), s)
+    parts = [("tile", 4 * blk * t), ("pk", 4 * -(-t // w) * w * d), ("pv", 4 * -(-dv // w) * w * t),
+             ("gemm", max(gemm_scratch_bytes("f32", blk, t, d, True), gemm_scratch_bytes("f32", blk, dv, t, True)))]
+    off, at = {}, 0
+    for name, n in parts:
+        off[name] = at
+        at = align_up(at + n)
+    return off, at
+
+
+def planned_scratch(instr, threads: int) -> int:
+    """Scratch bytes a batched float32 matmul of two activations gets planned so that, as the second matmul of an
+    attention, the fused kernel's tiles and panels fit for ``threads`` threads (head dim D taken as V's Dv, the
+    usual case: an instance with a larger D uses other planned memory or stays unfused); 0 for other matmuls."""
+    if instr.op != "matmul" or len(instr.ins) != 2:
+        return 0
+    p, v = instr.ins
+    if (p.type.rank < 3 or p.type.shape[:-2] != v.type.shape[:-2] or not (_f32(p) and _f32(v))
+            or "constant" in (p.region, v.region)):
+        return 0
+    *_, s, t = p.type.shape
+    dv = v.type.shape[-1]
+    return threads * scratch_parts(s, t, dv, dv)[1]
+
+
+def _overlap(a, b) -> bool:
+    return (a is not None and b is not None and a.region == b.region and a.address < b.address + b.size
+            and b.address < a.address + a.size)
+
+
+def _f32(b) -> bool:
+    return b.type.dtype.name == "float32" and b.layout == PLAIN
+
+
+def attention_patterns(irf, num_threads: int, sources: dict, skip: set, mode: str = "auto") -> dict:
+    """{id(member): Attention} for every fused instance of ``irf`` (see the module doc). ``sources``:
+    stacking.Elided.sources; ``skip``: ids of the instructions that run no kernel (elided broadcasts); ``mode``:
+    "auto" (the cost rule decides), "always" (wherever legal) or "never"."""
+    if mode not in MODES:
+        raise BackendError(f"cpu backend: option attention={mode!r} is not one of {', '.join(MODES)}")
+    if mode == "never":
+        return {}
+    instrs = irf.instrs
+    pos = {id(ins): i for i, ins in enumerate(instrs)}
+    touches: dict[int, list] = {}
+    for i, ins in enumerate(instrs):
+        for b, _ in ins.operands:
+            lst = touches.setdefault(id(b.root), [])
+            if not lst or lst[-1] != i:
+                lst.append(i)
+    viewed = {id(b.root) for b in irf.buffers if b.base is not None}
+    found: dict = {}
+    for mm in irf.code:
+        if mm.op != "matmul" or id(mm) in found:
+            continue
+        inst = _match(mm, instrs, pos, touches, viewed, sources, skip, num_threads, mode)
+        if inst is not None:
+            found.update({id(m): inst for m in inst.members})
+    return found
+
+
+def _next(ins, cur, instrs, pos, touches, viewed):
+    """The one instruction reading ``cur`` (ins's output) and its slot, or None."""
+    if cur.kind != "activation" or cur.base is not None or id(cur) in viewed:
+        return None
+    rd = stacking.readers(instrs, touches[id(cur)], pos[id(ins)], cur)
+    if not rd or len(rd) != 1 or len(rd[0][1]) != 1:
+        return None
+    return rd[0][0], rd[0][1][0]
+
+
+def _match(mm, instrs, pos, touches, viewed, sources, skip, nt, mode) -> "Attention | None":
+    q, k = mm.ins
+    (cur,) = mm.outs
+    if FUSED_ACTIVATION in mm.attrs and mm.attrs[FUSED_ACTIVATION]:
+        return None
+    if not all(_f32(b) for b in (q, k, cur)) or q.type.rank < 3 or q.type.shape[:-2] != k.type.shape[:-2]:
+        return None
+    *batch, s, d = q.type.shape
+    t = k.type.shape[-1]
+    members, scale, mask, reads = [mm], None, None, [(q, mm), (k, mm)]
+    ins = mm
+    step = _next(ins, cur, instrs, pos, touches, viewed)
+    while step is not None:
+        nxt, slot = step
+        if nxt.op in ("mul", "div", "add") and not nxt.attrs.get(FUSED_ACTIVATION) and len(nxt.ins) == 2:
+            other = 3 - slot  # operand slots: 0 the output, 1 and 2 the inputs
+            ob = sources.get(id(nxt), {}).get(other, nxt.operands[other][0])
+            (o,) = nxt.outs
+            if o.type != cur.type or not _f32(o) or not _f32(ob) or mask is not None:
+                return None
+            if nxt.op in ("mul", "div"):
+                if scale is not None or ob.region != "constant" or ob.type.numel != 1 or (nxt.op == "div" and slot != 1):
+                    return None
+                scale = (nxt.op, float(constant_value(ob).reshape(-1)[0]))
+            else:
+                if _mask_strides(ob.type.shape, cur.type.shape) is None:
+                    return None
+                mask = ob
+                reads.append((ob, nxt))
+            members.append(nxt)
+            ins, cur = nxt, o
+            step = _next(ins, cur, instrs, pos, touches, viewed)
+            continue
+        break
+    if step is None:
+        return None
+    sm, _ = step
+    if sm.op != "Softmax" or sm.attrs.get("axis", -1) not in (-1, cur.type.rank - 1):
+        return None
+    (pr,) = sm.outs
+    if pr.type != cur.type or not _f32(pr):
+        return None
+    members.append(sm)
+    step = _next(sm, pr, instrs, pos, touches, viewed)
+    if step is None or step[0].op != "matmul" or step[1] != 1 or step[0].attrs.get(FUSED_ACTIVATION):
+        return None
+    mm2 = step[0]
+    v = mm2.ins[1]
+    (out,) = mm2.outs
+    if not (_f32(v) and _f32(out)) or v.type.shape[:-1] != (*batch, t):
+        return None
+    dv = v.type.shape[-1]
+    if mode == "auto" and not fused_wins(s, t, d):
+        return None
+    end = pos[id(mm2)]
+    if any(not _stable(b, pos[id(r)], end, instrs, skip, {id(m) for m in members}) for b, r in reads):
+        return None
+    off, per = scratch_parts(s, t, d, dv)
+    ins_bufs = [q, k, v, mask]
+    if any(_overlap(out, b) for b in ins_bufs):
+        return None
+    unused = {id(b.root) for m in members for b in m.outs} | {id(b.root) for i in instrs if id(i) in skip
+                                                               for b in i.outs}
+    scratch = next((c for c in (mm2.scratch, mm.outs[0].root, pr) if c is not None and c.size >= nt * per
+                    and not any(_overlap(c, b) for b in ins_bufs + [out])
+                    and _owned(c, touches[id(c.root)][0], end, instrs, unused)), None)
+    if scratch is None:
+        return None
+    blk = min(block_rows(t), s)
+    choice = (f"attention fused: {prod(batch)} heads x {-(-s // blk)} blocks of {blk} query rows, a {blk} x {t} "
+              f"score tile per thread (D {d}, Dv {dv}{', ' + scale[0] + ' by ' + repr(scale[1]) if scale else ''}"
+              f"{', mask' if mask is not None else ''}; gemm f32, K^T and V packed per head)")
+    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, scratch, choice)
+
+
+def _mask_strides(mshape, shape) -> "list[int] | None":
+    """Element strides of a mask of shape ``mshape`` read as ``shape`` (0 along broadcast dims), or None."""
+    if len(mshape) > len(shape):
+        return None
+    mshape = (1,) * (len(shape) - len(mshape)) + tuple(mshape)
+    strides, acc = [], 1
+    for m, n in zip(reversed(mshape), reversed(shape)):
+        if m not in (1, n):
+            return None
+        strides.append(acc if m == n and n > 1 else 0)
+        acc *= m
+    return strides[::-1]
+
+
+def _owned(c, start, end, instrs, unused) -> bool:
+    """Whether the memory of ``c`` (allocated at ``start``) holds nothing another instruction needs at ``end``: no
+    buffer but c's own and the ``unused`` ones (outputs of instructions that run no kernel) placed over it since."""
+    for ins in instrs[start + 1:end + 1]:
+        for b, _ in ins.operands:
+            if b.root is not c.root and id(b.root) not in unused and _overlap(b, c):
+                return False
+    return True
+
+
+def _stable(x, start, end, instrs, skip, members) -> bool:
+    """Whether ``x`` keeps its bytes from ``start`` to ``end`` (no kernel in between writes over it)."""
+    if x.region == "constant":
+        return True
+    for ins in instrs[start + 1:end]:
+        if ins.op in PSEUDO or id(ins) in skip or id(ins) in members:
+            continue
+        if any(kind != "in" and _overlap(b, x) for b, kind in ins.operands):
+            return False
+    return True
+
+
+def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
+    """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch)."""
+    *batch, s, d = a.q.type.shape
+    t, dv = a.k.type.shape[-1], a.v.type.shape[-1]
+    off, per = scratch_parts(s, t, d, dv)
+    bufs = [a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.scratch]
+    ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
+    mask_bh, mask_si, mask_sj = "0", 0, 0
+    if a.mask is not None:
+        st = _mask_strides(a.mask.type.shape, (*batch, s, t))
+        terms, inner = [], 1
+        for n, stv in reversed(list(zip(batch, st[:-2]))):
+            if stv:
+                terms.append(f"(bh / {inner} % {n}) * {stv}")
+            inner *= n
+        mask_bh, mask_si, mask_sj = " + ".join(terms) or "0", st[-2], st[-1]
+    acc_t, init, update = reduce_parts("reduce_max", "float32")
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    scale_op, scale = (a.scale[0], float.hex(float(np.float32(a.scale[1]))) + "f") if a.scale else ("", "")
+    src = template("attention.c.j2").render(
+        fn="GLOW_KERNEL_NAME", choice=a.choice, nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
+        mask=ptr.get("mask"), scratch=f"p[{len(bufs) - 1}]", pnr=gemm_pack_width("f32"), per_thread=per, off=off,
+        nbh=prod(batch), nblk=-(-s // a.block), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
+        mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
+        max_update=update, sum_t=sum_t)
+    name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
+    return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), a.choice), bufs
+
+
+#: The kernel of a member of a fused attention (the first matmul, scale, mask, Softmax): the second runs it.
+ATTENDED = KernelCode("glow_k_attended", "GLOW_KERNEL int glow_k_attended(uint8_t *const *p) { (void)p; return 0; }\n",
+                      (), (), "computed in the fused attention kernel of a later matmul")
