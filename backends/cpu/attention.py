@@ -8,7 +8,8 @@ and read the [..., S, T] scores three or four times.
   broadcast batch); the first matmul's output is a whole activation (no view of it anywhere);
 * each intermediate (the scores, each scaled or masked step, the probabilities) is read, until next written,
   by the next member only (stacking.readers), so none is a graph output or read elsewhere; the scale is a
-  scalar constant (after ``sources``: a broadcast read in place), the mul/div/add carry no fused activation;
+  constant splat (one value; after ``sources``: a broadcast read in place), the mul/div/add carry no fused
+  activation;
   the mask broadcasts to [..., S, T] (read through stride 0 on its broadcast dims);
 * the kernel runs where the second matmul ran: Q, K^T and the mask keep their bytes from their reader to it
   (no instruction in between that runs a kernel writes over them; the members and ``skip``ped broadcasts do
@@ -47,8 +48,9 @@ from .kernels_nn import ROW_LANES
 ROW_QUANTUM = 24
 TILE_BYTES = 256 * 1024
 MAX_BLOCK = 96
-#: Fused only from this many keys T on (bench/bench_attention.py: below it the unfused kernels, whose score
-#: matrix stays in L2, are as fast or faster).
+#: At one thread fused only from this many keys T on (bench/bench_attention.py, 4 heads of 64: at T 128 and 197
+#: fused / unfused is 1.00 and 1.05, the score matrix staying in L2; at 512 and beyond 0.47-0.75). With more
+#: threads always (one parallel region instead of five: 0.70-0.74 at T 128 and 197).
 MIN_KEYS = 256
 #: Values of the backend option ``attention``.
 MODES = ("auto", "always", "never")
@@ -57,7 +59,8 @@ MODES = ("auto", "always", "never")
 @dataclass(eq=False)
 class Attention:
     """One fused instance: its instructions in program order (the second matmul last), the buffers the kernel
-    reads and writes, the scale (op and value) and mask, the rows per block, and the scratch buffer it uses."""
+    reads and writes, the scale (op and value) and mask, the rows per block, and where in planned memory its
+    scratch lies."""
 
     members: list
     q: object
@@ -67,7 +70,8 @@ class Attention:
     scale: tuple | None
     mask: object | None
     block: int
-    scratch: object
+    kpack: tuple  # (buffer, byte offset, bytes) of K^T packed
+    work: tuple  # (buffer, byte offset, bytes) of the threads' parts
     choice: str
 
 
@@ -76,22 +80,26 @@ def block_rows(t: int) -> int:
     return max(ROW_QUANTUM, min(MAX_BLOCK, TILE_BYTES // (4 * t) // ROW_QUANTUM * ROW_QUANTUM))
 
 
-def fused_wins(s: int, t: int, d: int) -> bool:
-    """The cost rule: fuse when the keys are many (the score matrix out of L2: see MIN_KEYS)."""
-    return t >= MIN_KEYS
+def fused_wins(s: int, t: int, d: int, threads: int) -> bool:
+    """The cost rule: fuse when the keys are many (the score matrix out of L2) or the kernel runs threaded (see
+    MIN_KEYS)."""
+    return t >= MIN_KEYS or threads > 1
 
 
-def scratch_parts(s: int, t: int, d: int, dv: int) -> tuple[dict, int]:
-    """Byte offsets of one thread's tile, packed K^T, packed V and GEMM panel, and the bytes per thread."""
+def scratch_parts(nbh: int, s: int, t: int, d: int, dv: int) -> tuple[dict, int, int]:
+    """The kernel's scratch: K^T of every head packed in the GEMM's panel layout (``shared`` bytes), and per thread
+    the tile, V of its current head packed, and the GEMM's A panel. Returns (offsets inside a thread's part, the
+    bytes of a thread's part, shared)."""
     w = gemm_pack_width("f32")
     blk = min(block_rows(t), s)
-    parts = [("tile", 4 * blk * t), ("pk", 4 * -(-t // w) * w * d), ("pv", 4 * -(-dv // w) * w * t),
+    shared = align_up(nbh * 4 * -(-t // w) * w * d)
+    parts = [("tile", 4 * blk * t), ("pv", 4 * -(-dv // w) * w * t),
              ("gemm", max(gemm_scratch_bytes("f32", blk, t, d, True), gemm_scratch_bytes("f32", blk, dv, t, True)))]
     off, at = {}, 0
     for name, n in parts:
         off[name] = at
         at = align_up(at + n)
-    return off, at
+    return off, at, shared
 
 
 def planned_scratch(instr, threads: int) -> int:
@@ -104,9 +112,10 @@ def planned_scratch(instr, threads: int) -> int:
     if (p.type.rank < 3 or p.type.shape[:-2] != v.type.shape[:-2] or not (_f32(p) and _f32(v))
             or "constant" in (p.region, v.region)):
         return 0
-    *_, s, t = p.type.shape
+    *batch, s, t = p.type.shape
     dv = v.type.shape[-1]
-    return threads * scratch_parts(s, t, dv, dv)[1]
+    _, per, shared = scratch_parts(prod(batch), s, t, dv, dv)
+    return shared + threads * per
 
 
 def _overlap(a, b) -> bool:
@@ -176,9 +185,10 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, nt, mode) -> "Attent
             if o.type != cur.type or not _f32(o) or not _f32(ob) or mask is not None:
                 return None
             if nxt.op in ("mul", "div"):
-                if scale is not None or ob.region != "constant" or ob.type.numel != 1 or (nxt.op == "div" and slot != 1):
+                vals = constant_value(ob).reshape(-1) if ob.region == "constant" else None
+                if scale is not None or vals is None or (vals != vals[0]).any() or (nxt.op == "div" and slot != 1):
                     return None
-                scale = (nxt.op, float(constant_value(ob).reshape(-1)[0]))
+                scale = (nxt.op, float(vals[0]))
             else:
                 if _mask_strides(ob.type.shape, cur.type.shape) is None:
                     return None
@@ -207,27 +217,31 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, nt, mode) -> "Attent
     if not (_f32(v) and _f32(out)) or v.type.shape[:-1] != (*batch, t):
         return None
     dv = v.type.shape[-1]
-    if mode == "auto" and not fused_wins(s, t, d):
+    if mode == "auto" and not fused_wins(s, t, d, nt):
         return None
     end = pos[id(mm2)]
     if any(not _stable(b, pos[id(r)], end, instrs, skip, {id(m) for m in members}) for b, r in reads):
         return None
-    off, per = scratch_parts(s, t, d, dv)
-    ins_bufs = [q, k, v, mask]
-    if any(_overlap(out, b) for b in ins_bufs):
+    _, per, shared = scratch_parts(prod(batch), s, t, d, dv)
+    same_q = out.region == q.region and out.address == q.address and out.type == q.type
+    if _overlap(out, v) or _overlap(out, mask) or (_overlap(out, q) and not same_q):
         return None
     unused = {id(b.root) for m in members for b in m.outs} | {id(b.root) for i in instrs if id(i) in skip
                                                                for b in i.outs}
-    scratch = next((c for c in (mm2.scratch, mm.outs[0].root, pr) if c is not None and c.size >= nt * per
-                    and not any(_overlap(c, b) for b in ins_bufs + [out])
-                    and _owned(c, touches[id(c.root)][0], end, instrs, unused)), None)
-    if scratch is None:
+    owned = [c for c in (mm2.scratch, mm.outs[0].root, pr)
+             if c is not None and _owned(c, touches[id(c.root)][0], end, instrs, unused)]
+    # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then
+    kpack = _place(owned, shared, [q, k, v, mask, out], [])
+    work = _place(owned, nt * per, [q, v, mask, out], [kpack] if kpack else [])
+    if kpack is None or work is None:
         return None
     blk = min(block_rows(t), s)
-    choice = (f"attention fused: {prod(batch)} heads x {-(-s // blk)} blocks of {blk} query rows, a {blk} x {t} "
-              f"score tile per thread (D {d}, Dv {dv}{', ' + scale[0] + ' by ' + repr(scale[1]) if scale else ''}"
-              f"{', mask' if mask is not None else ''}; gemm f32, K^T and V packed per head)")
-    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, scratch, choice)
+    rule = "always" if mode == "always" else f"cost rule: T {t} >= {MIN_KEYS}" if t >= MIN_KEYS else \
+        f"cost rule: {nt} threads"
+    extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")
+    choice = (f"attention fused ({rule}): {prod(batch)} heads x {-(-s // blk)} blocks of {blk} query rows, a "
+              f"{blk} x {t} score tile per thread (D {d}, Dv {dv}{extra}; gemm f32, K^T and V packed per head)")
+    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, choice)
 
 
 def _mask_strides(mshape, shape) -> "list[int] | None":
@@ -242,6 +256,24 @@ def _mask_strides(mshape, shape) -> "list[int] | None":
         strides.append(acc if m == n and n > 1 else 0)
         acc *= m
     return strides[::-1]
+
+
+def _place(owned, size, avoid, taken) -> "tuple | None":
+    """(buffer, offset) of ``size`` bytes in one of the ``owned`` buffers overlapping none of ``avoid`` nor the
+    ``taken`` (buffer, offset, size) ranges: after a taken range in the same buffer, else at its start."""
+    for c in owned:
+        if any(_overlap(c, b) for b in avoid):
+            continue
+        at = 0
+        for tb, toff, tsize in taken:
+            if _overlap(c, tb):
+                if tb is not c:
+                    break
+                at = align_up(toff + tsize)
+        else:
+            if at + size <= c.size:
+                return c, at, size
+    return None
 
 
 def _owned(c, start, end, instrs, unused) -> bool:
@@ -270,8 +302,8 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
     """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch)."""
     *batch, s, d = a.q.type.shape
     t, dv = a.k.type.shape[-1], a.v.type.shape[-1]
-    off, per = scratch_parts(s, t, d, dv)
-    bufs = [a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.scratch]
+    off, per, _ = scratch_parts(prod(batch), s, t, d, dv)
+    bufs = [a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.kpack[0], a.work[0]]
     ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
     mask_bh, mask_si, mask_sj = "0", 0, 0
     if a.mask is not None:
@@ -287,7 +319,9 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
     scale_op, scale = (a.scale[0], float.hex(float(np.float32(a.scale[1]))) + "f") if a.scale else ("", "")
     src = template("attention.c.j2").render(
         fn="GLOW_KERNEL_NAME", choice=a.choice, nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
-        mask=ptr.get("mask"), scratch=f"p[{len(bufs) - 1}]", pnr=gemm_pack_width("f32"), per_thread=per, off=off,
+        mask=ptr.get("mask"), kpack=f"p[{len(bufs) - 2}] + {a.kpack[1]}", work=f"p[{len(bufs) - 1}] + {a.work[1]}",
+        pnr=gemm_pack_width("f32"), per_thread=per, off=off,
+        pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d,
         nbh=prod(batch), nblk=-(-s // a.block), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
         max_update=update, sum_t=sum_t)
