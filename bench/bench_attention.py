@@ -2,9 +2,11 @@
 subgraph: Q [1, H, S, D], K^T [1, H, D, S], V [1, H, S, D] inputs, MatMul -> Mul by 1/sqrt(D) -> Add mask
 [1, 1, 1, S] -> Softmax -> MatMul, over sequence lengths S, in alternating rounds (bench/alternate.py), medians.
 Prints per S: fused, unfused and onnxruntime ms, fused / unfused, fused / onnxruntime, and what the cost rule
-(attention.fused_wins) picks. The numbers behind attention.MIN_KEYS.
+(attention.fused_wins) picks. The numbers behind attention.MIN_KEYS. With ``--models`` (bench_cpu's families)
+the same alternating loop on whole models: attention "auto" against "never" and onnxruntime.
 
     python bench/bench_attention.py --seq 128,197,512,1024,2048 --heads 4 --dim 64 --threads 1,2 --rounds 5
+    python bench/bench_attention.py --models vit_tiny,bert_encoder,bert12 --threads 1,2 --rounds 5
 """
 from __future__ import annotations
 
@@ -41,6 +43,32 @@ def subgraph(heads: int, seq: int, dim: int) -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _alternate(run: dict, rounds: int, budget: float) -> dict:
+    """Median ms per implementation over alternating rounds (each round's value the median of its timed calls)."""
+    t = alternating_rounds(run, rounds, lambda k: statistics.median(timed_runs(run[k], budget)))
+    return {k: statistics.median(v) * 1e3 for k, v in t.items()}
+
+
+def models(names, threads, rounds, budget) -> None:
+    """Whole models of bench_cpu: attention "auto" and "never" and onnxruntime in one alternating loop."""
+    import bench_cpu
+    print(f"{'model':<14} {'thr':>3} {'fused ms':>9} {'unfused':>9} {'ort':>9} {'fused/unf':>9} {'fused/ort':>9} "
+          f"{'unf/ort':>8}  fused instances")
+    for nt in threads:
+        for name in names:
+            model = bench_cpu.build(name)
+            feed = bench_cpu.feed_of(model)
+            impls = {m: api.compile(model, "cpu", attention=m, num_threads=nt) for m in ("auto", "never")}
+            sess = bench_cpu.ort_session(model, nt)
+            run = {"fused": lambda: impls["auto"].run(feed), "unfused": lambda: impls["never"].run(feed),
+                   "ort": lambda: sess.run(None, feed)}
+            med = _alternate(run, rounds, budget)
+            n = sum(c.code.choice.startswith("attention fused") for c in impls["auto"].last.compiled.program.calls)
+            print(f"{name:<14} {nt:>3} {med['fused']:>9.3f} {med['unfused']:>9.3f} {med['ort']:>9.3f} "
+                  f"{med['fused'] / med['unfused']:>9.2f} {med['fused'] / med['ort']:>9.2f} "
+                  f"{med['unfused'] / med['ort']:>8.2f}  {n}", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seq", default="128,197,512,1024,2048")
@@ -49,11 +77,15 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--budget", type=float, default=0.3, help="seconds of timed calls per implementation per round")
+    ap.add_argument("--models", default="", help="bench_cpu models instead of the subgraph, e.g. vit_tiny,bert12")
     args = ap.parse_args(argv)
-    import onnxruntime as ort
-    rng = np.random.default_rng(0)
     print(f"load: {os.getloadavg()[0]:.2f}; heads {args.heads}, head dim {args.dim}; medians of {args.rounds} "
           "alternating rounds")
+    if args.models:
+        models(args.models.split(","), list(map(int, args.threads.split(","))), args.rounds, args.budget)
+        return
+    import onnxruntime as ort
+    rng = np.random.default_rng(0)
     print(f"{'S':>5} {'thr':>3} {'fused ms':>9} {'unfused':>9} {'ort':>9} {'fused/unf':>9} {'fused/ort':>9} "
           f"{'unf/ort':>8}  rule")
     for nt in map(int, args.threads.split(",")):
@@ -74,8 +106,7 @@ def main(argv=None) -> None:
                 assert np.allclose(got, ref, rtol=1e-4, atol=1e-5), (m, s, float(np.abs(got - ref).max()))
             run = {"fused": lambda: impls["always"].run(feeds), "unfused": lambda: impls["never"].run(feeds),
                    "ort": lambda: sess.run(None, feeds)}
-            t = alternating_rounds(run, args.rounds, lambda k: statistics.median(timed_runs(run[k], args.budget)))
-            med = {k: statistics.median(v) * 1e3 for k, v in t.items()}
+            med = _alternate(run, args.rounds, args.budget)
             rule = "fused" if attention.fused_wins(s, s, args.dim, nt) else "unfused"
             print(f"{s:>5} {nt:>3} {med['fused']:>9.3f} {med['unfused']:>9.3f} {med['ort']:>9.3f} "
                   f"{med['fused'] / med['unfused']:>9.2f} {med['fused'] / med['ort']:>9.2f} "

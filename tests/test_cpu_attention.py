@@ -106,7 +106,10 @@ def test_special_values_as_unfused():
 def test_cost_rule_and_dump(tmp_path, capsys):
     """At one thread fused from MIN_KEYS keys on, with two threads always; the choice shows in glowc dump."""
     short, long_ = (M.attention(seed=1, seq=n, mask="keys") for n in (attention.MIN_KEYS - 1, attention.MIN_KEYS))
-    assert fused(run(short, feeds(short), num_threads=1)[0]) == []
+    cm = run(short, feeds(short), num_threads=1)[0]
+    assert fused(cm) == []
+    assert [c.code.choice for c in cm.last.compiled.program.calls if "attention" in c.code.choice] == [
+        "gemm f32; attention not fused (cost rule: T 255 < 256 keys at 1 thread)"]
     assert len(fused(run(short, feeds(short), num_threads=2)[0])) == 1
     assert len(fused(run(long_, feeds(long_), num_threads=1)[0])) == 1
     assert fused(run(long_, feeds(long_), num_threads=1, attention="never")[0]) == []

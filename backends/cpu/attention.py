@@ -75,9 +75,12 @@ class Attention:
     choice: str
 
 
-def block_rows(t: int) -> int:
-    """Query rows per block for T keys: the largest multiple of ROW_QUANTUM up to MAX_BLOCK whose tile fits."""
-    return max(ROW_QUANTUM, min(MAX_BLOCK, TILE_BYTES // (4 * t) // ROW_QUANTUM * ROW_QUANTUM))
+def block_rows(s: int, t: int) -> int:
+    """Query rows per block for S queries and T keys: at most the largest multiple of ROW_QUANTUM up to MAX_BLOCK
+    whose tile fits TILE_BYTES, then evened out over the blocks S needs (rounded up to ROW_QUANTUM), at most S."""
+    most = max(ROW_QUANTUM, min(MAX_BLOCK, TILE_BYTES // (4 * t) // ROW_QUANTUM * ROW_QUANTUM))
+    even = -(-s // -(-s // most))
+    return min(s, -(-even // ROW_QUANTUM) * ROW_QUANTUM)
 
 
 def fused_wins(s: int, t: int, d: int, threads: int) -> bool:
@@ -91,7 +94,7 @@ def scratch_parts(nbh: int, s: int, t: int, d: int, dv: int) -> tuple[dict, int,
     the tile, V of its current head packed, and the GEMM's A panel. Returns (offsets inside a thread's part, the
     bytes of a thread's part, shared)."""
     w = gemm_pack_width("f32")
-    blk = min(block_rows(t), s)
+    blk = block_rows(s, t)
     shared = align_up(nbh * 4 * -(-t // w) * w * d)
     parts = [("tile", 4 * blk * t), ("pv", 4 * -(-dv // w) * w * t),
              ("gemm", max(gemm_scratch_bytes("f32", blk, t, d, True), gemm_scratch_bytes("f32", blk, dv, t, True)))]
@@ -127,14 +130,15 @@ def _f32(b) -> bool:
     return b.type.dtype.name == "float32" and b.layout == PLAIN
 
 
-def attention_patterns(irf, num_threads: int, sources: dict, skip: set, mode: str = "auto") -> dict:
-    """{id(member): Attention} for every fused instance of ``irf`` (see the module doc). ``sources``:
-    stacking.Elided.sources; ``skip``: ids of the instructions that run no kernel (elided broadcasts); ``mode``:
-    "auto" (the cost rule decides), "always" (wherever legal) or "never"."""
+def attention_patterns(irf, num_threads: int, sources: dict, skip: set, mode: str = "auto") -> tuple[dict, dict]:
+    """({id(member): Attention} for every fused instance of ``irf`` (see the module doc), {id(second matmul):
+    why not fused} for the legal instances the cost rule keeps unfused). ``sources``: stacking.Elided.sources;
+    ``skip``: ids of the instructions that run no kernel (elided broadcasts); ``mode``: "auto" (the cost rule
+    decides), "always" (wherever legal) or "never"."""
     if mode not in MODES:
         raise BackendError(f"cpu backend: option attention={mode!r} is not one of {', '.join(MODES)}")
     if mode == "never":
-        return {}
+        return {}, {}
     instrs = irf.instrs
     pos = {id(ins): i for i, ins in enumerate(instrs)}
     touches: dict[int, list] = {}
@@ -144,14 +148,24 @@ def attention_patterns(irf, num_threads: int, sources: dict, skip: set, mode: st
             if not lst or lst[-1] != i:
                 lst.append(i)
     viewed = {id(b.root) for b in irf.buffers if b.base is not None}
-    found: dict = {}
+    found, declined = {}, {}
     for mm in irf.code:
         if mm.op != "matmul" or id(mm) in found:
             continue
-        inst = _match(mm, instrs, pos, touches, viewed, sources, skip, num_threads, mode)
-        if inst is not None:
-            found.update({id(m): inst for m in inst.members})
-    return found
+        inst = _match(mm, instrs, pos, touches, viewed, sources, skip, num_threads)
+        if inst is None:
+            continue
+        *batch, s, d = inst.q.type.shape
+        t = inst.k.type.shape[-1]
+        if mode == "auto" and not fused_wins(s, t, d, num_threads):
+            declined[id(inst.members[-1])] = (f"attention not fused (cost rule: T {t} < {MIN_KEYS} keys at 1 "
+                                              "thread)")
+            continue
+        rule = "always" if mode == "always" else f"cost rule: T {t} >= {MIN_KEYS}" if t >= MIN_KEYS else \
+            f"cost rule: {num_threads} threads"
+        inst.choice = f"attention fused ({rule}): {inst.choice}"
+        found.update({id(m): inst for m in inst.members})
+    return found, declined
 
 
 def _next(ins, cur, instrs, pos, touches, viewed):
@@ -164,7 +178,7 @@ def _next(ins, cur, instrs, pos, touches, viewed):
     return rd[0][0], rd[0][1][0]
 
 
-def _match(mm, instrs, pos, touches, viewed, sources, skip, nt, mode) -> "Attention | None":
+def _match(mm, instrs, pos, touches, viewed, sources, skip, nt) -> "Attention | None":
     q, k = mm.ins
     (cur,) = mm.outs
     if FUSED_ACTIVATION in mm.attrs and mm.attrs[FUSED_ACTIVATION]:
@@ -217,8 +231,6 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, nt, mode) -> "Attent
     if not (_f32(v) and _f32(out)) or v.type.shape[:-1] != (*batch, t):
         return None
     dv = v.type.shape[-1]
-    if mode == "auto" and not fused_wins(s, t, d, nt):
-        return None
     end = pos[id(mm2)]
     if any(not _stable(b, pos[id(r)], end, instrs, skip, {id(m) for m in members}) for b, r in reads):
         return None
@@ -235,11 +247,9 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, nt, mode) -> "Attent
     work = _place(owned, nt * per, [q, v, mask, out], [kpack] if kpack else [])
     if kpack is None or work is None:
         return None
-    blk = min(block_rows(t), s)
-    rule = "always" if mode == "always" else f"cost rule: T {t} >= {MIN_KEYS}" if t >= MIN_KEYS else \
-        f"cost rule: {nt} threads"
+    blk = block_rows(s, t)
     extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")
-    choice = (f"attention fused ({rule}): {prod(batch)} heads x {-(-s // blk)} blocks of {blk} query rows, a "
+    choice = (f"{prod(batch)} heads x {-(-s // blk)} blocks of {blk} query rows, a "
               f"{blk} x {t} score tile per thread (D {d}, Dv {dv}{extra}; gemm f32, K^T and V packed per head)")
     return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, choice)
 

@@ -2,7 +2,7 @@
 each instruction's operands, and the constants prepared at compile time, appended to the constant region."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class Program:
         end = align_up(irf.plan.constant_size)
         placed: dict = {}
         elided = read_in_place(irf, stacked)
-        attn = attention_patterns(irf, num_threads, elided.sources, elided.broadcasts, attention)
+        attn, declined = attention_patterns(irf, num_threads, elided.sources, elided.broadcasts, attention)
         fused = fuse_residuals(irf, lambda conv: int8_engine_conv(KernelInstr.of(conv), num_threads))
         fused.update(fuse_float_residuals(irf, lambda conv: bool(engine_conv(KernelInstr.of(conv), num_threads)),
                                           skip=set(elided.sources)))
@@ -106,6 +106,8 @@ class Program:
                         self.derived.append((end, arr))
                         end = align_up(end + max(arr.nbytes, 1))
                 ptrs.extend(("constant", off) for off in placed[key])
+            if id(ins) in declined:
+                code = replace(code, choice=f"{code.choice}; {declined[id(ins)]}")
             self.calls.append(Call(ins, code, ptrs))
         self.constant_size = end if self.derived else irf.plan.constant_size
 
