@@ -263,14 +263,16 @@ def ew_chains(seed=0, dt="float32", batch=2, rows=64, cols=320):
 
 
 def attention(seed=0, dt="float32", batch=1, heads=2, seq=260, keys=None, dim=8, scale="mul", mask=None,
-              also=None):
-    """Attention over graph inputs q [B, H, S, D], k and v [B, H, T, D]: MatMul(q, Transpose(k)) -> [Mul by
-    1/sqrt(D) | Div by sqrt(D)] -> [Add mask: "keys" [B, 1, 1, T] or "full" [B, H, S, T]] -> Softmax -> MatMul v ->
-    Transpose and Reshape to [B, S, H * D] (a fused attention kernel's pattern). ``also``: "probs" (the softmax
-    also a graph output) or "scores" (the scores also read by a ReduceMax that is an output): fusion refused."""
+              also=None, vdim=None, q_split=False):
+    """Attention over graph inputs q [B, H, S, D] (``q_split``: q [B, S, H, D], its heads split by a Transpose),
+    k [B, H, T, D] and v [B, H, T, Dv] (Dv = ``vdim`` or D): MatMul(q, Transpose(k)) -> [Mul by 1/sqrt(D) | Div by
+    sqrt(D)] -> [Add mask: "keys" [B, 1, 1, T] or "full" [B, H, S, T]] -> Softmax -> MatMul v -> Transpose and
+    Reshape to [B, S, H * Dv] (a fused attention kernel's pattern). ``also``: "probs" (the softmax also a graph
+    output) or "scores" (the scores also read by a ReduceMax that is an output): fusion refused."""
     g = G(seed, dt)
-    t = keys or seq
-    s = g.op("MatMul", ["q", g.op("Transpose", ["k"], perm=[0, 1, 3, 2])])
+    t, dv = keys or seq, vdim or dim
+    q = g.op("Transpose", ["q"], perm=[0, 2, 1, 3]) if q_split else "q"
+    s = g.op("MatMul", [q, g.op("Transpose", ["k"], perm=[0, 1, 3, 2])])
     if scale == "mul":
         s = g.op("Mul", [s, g.const(1.0 / np.sqrt(dim))])
     elif scale == "div":
@@ -280,10 +282,11 @@ def attention(seed=0, dt="float32", batch=1, heads=2, seq=260, keys=None, dim=8,
         s = g.op("Add", [s, "mask"])
     p = g.op("Softmax", [s], axis=-1)
     o = g.op("MatMul", [p, "v"])
-    o = g.op("Reshape", [g.op("Transpose", [o], perm=[0, 2, 1, 3]), g.const([batch, seq, heads * dim], np.int64)])
+    o = g.op("Reshape", [g.op("Transpose", [o], perm=[0, 2, 1, 3]), g.const([batch, seq, heads * dv], np.int64)])
     outs = [o] + ([p] if also == "probs" else []) + (
         [g.op("ReduceMax", [scores, g.const([-1], np.int64)], keepdims=0)] if also == "scores" else [])
-    inputs = [("q", (batch, heads, seq, dim)), ("k", (batch, heads, t, dim)), ("v", (batch, heads, t, dim))]
+    inputs = [("q", (batch, seq, heads, dim) if q_split else (batch, heads, seq, dim)), ("k", (batch, heads, t, dim)),
+              ("v", (batch, heads, t, dv))]
     if mask:
         inputs.append(("mask", (batch, 1, 1, t) if mask == "keys" else (batch, heads, seq, t)))
     return g.model("attention", inputs, outs)

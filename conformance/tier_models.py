@@ -117,7 +117,8 @@ RESIDUAL = {
 #: Attention a backend may run as one fused kernel (networks.attention; the CPU backend's attention.py fuses from
 #: attention.MIN_KEYS = 256 keys at 1 thread, at 2 threads always), one line each: name -> (network arguments,
 #: threads, special inputs: "neginf_row" (a mask row all -inf: NaN probabilities), "nan" (a NaN in q)). 260 and
-#: 300 query rows are no multiple of the kernel's row block; "probs" / "scores" also read elsewhere: not fused.
+#: 300 query rows are no multiple of the kernel's row block; "q_split": the plan gives O the memory of Q (copied
+#: first); "probs" / "scores" also read elsewhere: not fused.
 ATTENTION = {
     "mask_mul_b2_h3_t2": (dict(batch=2, heads=3, seq=300, mask="keys"), 2, None),
     "nomask_div": (dict(batch=1, heads=2, seq=260, scale="div"), 1, None),
@@ -125,6 +126,7 @@ ATTENTION = {
     "cross_s40_t300_t2": (dict(batch=1, heads=2, seq=40, keys=300, mask="keys"), 2, None),
     "neginf_mask_row": (dict(batch=1, heads=2, seq=260, mask="full"), 1, "neginf_row"),
     "nan_query_t2": (dict(batch=1, heads=2, seq=260, mask="keys"), 2, "nan"),
+    "q_split_copied_t2": (dict(batch=1, heads=2, seq=100, dim=32, q_split=True, mask="keys"), 2, None),
     "refused_probs_output": (dict(batch=1, heads=2, seq=260, mask="keys", also="probs"), 1, None),
     "refused_scores_read": (dict(batch=1, heads=2, seq=260, also="scores"), 1, None),
 }

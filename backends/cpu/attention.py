@@ -13,9 +13,12 @@ and read the [..., S, T] scores three or four times.
   the mask broadcasts to [..., S, T] (read through stride 0 on its broadcast dims);
 * the kernel runs where the second matmul ran: Q, K^T and the mask keep their bytes from their reader to it
   (no instruction in between that runs a kernel writes over them; the members and ``skip``ped broadcasts do
-  not run); its scratch is the probabilities' buffer then the second matmul's scratch (both owned by the plan
-  at that point), big enough for ``num_threads`` tiles and packed panels, and overlapping none of Q, K^T, V,
-  mask, O; O overlaps none of the inputs;
+  not run); O overlaps neither V nor the mask (it may overlap K^T and Q: both are copied, K^T packed, for
+  every head before any store);
+  its scratch lies in memory the plan gives the kernel at that point (the second matmul's scratch, which
+  ``planned_scratch`` sizes for it, the scores' or the probabilities' buffer: nothing else placed over them
+  since), the packed K^T (and Q) part overlapping none of Q, K^T, V, mask and O, the threads' part none of Q,
+  V, mask, O and the packed part;
 * the cost rule ``fused_wins`` holds (measured: bench/bench_attention.py).
 The replaced instructions (the first matmul, mul/div, add, Softmax) run no kernel.
 
@@ -72,6 +75,7 @@ class Attention:
     block: int
     kpack: tuple  # (buffer, byte offset, bytes) of K^T packed
     work: tuple  # (buffer, byte offset, bytes) of the threads' parts
+    copy_q: bool  # O overlaps Q: Q is copied with K^T before any store
     choice: str
 
 
@@ -89,16 +93,18 @@ def fused_wins(s: int, t: int, d: int, threads: int) -> bool:
     return t >= MIN_KEYS or threads > 1
 
 
-def scratch_parts(nbh: int, s: int, t: int, d: int, dv: int) -> tuple[dict, int, int]:
-    """The kernel's scratch: K^T of every head packed in the GEMM's panel layout (``shared`` bytes), and per thread
-    the tile, V of its current head packed, and the GEMM's A panel. Returns (offsets inside a thread's part, the
-    bytes of a thread's part, shared)."""
+def scratch_parts(nbh: int, s: int, t: int, d: int, dv: int, copy_q: bool) -> tuple[dict, int, int]:
+    """The kernel's scratch: K^T of every head packed in the GEMM's panel layout and, with ``copy_q``, a copy of
+    Q (``shared`` bytes, Q's copy at ``off["q"]``), and per thread the tile, V of its current head packed, and the
+    GEMM's A panel. Returns (offsets: "q" in the shared part, the others inside a thread's part; the bytes of a
+    thread's part; shared)."""
     w = gemm_pack_width("f32")
     blk = block_rows(s, t)
-    shared = align_up(nbh * 4 * -(-t // w) * w * d)
+    pk = align_up(nbh * 4 * -(-t // w) * w * d)
+    shared = pk + (align_up(nbh * 4 * s * d) if copy_q else 0)
     parts = [("tile", 4 * blk * t), ("pv", 4 * -(-dv // w) * w * t),
              ("gemm", max(gemm_scratch_bytes("f32", blk, t, d, True), gemm_scratch_bytes("f32", blk, dv, t, True)))]
-    off, at = {}, 0
+    off, at = {"q": pk}, 0
     for name, n in parts:
         off[name] = at
         at = align_up(at + n)
@@ -117,7 +123,7 @@ def planned_scratch(instr, threads: int) -> int:
         return 0
     *batch, s, t = p.type.shape
     dv = v.type.shape[-1]
-    _, per, shared = scratch_parts(prod(batch), s, t, dv, dv)
+    _, per, shared = scratch_parts(prod(batch), s, t, dv, dv, True)
     return shared + threads * per
 
 
@@ -234,9 +240,9 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, nt) -> "Attention | 
     end = pos[id(mm2)]
     if any(not _stable(b, pos[id(r)], end, instrs, skip, {id(m) for m in members}) for b, r in reads):
         return None
-    _, per, shared = scratch_parts(prod(batch), s, t, d, dv)
-    same_q = out.region == q.region and out.address == q.address and out.type == q.type
-    if _overlap(out, v) or _overlap(out, mask) or (_overlap(out, q) and not same_q):
+    copy_q = _overlap(out, q)
+    _, per, shared = scratch_parts(prod(batch), s, t, d, dv, copy_q)
+    if _overlap(out, v) or _overlap(out, mask):
         return None
     unused = {id(b.root) for m in members for b in m.outs} | {id(b.root) for i in instrs if id(i) in skip
                                                                for b in i.outs}
@@ -250,8 +256,9 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, nt) -> "Attention | 
     blk = block_rows(s, t)
     extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")
     choice = (f"{prod(batch)} heads x {-(-s // blk)} blocks of {blk} query rows, a "
-              f"{blk} x {t} score tile per thread (D {d}, Dv {dv}{extra}; gemm f32, K^T and V packed per head)")
-    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, choice)
+              f"{blk} x {t} score tile per thread (D {d}, Dv {dv}{extra}; gemm f32, K^T and V packed per head"
+              f"{', Q copied: O overlaps it' if copy_q else ''})")
+    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, copy_q, choice)
 
 
 def _mask_strides(mshape, shape) -> "list[int] | None":
@@ -312,7 +319,7 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
     """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch)."""
     *batch, s, d = a.q.type.shape
     t, dv = a.k.type.shape[-1], a.v.type.shape[-1]
-    off, per, _ = scratch_parts(prod(batch), s, t, d, dv)
+    off, per, _ = scratch_parts(prod(batch), s, t, d, dv, a.copy_q)
     bufs = [a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.kpack[0], a.work[0]]
     ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
     mask_bh, mask_si, mask_sj = "0", 0, 0
@@ -331,7 +338,7 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
         fn="GLOW_KERNEL_NAME", choice=a.choice, nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
         mask=ptr.get("mask"), kpack=f"p[{len(bufs) - 2}] + {a.kpack[1]}", work=f"p[{len(bufs) - 1}] + {a.work[1]}",
         pnr=gemm_pack_width("f32"), per_thread=per, off=off,
-        pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d,
+        pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
         nbh=prod(batch), nblk=-(-s // a.block), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
         max_update=update, sum_t=sum_t)
