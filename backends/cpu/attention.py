@@ -3,21 +3,19 @@ Softmax(last axis) -> matmul(P, V) runs as one kernel (templates/attention.c.j2)
 of query rows) and keeps only a block x T tile of the score matrix, in scratch, where the unfused kernels write
 and read the [..., S, T] scores three or four times.
 
-``attention_patterns(irf, num_threads, sources)`` finds the instances. Legality, per instance:
+``attention_patterns(irf, num_threads, sources, skip, mode)`` finds the instances. Legality, per instance:
 * all float32 in the plain layout; Q [..., S, D], K^T [..., D, T], V [..., T, Dv] with one batch shape (no
   broadcast batch); the first matmul's output is a whole activation (no view of it anywhere);
 * each intermediate (the scores, each scaled or masked step, the probabilities) is read, until next written,
   by the next member only (stacking.readers), so none is a graph output or read elsewhere; the scale is a
   constant splat (one value; after ``sources``: a broadcast read in place), the mul/div/add carry no fused
-  activation;
-  the mask broadcasts to [..., S, T] (read through stride 0 on its broadcast dims);
+  activation; the mask broadcasts to [..., S, T] (read through stride 0 on its broadcast dims);
 * the kernel runs where the second matmul ran: Q, K^T and the mask keep their bytes from their reader to it
   (no instruction in between that runs a kernel writes over them; the members and ``skip``ped broadcasts do
   not run); O overlaps neither V nor the mask (it may overlap K^T and Q: both are copied, K^T packed, for
-  every head before any store);
-  its scratch lies in memory the plan gives the kernel at that point (the second matmul's scratch, which
-  ``planned_scratch`` sizes for it, the scores' or the probabilities' buffer: nothing else placed over them
-  since), the packed K^T (and Q) part overlapping none of Q, K^T, V, mask and O, the threads' part none of Q,
+  every head before any store); its scratch lies in memory the plan gives the kernel at that point (the
+  second matmul's scratch, which ``planned_scratch`` sizes for it, the scores' or the probabilities' buffer:
+  nothing else placed over them since), the packed K^T (and Q) part overlapping none of Q, K^T, V, mask and O, the threads' part none of Q,
   V, mask, O and the packed part;
 * the cost rule ``fused_wins`` holds (measured: bench/bench_attention.py).
 The replaced instructions (the first matmul, mul/div, add, Softmax) run no kernel.
@@ -26,7 +24,7 @@ Numerics: both products run on the GEMM of the unfused matmul kernels (templates
 with the same K blocking, so each score and each output element sums in the unfused order; scale and mask are
 applied one rounding each as the elementwise kernels do; the softmax row is the Softmax kernel's macro
 (softmax_row.c.j2). The fused result is bit-equal to the unfused one. Linear in the code's length (each
-matmul looks at the few readers of its output and the instructions up to the second matmul).
+matmul looks at the few readers of its output and at most MAX_SPAN instructions up to the second matmul).
 """
 from __future__ import annotations
 
@@ -55,6 +53,9 @@ MAX_BLOCK = 96
 #: fused / unfused is 1.00 and 1.05, the score matrix staying in L2; at 512 and beyond 0.47-0.75). With more
 #: threads always (one parallel region instead of five: 0.70-0.74 at T 128 and 197).
 MIN_KEYS = 256
+#: Most instructions from the first matmul to the second (and from a scratch candidate's allocation to it) the
+#: matcher looks at: linear in the code's length.
+MAX_SPAN = 256
 #: Values of the backend option ``attention``.
 MODES = ("auto", "always", "never")
 
@@ -154,11 +155,12 @@ def attention_patterns(irf, num_threads: int, sources: dict, skip: set, mode: st
             if not lst or lst[-1] != i:
                 lst.append(i)
     viewed = {id(b.root) for b in irf.buffers if b.base is not None}
+    elided = {id(b.root) for i in irf.code if id(i) in skip for b in i.outs}
     found, declined = {}, {}
     for mm in irf.code:
         if mm.op != "matmul" or id(mm) in found:
             continue
-        inst = _match(mm, instrs, pos, touches, viewed, sources, skip, num_threads)
+        inst = _match(mm, instrs, pos, touches, viewed, sources, skip, elided, num_threads)
         if inst is None:
             continue
         *batch, s, d = inst.q.type.shape
@@ -184,7 +186,7 @@ def _next(ins, cur, instrs, pos, touches, viewed):
     return rd[0][0], rd[0][1][0]
 
 
-def _match(mm, instrs, pos, touches, viewed, sources, skip, nt) -> "Attention | None":
+def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Attention | None":
     q, k = mm.ins
     (cur,) = mm.outs
     if FUSED_ACTIVATION in mm.attrs and mm.attrs[FUSED_ACTIVATION]:
@@ -238,14 +240,15 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, nt) -> "Attention | 
         return None
     dv = v.type.shape[-1]
     end = pos[id(mm2)]
+    if end - pos[id(mm)] > MAX_SPAN:
+        return None
     if any(not _stable(b, pos[id(r)], end, instrs, skip, {id(m) for m in members}) for b, r in reads):
         return None
     copy_q = _overlap(out, q)
     _, per, shared = scratch_parts(prod(batch), s, t, d, dv, copy_q)
     if _overlap(out, v) or _overlap(out, mask):
         return None
-    unused = {id(b.root) for m in members for b in m.outs} | {id(b.root) for i in instrs if id(i) in skip
-                                                               for b in i.outs}
+    unused = {id(b.root) for m in members for b in m.outs} | elided
     owned = [c for c in (mm2.scratch, mm.outs[0].root, pr)
              if c is not None and _owned(c, touches[id(c.root)][0], end, instrs, unused)]
     # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then
@@ -295,7 +298,10 @@ def _place(owned, size, avoid, taken) -> "tuple | None":
 
 def _owned(c, start, end, instrs, unused) -> bool:
     """Whether the memory of ``c`` (allocated at ``start``) holds nothing another instruction needs at ``end``: no
-    buffer but c's own and the ``unused`` ones (outputs of instructions that run no kernel) placed over it since."""
+    buffer but c's own and the ``unused`` ones (outputs of instructions that run no kernel) placed over it since
+    (no for a buffer allocated more than 2 MAX_SPAN instructions before)."""
+    if end - start > 2 * MAX_SPAN:
+        return False
     for ins in instrs[start + 1:end + 1]:
         for b, _ in ins.operands:
             if b.root is not c.root and id(b.root) not in unused and _overlap(b, c):
