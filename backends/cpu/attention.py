@@ -15,8 +15,8 @@ and read the [..., S, T] scores three or four times.
   not run); O overlaps neither V nor the mask (it may overlap K^T and Q: both are copied, K^T packed, for
   every head before any store); its scratch lies in memory the plan gives the kernel at that point (the
   second matmul's scratch, which ``planned_scratch`` sizes for it, the scores' or the probabilities' buffer:
-  nothing else placed over them since), the packed K^T (and Q) part overlapping none of Q, K^T, V, mask and O, the threads' part none of Q,
-  V, mask, O and the packed part;
+  nothing else placed over them since), the packed K^T (and Q) part overlapping none of Q, K^T, V, mask and
+  O, the threads' part none of Q, V, mask, O and the packed part;
 * the cost rule ``fused_wins`` holds (measured: bench/bench_attention.py).
 The replaced instructions (the first matmul, mul/div, add, Softmax) run no kernel.
 
