@@ -258,7 +258,7 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
         return None
     blk = block_rows(s, t)
     extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")
-    choice = (f"{prod(batch)} heads x {-(-s // blk)} blocks of {blk} query rows, a "
+    choice = (f"{prod(batch)} heads x {s} query rows split evenly over the threads in blocks of at most {blk}, a "
               f"{blk} x {t} score tile per thread (D {d}, Dv {dv}{extra}; gemm f32, K^T and V packed per head"
               f"{', Q copied: O overlaps it' if copy_q else ''})")
     return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, copy_q, choice)
@@ -345,7 +345,7 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
         mask=ptr.get("mask"), kpack=f"p[{len(bufs) - 2}] + {a.kpack[1]}", work=f"p[{len(bufs) - 1}] + {a.work[1]}",
         pnr=gemm_pack_width("f32"), per_thread=per, off=off,
         pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
-        nbh=prod(batch), nblk=-(-s // a.block), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
+        nbh=prod(batch), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
         max_update=update, sum_t=sum_t)
     name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
