@@ -115,12 +115,13 @@ RESIDUAL = {
     "depthwise_sigmoid_plain_t2": ("Sigmoid", (1, 24, 56, 56), (24, 1, 3, 3), False, 2, dict(group=24)),
 }
 #: Attention a backend may run as one fused kernel (networks.attention; the CPU backend's attention.py fuses from
-#: attention.MIN_KEYS = 256 keys at 1 thread, at 2 threads always), one line each: name -> (network arguments,
-#: threads, special inputs: "neginf_row" (a mask row all -inf: NaN probabilities), "nan" (a NaN in q)). 260 and
-#: 300 query rows are no multiple of the kernel's row block; "q_split": the plan gives O the memory of Q (copied
+#: attention.MIN_KEYS = 256 keys at 1 thread, at 2 threads always; scores of at most ~1 MB, as a vendor backend
+#: of the template (4 MiB of activations) runs this tier), one line each: name -> (network arguments,
+#: threads, special inputs: "neginf_row" (a mask row all -inf: NaN probabilities), "nan" (a NaN in q)). 200, 257
+#: and 260 query rows are no multiple of the kernel's row block; "q_split": the plan gives O the memory of Q (copied
 #: first); "probs" / "scores" also read elsewhere: not fused.
 ATTENTION = {
-    "mask_mul_b2_h3_t2": (dict(batch=2, heads=3, seq=300, mask="keys"), 2, None),
+    "mask_mul_b2_h3_t2": (dict(batch=2, heads=3, seq=200, mask="keys"), 2, None),
     "nomask_div": (dict(batch=1, heads=2, seq=260, scale="div"), 1, None),
     "noscale_mask_full": (dict(batch=2, heads=2, seq=257, scale=None, mask="full"), 1, None),
     "cross_s40_t300_t2": (dict(batch=1, heads=2, seq=40, keys=300, mask="keys"), 2, None),
