@@ -302,3 +302,33 @@ def ew_chains(seed=0, dt="float32", batch=2, rows=64, cols=320):
     wide = g.op("Cast", [g.op("Mul", [swish, g.const(1.5)])], to=11)
     out = g.op("Mul", [g.op("Cast", [g.op("Sub", [wide, g.const(0.25, np.float64)])], to=g.dt.onnx), a])
     return g.model("ew_chains", [(x, (batch, rows, cols))], [out, swish])
+
+
+def attention(seed=0, dt="float32", batch=1, heads=2, seq=260, keys=None, dim=8, scale="mul", mask=None,
+              also=None, vdim=None, q_split=False):
+    """Attention over graph inputs q [B, H, S, D] (``q_split``: q [B, S, H, D], its heads split by a Transpose),
+    k [B, H, T, D] and v [B, H, T, Dv] (Dv = ``vdim`` or D): MatMul(q, Transpose(k)) -> [Mul by 1/sqrt(D) | Div by
+    sqrt(D)] -> [Add mask: "keys" [B, 1, 1, T] or "full" [B, H, S, T]] -> Softmax -> MatMul v -> Transpose and
+    Reshape to [B, S, H * Dv] (a fused attention kernel's pattern). ``also``: "probs" (the softmax also a graph
+    output) or "scores" (the scores also read by a ReduceMax that is an output): fusion refused."""
+    g = G(seed, dt)
+    t, dv = keys or seq, vdim or dim
+    q = g.op("Transpose", ["q"], perm=[0, 2, 1, 3]) if q_split else "q"
+    s = g.op("MatMul", [q, g.op("Transpose", ["k"], perm=[0, 1, 3, 2])])
+    if scale == "mul":
+        s = g.op("Mul", [s, g.const(1.0 / np.sqrt(dim))])
+    elif scale == "div":
+        s = g.op("Div", [s, g.const(np.sqrt(dim))])
+    scores = s
+    if mask:
+        s = g.op("Add", [s, "mask"])
+    p = g.op("Softmax", [s], axis=-1)
+    o = g.op("MatMul", [p, "v"])
+    o = g.op("Reshape", [g.op("Transpose", [o], perm=[0, 2, 1, 3]), g.const([batch, seq, heads * dv], np.int64)])
+    outs = [o] + ([p] if also == "probs" else []) + (
+        [g.op("ReduceMax", [scores, g.const([-1], np.int64)], keepdims=0)] if also == "scores" else [])
+    inputs = [("q", (batch, seq, heads, dim) if q_split else (batch, heads, seq, dim)), ("k", (batch, heads, t, dim)),
+              ("v", (batch, heads, t, dv))]
+    if mask:
+        inputs.append(("mask", (batch, 1, 1, t) if mask == "keys" else (batch, heads, seq, t)))
+    return g.model("attention", inputs, outs)

@@ -139,6 +139,23 @@ DOWNSAMPLE = {
     "relu_plain_t2": ("Relu", (1, 64, 28, 28), 96, "pool", 2),
     "clip_plain_batch2": ("Clip", (2, 24, 10, 10), 40, "pool", 1),
 }
+#: Attention a backend may run as one fused kernel (networks.attention; the CPU backend's attention.py fuses from
+#: attention.MIN_KEYS = 256 keys at 1 thread, at 2 threads always; scores of at most ~1 MB, as a vendor backend
+#: of the template (4 MiB of activations) runs this tier), one line each: name -> (network arguments,
+#: threads, special inputs: "neginf_row" (a mask row all -inf: NaN probabilities), "nan" (a NaN in q)). 200, 257
+#: and 260 query rows are no multiple of the kernel's row block; "q_split": the plan gives O the memory of Q (copied
+#: first); "probs" / "scores" also read elsewhere: not fused.
+ATTENTION = {
+    "mask_mul_b2_h3_t2": (dict(batch=2, heads=3, seq=200, mask="keys"), 2, None),
+    "nomask_div": (dict(batch=1, heads=2, seq=260, scale="div"), 1, None),
+    "noscale_mask_full": (dict(batch=2, heads=2, seq=257, scale=None, mask="full"), 1, None),
+    "cross_s40_t300_t2": (dict(batch=1, heads=2, seq=40, keys=300, mask="keys"), 2, None),
+    "neginf_mask_row": (dict(batch=1, heads=2, seq=260, mask="full"), 1, "neginf_row"),
+    "nan_query_t2": (dict(batch=1, heads=2, seq=260, mask="keys"), 2, "nan"),
+    "q_split_copied_t2": (dict(batch=1, heads=2, seq=100, dim=32, q_split=True, mask="keys"), 2, None),
+    "refused_probs_output": (dict(batch=1, heads=2, seq=260, mask="keys", also="probs"), 1, None),
+    "refused_scores_read": (dict(batch=1, heads=2, seq=260, also="scores"), 1, None),
+}
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32")}
@@ -229,6 +246,17 @@ def cases():
             m = M.downsample(seed=3, act=act, x=xs, filters=filters, tail=tail)
             return m, _feeds(m, rng)
         out.append(model_case(f"models/downsample_{name}/float32/seeded", "models", f"downsample_{name}", "float32",
+                              build, "model", profiles=("models",), threads=threads))
+    for name, (kw, threads, special) in ATTENTION.items():
+        def build(rng, kw=kw, special=special):
+            m = M.attention(seed=4, **kw)
+            feeds = _feeds(m, rng)
+            if special == "neginf_row":
+                feeds["mask"][0, 1, 7, :] = -np.inf
+            elif special == "nan":
+                feeds["q"][0, 1, 5, 3] = np.nan
+            return m, feeds
+        out.append(model_case(f"models/attention_{name}/float32/seeded", "models", f"attention_{name}", "float32",
                               build, "model", profiles=("models",), threads=threads))
     for name in QDQ:
         def build(rng, name=name):

@@ -10,8 +10,9 @@ from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
 from . import kernels_nn, layouts, sanitize, toolchain
+from .attention import planned_scratch
 from .bundle import write_bundle
-from .codegen import KernelInstr, prelude_text, scratch_layout
+from .codegen import ENGINE_SCRATCH_THREADS, KernelInstr, prelude_text, scratch_layout
 from .codegen_int8 import supported as quantized_supported
 from .ctypes_map import supported
 from .kernels_ew import ACTIVATION_PARAMS
@@ -73,8 +74,9 @@ class CPUBackend(Backend):
     def scratch_bytes(self, instr) -> int:
         """The conv engine's input copy and output blocks (planned for ENGINE_SCRATCH_THREADS), im2col columns,
         converted weights/outputs, converted matmul operands, row buffers and the GEMM's packed panels; the int8
-        engine's conv planes and matmul row panels (codegen.scratch_layout)."""
-        return scratch_layout(KernelInstr.of(instr)).total
+        engine's conv planes and matmul row panels (codegen.scratch_layout); a batched matmul of activations also
+        the fused attention kernel's tiles (attention.planned_scratch)."""
+        return max(scratch_layout(KernelInstr.of(instr)).total, planned_scratch(instr, ENGINE_SCRATCH_THREADS))
 
     def fallback_backends(self) -> list:
         """Extended ops (TopK, RoiAlign, GridSample, ...) have no C kernels: they run on the interpreter."""
@@ -88,7 +90,8 @@ class CPUBackend(Backend):
     def compile(self, function, options) -> CompiledFunction:
         options = dict(options or {})
         nt = self._threads(options)
-        program = Program(function, nt, chains=options.get("elementwise_chains", True))
+        program = Program(function, nt, chains=options.get("elementwise_chains", True),
+                          attention=options.get("attention", "auto"))
         flags = options.get("cflags")
         flags = list(flags.split() if isinstance(flags, str) else flags) if flags else toolchain.default_flags(nt)
         # Whatever the user's flags, the libraries must be position-independent and shared, and integer
@@ -103,4 +106,5 @@ class CPUBackend(Backend):
 
     def emit_bundle(self, function, out_dir, options) -> list[str]:
         options = dict(options or {})
-        return write_bundle(Program(function, 1, chains=options.get("elementwise_chains", True)), out_dir, options, prelude_text())
+        return write_bundle(Program(function, 1, chains=options.get("elementwise_chains", True),
+                          attention=options.get("attention", "auto")), out_dir, options, prelude_text())

@@ -2,12 +2,13 @@
 each instruction's operands, and the constants prepared at compile time, appended to the constant region."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from glow_core.memory import align_up
 
+from .attention import ATTENDED, attention_call, attention_patterns
 from .chains import chain_kernel, elementwise_chains
 from .codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, engine_conv, gemm_source,
                       kernel_code,
@@ -49,9 +50,10 @@ class Call:
 class Program:
     """The calls of one IRFunction in order, its distinct kernels, and its constant region (the memory plan's
     weights, then the constants kernels asked for: converted weights, 64-byte aligned). ``chains``: run
-    elementwise chains as one loop (chains.py)."""
+    elementwise chains as one loop (chains.py); ``attention``: "auto" fuses attention where
+    the cost rule says it wins, "always" wherever legal, "never" not (attention.py)."""
 
-    def __init__(self, irf, num_threads: int, chains: bool = True):
+    def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto"):
         self.irf = irf
         self.calls: list[Call] = []
         self.kernels: dict[str, KernelCode] = {}
@@ -59,16 +61,19 @@ class Program:
         end = align_up(irf.plan.constant_size)
         placed: dict = {}
         elided = read_in_place(irf, stacked)
+        attn, declined = attention_patterns(irf, num_threads, elided.sources, elided.broadcasts, attention)
         fused = fuse_residuals(irf, lambda conv: int8_engine_conv(KernelInstr.of(conv), num_threads))
         fused.update(fuse_float_residuals(irf, lambda conv: bool(engine_conv(KernelInstr.of(conv), num_threads)),
                                           skip=set(elided.sources)))
-        chained = elementwise_chains(irf, lambda i: chainable(i) and id(i) not in fused,
+        chained = elementwise_chains(irf, lambda i: chainable(i) and id(i) not in fused and id(i) not in attn,
                                      elided.sources) if chains else {}
         for ins in irf.code:
             skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
             chain = chained.get(id(ins))
             if chain is not None and chain.root is not ins:
                 skip = CHAINED
+            if id(ins) in attn and attn[id(ins)].members[-1] is not ins:
+                skip = ATTENDED
             if id(ins) in fused:
                 if fused[id(ins)].add is ins:
                     skip = FUSED_RESIDUAL if ins.op == "qadd" else FUSED_ADD
@@ -79,11 +84,15 @@ class Program:
                 self.calls.append(Call(ins, skip, []))
                 continue
             sources = elided.sources.get(id(ins), {})
-            if chain is not None:
-                ki, bufs = chain_kernel(chain, elided.sources)
+            if id(ins) in attn:
+                code, bufs = attention_call(attn[id(ins)], num_threads)
             else:
-                ki, bufs = KernelInstr.of(ins, sources), [sources.get(i, b) for i, (b, _) in enumerate(ins.operands)]
-            code = kernel_code(ki, num_threads)
+                if chain is not None:
+                    ki, bufs = chain_kernel(chain, elided.sources)
+                else:
+                    ki, bufs = KernelInstr.of(ins, sources), [sources.get(i, b) for i, (b, _) in
+                                                              enumerate(ins.operands)]
+                code = kernel_code(ki, num_threads)
             self.kernels.setdefault(code.name, code)
             ptrs = [(b.region, b.address) for b in bufs]
             for d in code.derived:
@@ -97,6 +106,8 @@ class Program:
                         self.derived.append((end, arr))
                         end = align_up(end + max(arr.nbytes, 1))
                 ptrs.extend(("constant", off) for off in placed[key])
+            if id(ins) in declined:
+                code = replace(code, choice=f"{code.choice}; {declined[id(ins)]}")
             self.calls.append(Call(ins, code, ptrs))
         self.constant_size = end if self.derived else irf.plan.constant_size
 
