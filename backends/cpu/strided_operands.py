@@ -1,0 +1,179 @@
+"""Transposes folded into batched matmuls on the planned IR: a matmul reads an operand, or writes its result,
+through strides instead of a transpose kernel copying it (the attention heads' split and merge in transformers).
+
+``fold_transposes(irf, gemm, skip, sources)`` looks at every matmul M for which ``gemm(M)`` holds (the GEMM kernel
+runs it: float32/float64 in gemm mode; the naive and convert modes keep the copies) and that is not in ``skip``
+(instructions another pass took: elided broadcasts, fused adds, chain members, fused attention).
+
+Operand fold (A or B of M): the operand is T = transpose(X, perm), where
+  - T is a whole plain activation whose only reader, from the transpose until T is next written, is M, reading it
+    in one slot;
+  - X is a whole-size view of (or is) R, a whole plain activation of T's size, and the instructions (not
+    pseudo-instructions) touching R's memory are exactly two: its producer P, which writes R as an output without
+    reading it, then the transpose; P is in no other fold and not in ``skip``;
+  - between P and the transpose no instruction writes or reads T's bytes, none of P's other operands
+    (``sources`` applied: broadcasts read in place) overlaps them, and no earlier fold uses memory overlapping
+    them outside the memory plan while P to M runs (``_clash``).
+Then P writes R's bytes at T's address (``Folds.moved``), the transpose runs no kernel, and M reads T's memory
+with X's row-major strides permuted by perm (a per-batch offset, a row stride and a column stride; B with a
+column stride != 1 is packed by gemm.c.j2's transposed-B loop).
+Result fold: M's output C is a whole plain activation read, from M until it is next written, only by
+Y = transpose(C, perm) (C itself, one slot); the instructions touching C are exactly M and that transpose; the
+permuted stride of C's last axis in Y is 1; Y (plain, not constant) overlaps neither M's inputs nor its scratch,
+only pseudo-instructions lie between M and the transpose, and no earlier fold uses memory overlapping Y
+outside the memory plan while M runs (``_clash``). Then M writes Y through strides (``ldc`` and a
+per-batch offset) and the transpose runs no kernel.
+Bit-exact: the same GEMM, packing the same values in the same order (the same sums in the same order); only the
+addresses the packing reads and the micro-tiles store change. Each matmul looks at the producer of each operand
+and the reader of its output; each window check scans the instructions in between once: linear in the code's
+length times the length of a window (a few instructions).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from glow_core.ir import PLAIN, PSEUDO, Instr
+
+from .codegen import STRIDED, row_strides
+from .int8_fusion import _overlap
+from .stacking import readers
+
+
+@dataclass
+class Folds:
+    """The folds of one IRFunction: the rewritten matmuls (by id of the original), the folded transposes (by id,
+    with what absorbed them) and the roots whose bytes their producer writes elsewhere (id(R) -> T)."""
+
+    matmuls: dict = field(default_factory=dict)
+    transposes: dict = field(default_factory=dict)
+    moved: dict = field(default_factory=dict)
+
+    def address(self, b) -> tuple[str, int]:
+        """(region, byte offset) where ``b``'s bytes live once the folds are applied."""
+        t = self.moved.get(id(b.root))
+        if t is None:
+            return b.region, b.address
+        return t.region, t.address + b.address - b.root.address
+
+
+def _plain(b) -> bool:
+    return b.layout == PLAIN and b.root.layout == PLAIN
+
+
+def _untouched(instrs, lo: int, hi: int, buf) -> bool:
+    """Whether no non-pseudo instruction strictly between positions lo and hi has an operand overlapping ``buf``."""
+    return not any(_overlap(b, buf) for ins in instrs[lo + 1:hi] if ins.op not in PSEUDO for b, _ in ins.operands)
+
+
+def _strides(shape, perm) -> list[int]:
+    """The element strides of transpose(tensor of ``shape``, perm)'s axes in the tensor's row-major memory."""
+    st = row_strides(shape)
+    return [st[p] for p in perm]
+
+
+def fold_transposes(irf, gemm, skip=frozenset(), sources=None) -> Folds:
+    """The transposes of ``irf`` folded into the matmuls reading or writing them (see the module doc)."""
+    instrs = irf.instrs
+    pos = {id(ins): i for i, ins in enumerate(instrs)}
+    touches: dict[int, list] = {}
+    for i, ins in enumerate(instrs):
+        for b, _ in ins.operands:
+            lst = touches.setdefault(id(b.root), [])
+            if not lst or lst[-1] != i:
+                lst.append(i)
+    writer = {id(ins.outs[0]): ins for ins in irf.code if ins.op == "transpose"}
+    folds, taken, spans = Folds(), set(skip), []
+    for mm in irf.code:
+        if mm.op != "matmul" or id(mm) in taken or STRIDED in mm.attrs or not gemm(mm):
+            continue
+        strided, operands = {}, list(mm.operands)
+        for name, b in zip("ab", mm.ins):
+            tr = writer.get(id(b))
+            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, mm, taken, sources)
+            if found and not _clash(spans, pos[id(found[0])], b):
+                spans.append((pos[id(found[0])], pos[id(mm)], b))
+                p, r = found
+                strided[name] = _split(_strides(tr.ins[0].type.shape, tr.attrs["perm"]))
+                folds.transposes[id(tr)] = f"folded: {mm.name} reads its source through strides"
+                folds.moved[id(r)] = b
+                taken.update((id(tr), id(p)))
+        res = _result(instrs, pos, touches, mm, writer, taken)
+        if res is not None and not _clash(spans, pos[id(mm)], res[1]):
+            tr, y, st = res
+            spans.append((pos[id(mm)], pos[id(mm)], y))
+            strided["c"] = _split(st)
+            operands = [(y, "out") if k == "out" else (buf, k) for buf, k in operands]
+            folds.transposes[id(tr)] = f"folded: {mm.name} writes its result through strides"
+            taken.add(id(tr))
+        if strided:
+            taken.add(id(mm))
+            folds.matmuls[id(mm)] = Instr("matmul", operands, {**mm.attrs, STRIDED: strided}, mm.name)
+    return folds
+
+
+def _clash(spans, lo: int, buf) -> bool:
+    """Whether an accepted fold uses memory overlapping ``buf`` outside the memory plan at a position from ``lo``
+    on. ``spans``: (first, last position, buffer) of each accepted fold's use, in ascending order of last."""
+    for first, last, b in reversed(spans):
+        if last < lo:
+            return False
+        if _overlap(b, buf):
+            return True
+    return False
+
+
+def _split(st) -> tuple:
+    return tuple(st[:-2]), st[-2], st[-1]
+
+
+def _operand(instrs, pos, touches, tr, mm, taken, sources):
+    """(producer P, root R) when transpose ``tr``'s output may be read by ``mm`` through strides from R's bytes
+    moved to it; else None (see the module doc)."""
+    (t,), (x,) = tr.outs, tr.ins
+    r = x.root
+    if t.kind != "activation" or t.base is not None or r.kind != "activation" or not (_plain(t) and _plain(x)):
+        return None
+    if x.address != r.address or not (x.size == r.size == t.size):
+        return None
+    found = readers(instrs, touches[id(t)], pos[id(tr)], t)
+    if not found or len(found) != 1 or found[0][0] is not mm or len(found[0][1]) != 1:
+        return None
+    near = [j for j in touches[id(r)] if instrs[j].op not in PSEUDO]
+    if len(near) != 2 or near[1] != pos[id(tr)]:
+        return None
+    p = instrs[near[0]]
+    if id(p) in taken or any(b.root is r and (b is not r or k != "out") for b, k in p.operands):
+        return None
+    own = [b for b, _ in p.operands if b is not r] + list((sources or {}).get(id(p), {}).values())
+    if any(_overlap(b, t) for b in own) or not _untouched(instrs, near[0], pos[id(tr)], t):
+        return None
+    return p, r
+
+
+def _result(instrs, pos, touches, mm, writer, taken):
+    """(transpose, Y, strides of C's axes in Y) when ``mm`` may write its result through strides into the output
+    of the transpose that alone reads it; else None (see the module doc)."""
+    (c,) = mm.outs
+    if c.kind != "activation" or c.base is not None or not _plain(c):
+        return None
+    found = readers(instrs, touches[id(c)], pos[id(mm)], c)
+    if not found or len(found) != 1 or len(found[0][1]) != 1:
+        return None
+    tr = found[0][0]
+    if tr.op != "transpose" or id(tr) in taken or tr.ins[0] is not c:
+        return None
+    if [j for j in touches[id(c)] if instrs[j].op not in PSEUDO] != [pos[id(mm)], pos[id(tr)]]:
+        return None
+    (y,) = tr.outs
+    if y.region == "constant" or not _plain(y):
+        return None
+    perm = tr.attrs["perm"]
+    ystr = row_strides(y.type.shape)
+    st = [0] * len(perm)
+    for d, p in enumerate(perm):
+        st[p] = ystr[d]
+    if st[-1] != 1 or any(_overlap(y, b) for b, k in mm.operands if k != "out"):
+        return None
+    if any(ins.op not in PSEUDO for ins in instrs[pos[id(mm)] + 1:pos[id(tr)]]):
+        return None
+    return tr, y, st
