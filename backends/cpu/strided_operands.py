@@ -12,7 +12,8 @@ Operand fold (A or B of M): the operand is T = transpose(X, perm), where
     pseudo-instructions) touching R's memory are exactly two: its producer P, which writes R as an output without
     reading it, then the transpose; P is in no other fold and not in ``skip``;
   - between P and the transpose no instruction writes or reads T's bytes, none of P's other operands
-    (``sources`` applied: broadcasts read in place) overlaps them, and no earlier fold uses memory overlapping
+    (``sources`` applied: broadcasts read in place) overlaps them unless P is the elementwise loop reading exactly
+    those bytes element for element (in-place reuse, as in a plain in-place add), and no earlier fold uses memory overlapping
     them outside the memory plan while P to M runs (``_clash``).
 Then P writes R's bytes at T's address (``Folds.moved``), the transpose runs no kernel, and M reads T's memory
 with X's row-major strides permuted by perm (a per-batch offset, a row stride and a column stride; B with a
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 from glow_core.ir import PLAIN, PSEUDO, Instr
 
-from .codegen import STRIDED, row_strides
+from .codegen import STRIDED, row_strides, stacked
 from .int8_fusion import _overlap
 from .stacking import readers
 
@@ -111,6 +112,13 @@ def fold_transposes(irf, gemm, skip=frozenset(), sources=None) -> Folds:
     return folds
 
 
+def _in_place(p, b, r, t) -> bool:
+    """Whether elementwise P may read input ``b`` while writing R's values at T: b is T's bytes exactly, read
+    element for element (the elementwise loop's in-place reuse)."""
+    return (stacked(p.op) and b.address == t.address and b.size == t.size and b.type.shape == r.type.shape
+            and b.type.dtype == r.type.dtype and _plain(b))
+
+
 def _clash(spans, lo: int, buf) -> bool:
     """Whether an accepted fold uses memory overlapping ``buf`` outside the memory plan at a position from ``lo``
     on. ``spans``: (first, last position, buffer) of each accepted fold's use, in ascending order of last."""
@@ -145,7 +153,7 @@ def _operand(instrs, pos, touches, tr, mm, taken, sources):
     if id(p) in taken or any(b.root is r and (b is not r or k != "out") for b, k in p.operands):
         return None
     own = [b for b, _ in p.operands if b is not r] + list((sources or {}).get(id(p), {}).values())
-    if any(_overlap(b, t) for b in own) or not _untouched(instrs, near[0], pos[id(tr)], t):
+    if any(_overlap(b, t) and not _in_place(p, b, r, t) for b in own) or not _untouched(instrs, near[0], pos[id(tr)], t):
         return None
     return p, r
 
