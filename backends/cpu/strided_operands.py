@@ -152,7 +152,8 @@ def _operand(instrs, pos, touches, tr, mm, taken, sources):
     p = instrs[near[0]]
     if id(p) in taken or any(b.root is r and (b is not r or k != "out") for b, k in p.operands):
         return None
-    own = [b for b, _ in p.operands if b is not r] + list((sources or {}).get(id(p), {}).values())
+    read = (sources or {}).get(id(p), {})
+    own = [read.get(slot, b) for slot, (b, _) in enumerate(p.operands) if b is not r]
     if any(_overlap(b, t) and not _in_place(p, b, r, t) for b in own) or not _untouched(instrs, near[0], pos[id(tr)], t):
         return None
     return p, r
