@@ -13,8 +13,8 @@ Operand fold (A or B of M): the operand is T = transpose(X, perm), where
     reading it, then the transpose; P is in no other fold and not in ``skip``;
   - between P and the transpose no instruction writes or reads T's bytes, none of P's other operands
     (``sources`` applied: broadcasts read in place) overlaps them unless P is the elementwise loop reading exactly
-    those bytes element for element (in-place reuse, as in a plain in-place add), and no earlier fold uses memory overlapping
-    them outside the memory plan while P to M runs (``_clash``).
+    those bytes element for element (in-place reuse, as in a plain in-place add), and no earlier fold uses memory
+    overlapping them outside the memory plan while P to M runs (``_clash``).
 Then P writes R's bytes at T's address (``Folds.moved``), the transpose runs no kernel, and M reads T's memory
 with X's row-major strides permuted by perm (a per-batch offset, a row stride and a column stride; B with a
 column stride != 1 is packed by gemm.c.j2's transposed-B loop).
@@ -95,10 +95,11 @@ def fold_transposes(irf, gemm, skip=frozenset(), sources=None) -> Folds:
                 spans.append((pos[id(found[0])], pos[id(mm)], b))
                 p, r = found
                 strided[name] = _split(_strides(tr.ins[0].type.shape, tr.attrs["perm"]))
-                folds.transposes[id(tr)] = f"folded: {mm.name} reads its source through strides"
+                folds.transposes[id(tr)] = (f"folded: {mm.name} reads its source through strides (written into "
+                                            f"this buffer by {p.name})")
                 folds.moved[id(r)] = b
                 taken.update((id(tr), id(p)))
-        res = _result(instrs, pos, touches, mm, writer, taken)
+        res = _result(instrs, pos, touches, mm, taken)
         if res is not None and not _clash(spans, pos[id(mm)], res[1]):
             tr, y, st = res
             spans.append((pos[id(mm)], pos[id(mm)], y))
@@ -154,12 +155,14 @@ def _operand(instrs, pos, touches, tr, mm, taken, sources):
         return None
     read = (sources or {}).get(id(p), {})
     own = [read.get(slot, b) for slot, (b, _) in enumerate(p.operands) if b is not r]
-    if any(_overlap(b, t) and not _in_place(p, b, r, t) for b in own) or not _untouched(instrs, near[0], pos[id(tr)], t):
+    if any(_overlap(b, t) and not _in_place(p, b, r, t) for b in own):
+        return None
+    if not _untouched(instrs, near[0], pos[id(tr)], t):
         return None
     return p, r
 
 
-def _result(instrs, pos, touches, mm, writer, taken):
+def _result(instrs, pos, touches, mm, taken):
     """(transpose, Y, strides of C's axes in Y) when ``mm`` may write its result through strides into the output
     of the transpose that alone reads it; else None (see the module doc)."""
     (c,) = mm.outs
