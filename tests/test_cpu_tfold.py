@@ -126,3 +126,33 @@ def test_the_listing_names_each_fold():
     assert re.search(r"transpose \S+: folded: \S+ writes its result through strides", src)
     assert "b read through strides (batch [2664, 24], rows 1, columns 72)" in src
     assert "glow_gemm_strided_f32(" in src
+
+
+@needs_cc
+def test_a_view_regrouping_the_batch_axes_is_folded():
+    """q and k split into heads, then viewed as [batch * heads, ...] (a reshape of the transposes' outputs) before
+    the matmul: read through strides over the transposes' own batch axes."""
+    b, s, h, d = 2, 37, 3, 24
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal(h * d).astype(np.float32)
+    mk = helper.make_node
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.array([b, s, h, d], np.int64), "split"),
+             numpy_helper.from_array(np.array([b * h, s, d], np.int64), "fq"),
+             numpy_helper.from_array(np.array([b * h, d, s], np.int64), "fk")]
+    nodes = [mk("Add", ["x", "w"], ["q0"]), mk("Mul", ["x", "w"], ["k0"]),
+             mk("Reshape", ["q0", "split"], ["q1"]), mk("Transpose", ["q1"], ["q2"], perm=[0, 2, 1, 3]),
+             mk("Reshape", ["k0", "split"], ["k1"]), mk("Transpose", ["k1"], ["k2"], perm=[0, 2, 3, 1]),
+             mk("Reshape", ["q2", "fq"], ["q"]), mk("Reshape", ["k2", "fk"], ["k"]), mk("MatMul", ["q", "k"], ["y"])]
+    g = helper.make_graph(nodes, "flat", [helper.make_tensor_value_info("x", 1, [b, s, h * d])],
+                          [helper.make_tensor_value_info("y", 1, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    x = rng.standard_normal((b, s, h * d)).astype(np.float32)
+    cm = glow_core.compile(m, "cpu", num_threads=1)
+    assert folds(cm) >= {"a", "b_strided_cols"} and folded_transposes(cm) == 2
+    got = cm.run({"x": x})["y"]
+    assert np.array_equal(got, glow_core.compile(m, "cpu", num_threads=1, transpose_folding=False).run({"x": x})["y"])
+    xd = x.astype(np.float64)
+    q = (xd + w).reshape(b, s, h, d).transpose(0, 2, 1, 3).reshape(b * h, s, d)
+    k = (xd * w).reshape(b, s, h, d).transpose(0, 2, 3, 1).reshape(b * h, d, s)
+    np.testing.assert_allclose(got, q @ k, rtol=2e-4, atol=2e-5)

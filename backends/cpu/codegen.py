@@ -136,7 +136,8 @@ def literal(value, dt: str) -> str:
 
 
 #: The attribute of a matmul reading or writing operands through strides (strided_operands.py):
-#: {"a" | "b" | "c": (per-axis batch strides, row stride, column stride)} in elements from the operand's address.
+#: {"a" | "b" | "c": (batch shape, per-axis batch strides, row stride, column stride)} in elements from the
+#: operand's address (batch ``bt`` of the matmul is the row-major ``bt``-th of that batch shape).
 STRIDED = "strided"
 
 
@@ -1001,12 +1002,11 @@ class _Kernel(QuantizedKernels):
         given = ins.attrs.get(STRIDED)
         if not given:
             return None
-        batch = ins.ins[0].type.shape[:-2]
         out = {}
         for name, (rows, cols) in (("a", (m, k)), ("b", (k, n)), ("c", (m, n))):
             if name in given:
-                bst, rs, cs = given[name]
-                off = _batch_offset(batch, bst)
+                bshape, bst, rs, cs = given[name]
+                off = _batch_offset(bshape, bst)
                 self.choice += (f", {name} {'written' if name == 'c' else 'read'} through strides (batch "
                                 f"{list(bst)}, rows {rs}, columns {cs})")
             else:

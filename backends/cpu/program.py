@@ -16,7 +16,7 @@ from .codegen_int8 import engine_conv as int8_engine_conv
 from .conv_fusion import fuse_float_residuals
 from .int8_fusion import fuse_residuals
 from .stacking import read_in_place
-from .strided_operands import Folds, fold_transposes
+from .strided_operands import Folds, fold_transposes, touched_by
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
 REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
@@ -69,8 +69,8 @@ class Program:
         chained = elementwise_chains(irf, lambda i: chainable(i) and id(i) not in fused,
                                      elided.sources) if chains else {}
         taken = set(elided.broadcasts) | set(fused) | set(chained)
-        folded = fold_transposes(irf, lambda i: matmul_plan(KernelInstr.of(i)).mode == "gemm", taken,
-                                 elided.sources) if folds else Folds()
+        folded = fold_transposes(irf, lambda i: matmul_plan(KernelInstr.of(i)).mode == "gemm",
+                                 touched_by(elided, fused, chained), taken) if folds else Folds()
         for ins in irf.code:
             skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
             chain = chained.get(id(ins))

@@ -1,18 +1,19 @@
 """Transposes folded into batched matmuls on the planned IR: a matmul reads an operand, or writes its result,
 through strides instead of a transpose kernel copying it (the attention heads' split and merge in transformers).
 
-``fold_transposes(irf, gemm, skip, sources)`` looks at every matmul M for which ``gemm(M)`` holds (the GEMM kernel
+``fold_transposes(irf, gemm, touched, skip)`` looks at every matmul M for which ``gemm(M)`` holds (the GEMM kernel
 runs it: float32/float64 in gemm mode; the naive and convert modes keep the copies) and that is not in ``skip``
-(instructions another pass took: elided broadcasts, fused adds, chain members, fused attention).
+(instructions another pass took: elided broadcasts, fused adds, chain members, fused attention). Memory is
+checked against what each call really touches once those passes are applied (``touched``, see touched_by).
 
 Operand fold (A or B of M): the operand is T = transpose(X, perm), where
-  - T is a whole plain activation whose only reader, from the transpose until T is next written, is M, reading it
-    in one slot;
+  - T is a whole plain activation that only M touches after the transpose, reading it in one slot, as T or as a
+    view of all of T with the same last two axes (batch axes regrouped: the batches keep their row-major order);
   - X is a whole-size view of (or is) R, a whole plain activation of T's size, and the instructions (not
     pseudo-instructions) touching R's memory are exactly two: its producer P, which writes R as an output without
     reading it, then the transpose; P is in no other fold and not in ``skip``;
-  - between P and the transpose no instruction writes or reads T's bytes, none of P's other operands
-    (``sources`` applied: broadcasts read in place) overlaps them unless P is the elementwise loop reading exactly
+  - between P and the transpose no call writes or reads T's bytes, none of P's other operands (broadcasts read in
+    place) overlaps them unless P is the elementwise loop reading exactly
     those bytes element for element (in-place reuse, as in a plain in-place add), and no earlier fold uses memory
     overlapping them outside the memory plan while P to M runs (``_clash``).
 Then P writes R's bytes at T's address (``Folds.moved``), the transpose runs no kernel, and M reads T's memory
@@ -61,9 +62,24 @@ def _plain(b) -> bool:
     return b.layout == PLAIN and b.root.layout == PLAIN
 
 
-def _untouched(instrs, lo: int, hi: int, buf) -> bool:
-    """Whether no non-pseudo instruction strictly between positions lo and hi has an operand overlapping ``buf``."""
-    return not any(_overlap(b, buf) for ins in instrs[lo + 1:hi] if ins.op not in PSEUDO for b, _ in ins.operands)
+def touched_by(elided, fused, chained):
+    """``touched(instr)``: the buffers the call at ``instr``'s position reads or writes once the other passes are
+    applied: none for an elided broadcast (stacking.Elided), a fused add (Residual.add) or a chain member; a chain
+    root's every member's (chains.Chain); the fused conv's (Residual.conv); each with broadcast sources read in
+    place."""
+    def touched(ins) -> list:
+        chain, res = chained.get(id(ins)), fused.get(id(ins))
+        if id(ins) in elided.broadcasts or (chain is not None and chain.root is not ins) or \
+                (res is not None and res.add is ins):
+            return []
+        members = chain.members if chain is not None else [res.conv if res is not None else ins]
+        return [elided.sources.get(id(m), {}).get(slot, b) for m in members for slot, (b, _) in enumerate(m.operands)]
+    return touched
+
+
+def _untouched(instrs, lo: int, hi: int, buf, touched) -> bool:
+    """Whether no call strictly between positions lo and hi touches memory overlapping ``buf``."""
+    return not any(_overlap(b, buf) for ins in instrs[lo + 1:hi] if ins.op not in PSEUDO for b in touched(ins))
 
 
 def _strides(shape, perm) -> list[int]:
@@ -72,7 +88,7 @@ def _strides(shape, perm) -> list[int]:
     return [st[p] for p in perm]
 
 
-def fold_transposes(irf, gemm, skip=frozenset(), sources=None) -> Folds:
+def fold_transposes(irf, gemm, touched, skip=frozenset()) -> Folds:
     """The transposes of ``irf`` folded into the matmuls reading or writing them (see the module doc)."""
     instrs = irf.instrs
     pos = {id(ins): i for i, ins in enumerate(instrs)}
@@ -82,28 +98,36 @@ def fold_transposes(irf, gemm, skip=frozenset(), sources=None) -> Folds:
             lst = touches.setdefault(id(b.root), [])
             if not lst or lst[-1] != i:
                 lst.append(i)
-    writer = {id(ins.outs[0]): ins for ins in irf.code if ins.op == "transpose"}
+    writer = {id(ins.outs[0]): ins for ins in irf.code if ins.op == "transpose"}  # by id of T (a root)
     folds, taken, spans = Folds(), set(skip), []
+
+    def now(ins) -> list:  # touched(ins) with the folds made so far applied
+        if id(ins) in folds.transposes:
+            return []
+        if id(ins) in folds.matmuls:
+            return [b for b, _ in folds.matmuls[id(ins)].operands]
+        return [folds.moved.get(id(b.root), b) for b in touched(ins)]
     for mm in irf.code:
         if mm.op != "matmul" or id(mm) in taken or STRIDED in mm.attrs or not gemm(mm):
             continue
         strided, operands = {}, list(mm.operands)
         for name, b in zip("ab", mm.ins):
-            tr = writer.get(id(b))
-            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, mm, taken, sources)
+            tr = writer.get(id(b.root))
+            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, b, mm, taken,
+                                                                        now)
             if found and not _clash(spans, pos[id(found[0])], b):
                 spans.append((pos[id(found[0])], pos[id(mm)], b))
                 p, r = found
-                strided[name] = _split(_strides(tr.ins[0].type.shape, tr.attrs["perm"]))
+                strided[name] = _split(tr.outs[0].type.shape, _strides(tr.ins[0].type.shape, tr.attrs["perm"]))
                 folds.transposes[id(tr)] = (f"folded: {mm.name} reads its source through strides (written into "
                                             f"this buffer by {p.name})")
-                folds.moved[id(r)] = b
+                folds.moved[id(r)] = tr.outs[0]
                 taken.update((id(tr), id(p)))
         res = _result(instrs, pos, touches, mm, taken)
         if res is not None and not _clash(spans, pos[id(mm)], res[1]):
             tr, y, st = res
             spans.append((pos[id(mm)], pos[id(mm)], y))
-            strided["c"] = _split(st)
+            strided["c"] = _split(mm.outs[0].type.shape, st)
             operands = [(y, "out") if k == "out" else (buf, k) for buf, k in operands]
             folds.transposes[id(tr)] = f"folded: {mm.name} writes its result through strides"
             taken.add(id(tr))
@@ -131,21 +155,26 @@ def _clash(spans, lo: int, buf) -> bool:
     return False
 
 
-def _split(st) -> tuple:
-    return tuple(st[:-2]), st[-2], st[-1]
+def _split(shape, st) -> tuple:
+    """(batch shape, batch strides, row stride, column stride) of an operand of ``shape`` with axis strides st."""
+    return tuple(shape[:-2]), tuple(st[:-2]), st[-2], st[-1]
 
 
-def _operand(instrs, pos, touches, tr, mm, taken, sources):
-    """(producer P, root R) when transpose ``tr``'s output may be read by ``mm`` through strides from R's bytes
-    moved to it; else None (see the module doc)."""
+def _operand(instrs, pos, touches, tr, b, mm, taken, touched):
+    """(producer P, root R) when transpose ``tr``'s output, read by ``mm`` as ``b`` (T or a view of it), may be
+    read through strides from R's bytes moved to it; else None (see the module doc)."""
     (t,), (x,) = tr.outs, tr.ins
     r = x.root
     if t.kind != "activation" or t.base is not None or r.kind != "activation" or not (_plain(t) and _plain(x)):
         return None
     if x.address != r.address or not (x.size == r.size == t.size):
         return None
-    found = readers(instrs, touches[id(t)], pos[id(tr)], t)
-    if not found or len(found) != 1 or found[0][0] is not mm or len(found[0][1]) != 1:
+    if b is not t and not (b.address == t.address and b.size == t.size and b.type.shape[-2:] == t.type.shape[-2:]
+                           and _plain(b)):
+        return None
+    if [j for j in touches[id(t)] if j > pos[id(tr)] and instrs[j].op not in PSEUDO] != [pos[id(mm)]]:
+        return None
+    if [k for c, k in mm.operands if c.root is t] != ["in"]:
         return None
     near = [j for j in touches[id(r)] if instrs[j].op not in PSEUDO]
     if len(near) != 2 or near[1] != pos[id(tr)]:
@@ -153,11 +182,9 @@ def _operand(instrs, pos, touches, tr, mm, taken, sources):
     p = instrs[near[0]]
     if id(p) in taken or any(b.root is r and (b is not r or k != "out") for b, k in p.operands):
         return None
-    read = (sources or {}).get(id(p), {})
-    own = [read.get(slot, b) for slot, (b, _) in enumerate(p.operands) if b is not r]
-    if any(_overlap(b, t) and not _in_place(p, b, r, t) for b in own):
+    if any(_overlap(b, t) and not _in_place(p, b, r, t) for b in touched(p) if b is not r):
         return None
-    if not _untouched(instrs, near[0], pos[id(tr)], t):
+    if not _untouched(instrs, near[0], pos[id(tr)], t, touched):
         return None
     return p, r
 
