@@ -21,12 +21,16 @@ from alternate import alternating_rounds, timed_runs  # noqa: E402
 from bench_cpu import MODELS, build, feed_of  # noqa: E402
 
 
-def transposes(cm, feed) -> tuple[int, float]:
-    """(transpose layers running a kernel, their summed median seconds) in ``cm``'s per-layer profile."""
+def transposes(cm, feed) -> tuple[int, float, float]:
+    """(transpose layers running a kernel, their summed median seconds, the batched matmul layers' (those behind
+    a transpose: the attention products)) in ``cm``'s per-layer profile."""
     calls = cm.last.compiled.program.calls
     kept = sum(c.instr.op == "transpose" and not c.code.choice.startswith("folded") for c in calls)
     layers, _ = profile_layers(cm, feed, 1.0)
-    return kept, sum(lay.seconds for lay in layers if lay.ops == ["transpose"])
+    batched = {c.instr.name for c in calls if c.instr.op == "matmul" and len(c.instr.ins[0].type.shape) > 2}
+    return (kept, sum(lay.seconds for lay in layers if lay.ops == ["transpose"]),
+            sum(lay.seconds for lay in layers if lay.ops == ["matmul"] and any(n.startswith(lay.name)
+                                                                               for n in batched)))
 
 
 def main(argv=None) -> int:
@@ -37,7 +41,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=0.5, help="seconds of timed runs per round and program")
     a = ap.parse_args(argv)
     print(f"{'model':14s} {'threads':>7s} {'folded ms':>10s} {'unfolded ms':>12s} {'ratio':>6s}  "
-          f"transposes kept (time): folded / unfolded")
+          f"transposes kept (time): folded / unfolded; batched matmul layers: folded / unfolded")
     for name in a.models.split(","):
         model = build(name)
         feed = feed_of(model)
@@ -48,9 +52,10 @@ def main(argv=None) -> int:
             times = alternating_rounds(cms, a.rounds,
                                        lambda f: float(np.median(timed_runs(lambda: cms[f].run(feed), a.budget))))
             med = {f: float(np.median(v)) * 1e3 for f, v in times.items()}
-            (kf, tf), (ku, tu) = transposes(cms[True], feed), transposes(cms[False], feed)
+            (kf, tf, mf), (ku, tu, mu) = transposes(cms[True], feed), transposes(cms[False], feed)
             print(f"{name:14s} {nt:7d} {med[True]:10.3f} {med[False]:12.3f} {med[True] / med[False]:6.3f}  "
-                  f"{kf} ({tf * 1e3:.3f} ms) / {ku} ({tu * 1e3:.3f} ms)", flush=True)
+                  f"{kf} ({tf * 1e3:.3f} ms) / {ku} ({tu * 1e3:.3f} ms); batched matmuls {mf * 1e3:.3f} / "
+                  f"{mu * 1e3:.3f} ms", flush=True)
     return 0
 
 
