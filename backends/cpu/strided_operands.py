@@ -12,9 +12,9 @@ Operand fold (A or B of M): the operand is T = transpose(X, perm), where
   - X is a whole-size view of (or is) R, a whole plain activation of T's size, and the instructions (not
     pseudo-instructions) touching R's memory are exactly two: its producer P, which writes R as an output without
     reading it, then the transpose; P is in no other fold and not in ``skip``;
-  - between P and the transpose no call writes or reads T's bytes, none of P's other operands (broadcasts read in
-    place) overlaps them unless P is the elementwise loop reading exactly
-    those bytes element for element (in-place reuse, as in a plain in-place add), and no earlier fold uses memory
+  - between P and the transpose no call writes or reads T's bytes (the folds made so far applied), none of P's
+    other operands (broadcasts read in place) overlaps them unless P is the elementwise loop reading exactly those
+    bytes element for element (in-place reuse, as in a plain in-place add), and no earlier fold uses memory
     overlapping them outside the memory plan while P to M runs (``_clash``).
 Then P writes R's bytes at T's address (``Folds.moved``), the transpose runs no kernel, and M reads T's memory
 with X's row-major strides permuted by perm (a per-batch offset, a row stride and a column stride; B with a
