@@ -129,4 +129,5 @@ def cases():
     return chosen + [model_memory_case("mlp", lambda: M.mlp(seed=3)),
                      model_memory_case("lstm_unrolled", lambda: M.lstm_unrolled(seed=3)),
                      model_memory_case("mobilenet", lambda: M.mobilenet(seed=3)),
-                     model_memory_case("unet", lambda: M.unet(seed=3, size=8))]
+                     model_memory_case("unet", lambda: M.unet(seed=3, size=8)),
+                     model_memory_case("head_transposes", lambda: M.head_transposes(seed=3))]

@@ -71,6 +71,10 @@ MODELS = {
     "lstm_lm_small": lambda dt: example_models.lstm_lm(seed=1, seq=5, vocab=20, hidden=8),
     "vit_small": lambda dt: example_models.vit_tiny(seed=1, size=16, patch=8, hidden=16, heads=2, layers=1, mlp=32,
                                                     classes=10),
+    # head split/merge transposes around batched matmuls (folded into their indexing: strided_operands.py),
+    # batch 2 with partial micro-tiles; batch 1 past the GEMM's parallel threshold (THREADED)
+    "head_transposes": lambda dt: M.head_transposes(seed=1, dt=dt),
+    "head_transposes_large": lambda dt: M.head_transposes(seed=2, dt=dt, batch=1, seq=100, heads=2, dim=64),
     # Gemm + Relu above the CPU backend's GEMM thresholds (a batch past its M block): the fused epilogue
     "mlp_gemm_epilogue": lambda dt: M.mlp(seed=2, dt=dt, batch=paths.gemm_tiles("f32")["mc"] + 1,
                                           sizes=(64, 96, 40, 10)),
@@ -158,10 +162,11 @@ ATTENTION = {
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
-          "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32")}
+          "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32"),
+          "head_transposes": ("float32", "float64", "float16")}
 #: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
 THREADED = {"ew_chains": ("float32", "float16", "int32"), "squeeze_excite_c40_large": ("float32",),
-            "squeeze_excite_c32_large_specials": ("float32",)}
+            "squeeze_excite_c32_large_specials": ("float32",), "head_transposes_large": ("float32",)}
 
 
 #: QDQ models: name -> (float model, per-channel weights, activation dtype)

@@ -91,7 +91,8 @@ class CPUBackend(Backend):
         options = dict(options or {})
         nt = self._threads(options)
         program = Program(function, nt, chains=options.get("elementwise_chains", True),
-                          attention=options.get("attention", "auto"))
+                          attention=options.get("attention", "auto"),
+                          folds=options.get("transpose_folding", True))
         flags = options.get("cflags")
         flags = list(flags.split() if isinstance(flags, str) else flags) if flags else toolchain.default_flags(nt)
         # Whatever the user's flags, the libraries must be position-independent and shared, and integer
@@ -107,4 +108,5 @@ class CPUBackend(Backend):
     def emit_bundle(self, function, out_dir, options) -> list[str]:
         options = dict(options or {})
         return write_bundle(Program(function, 1, chains=options.get("elementwise_chains", True),
-                          attention=options.get("attention", "auto")), out_dir, options, prelude_text())
+                                    attention=options.get("attention", "auto"),
+                                    folds=options.get("transpose_folding", True)), out_dir, options, prelude_text())

@@ -135,6 +135,26 @@ def literal(value, dt: str) -> str:
     return f"(({ctype(dt).storage})({v}ll))"
 
 
+#: The attribute of a matmul reading or writing operands through strides (strided_operands.py):
+#: {"a" | "b" | "c": (batch shape, per-axis batch strides, row stride, column stride)} in elements from the
+#: operand's address (batch ``bt`` of the matmul is the row-major ``bt``-th of that batch shape).
+STRIDED = "strided"
+
+
+def _batch_offset(batch_shape, strides) -> str:
+    """The C expression of the element offset of batch ``bt`` (row-major over ``batch_shape``) with the given
+    per-axis strides."""
+    terms, inner, total = [], 1, prod(batch_shape)
+    for size, st in reversed(list(zip(batch_shape, strides))):
+        if size != 1 and st != 0:
+            t = "bt" if inner == 1 else f"bt / {inner}"
+            if inner * size < total:
+                t = f"({t}) % {size}"
+            terms.append(f"({t}) * {st}")
+        inner *= size
+    return " + ".join(reversed(terms)) or "0"
+
+
 def row_strides(shape) -> list[int]:
     st, acc = [], 1
     for s in reversed(shape):
@@ -991,12 +1011,31 @@ class _Kernel(QuantizedKernels):
             load_b = f"({acc_t})" + ct.ld("brow[j]")
             store_c = ct.st(f"({ct.compute})row[j]")
         e0, e1 = self.epilogue_args(dt) if mode == "gemm" else ("0", "0")
-        return self.t("matmul.c.j2",
+        strided = self._strided_operands(ins, m, n, k) if mode == "gemm" else None
+        return self.t("matmul.c.j2", strided=strided,
                       fn=fn, choice=self.choice, out_t=ct.storage, in_t=ct.storage, out_ptr=self.ptr(out),
                       a_ptr=self.ptr(a), b_ptr=self.ptr(b), mode=mode, batch=prod(a.type.shape[:-2]), m=m, n=n, k=k,
                       gemm=gemm, acc_t=acc_t, load_a=load_a, load_b=load_b, store_c=store_c, epi=epi or "v", e0=e0,
                       e1=e1, scratch=scratch, off=plan.scratch.offsets, cb_ptr=cb_ptr, bp_ptr=bp_ptr,
                       bp_size=k * -(-n // gemm_pack_width(plan.sfx or "f32")) * gemm_pack_width(plan.sfx or "f32"))
+
+    def _strided_operands(self, ins, m, n, k) -> "dict | None":
+        """The GEMM's per-batch offsets (C expressions in ``bt``), row and column strides of A, B and C when the
+        matmul reads or writes some of them through strides (attribute STRIDED, strided_operands.py)."""
+        given = ins.attrs.get(STRIDED)
+        if not given:
+            return None
+        out = {}
+        for name, (rows, cols) in (("a", (m, k)), ("b", (k, n)), ("c", (m, n))):
+            if name in given:
+                bshape, bst, rs, cs = given[name]
+                off = _batch_offset(bshape, bst)
+                self.choice += (f", {name} {'written' if name == 'c' else 'read'} through strides (batch "
+                                f"{list(bst)}, rows {rs}, columns {cs})")
+            else:
+                off, rs, cs = f"bt * {rows * cols}", cols, 1
+            out.update({name + "_off": off, "ld" + name: rs, "cs" + name: cs})
+        return out
 
     def _window_dims(self, ins, x, out, kernel):
         n = x.type.rank - 2

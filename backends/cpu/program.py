@@ -11,12 +11,13 @@ from glow_core.memory import align_up
 from .attention import ATTENDED, attention_call, attention_patterns
 from .chains import chain_kernel, elementwise_chains
 from .codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, engine_conv, gemm_source,
-                      kernel_code,
+                      kernel_code, matmul_plan,
                       stacked, template)
 from .codegen_int8 import engine_conv as int8_engine_conv
 from .conv_fusion import fuse_float_residuals
 from .int8_fusion import fuse_residuals
 from .stacking import read_in_place
+from .strided_operands import Folds, fold_transposes, touched_by
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
 REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
@@ -36,6 +37,9 @@ CHAINED = KernelCode("glow_k_chained", "GLOW_KERNEL int glow_k_chained(uint8_t *
 FUSED_ADD = KernelCode("glow_k_fused_add",
                        "GLOW_KERNEL int glow_k_fused_add(uint8_t *const *p) { (void)p; return 0; }\n",
                        (), (), "computed in the epilogue of the conv before it (residual add fused)")
+#: The kernel of a transpose a matmul reads or writes through strides (strided_operands.fold_transposes).
+FOLDED = KernelCode("glow_k_folded", "GLOW_KERNEL int glow_k_folded(uint8_t *const *p) { (void)p; return 0; }\n",
+                    (), (), "folded into a matmul")
 
 
 @dataclass
@@ -51,9 +55,10 @@ class Program:
     """The calls of one IRFunction in order, its distinct kernels, and its constant region (the memory plan's
     weights, then the constants kernels asked for: converted weights, 64-byte aligned). ``chains``: run
     elementwise chains as one loop (chains.py); ``attention``: "auto" fuses attention where
-    the cost rule says it wins, "always" wherever legal, "never" not (attention.py)."""
+    the cost rule says it wins, "always" wherever legal, "never" not (attention.py); ``folds``: fold transposes
+    into matmuls (strided_operands.py)."""
 
-    def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto"):
+    def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto", folds: bool = True):
         self.irf = irf
         self.calls: list[Call] = []
         self.kernels: dict[str, KernelCode] = {}
@@ -67,6 +72,9 @@ class Program:
                                           skip=set(elided.sources)))
         chained = elementwise_chains(irf, lambda i: chainable(i) and id(i) not in fused and id(i) not in attn,
                                      elided.sources) if chains else {}
+        taken = set(elided.broadcasts) | set(fused) | set(chained) | set(attn)
+        folded = fold_transposes(irf, lambda i: matmul_plan(KernelInstr.of(i)).mode == "gemm",
+                                 touched_by(elided, fused, chained, attn), taken) if folds else Folds()
         for ins in irf.code:
             skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
             chain = chained.get(id(ins))
@@ -79,6 +87,9 @@ class Program:
                     skip = FUSED_RESIDUAL if ins.op == "qadd" else FUSED_ADD
                 else:
                     ins = fused[id(ins)].conv
+            if id(ins) in folded.transposes:
+                skip = KernelCode(FOLDED.name, FOLDED.source, (), (), folded.transposes[id(ins)])
+            ins = folded.matmuls.get(id(ins), ins)
             if skip is not None:
                 self.kernels.setdefault(skip.name, skip)
                 self.calls.append(Call(ins, skip, []))
@@ -94,7 +105,7 @@ class Program:
                                                               enumerate(ins.operands)]
                 code = kernel_code(ki, num_threads)
             self.kernels.setdefault(code.name, code)
-            ptrs = [(b.region, b.address) for b in bufs]
+            ptrs = [folded.address(b) for b in bufs]
             for d in code.derived:
                 bufs = [ins.operands[slot][0] for slot in d.slots]
                 key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
