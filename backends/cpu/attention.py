@@ -42,6 +42,7 @@ from glow_core.memory import align_up
 from . import stacking
 from .codegen import KernelCode, constant_value, template
 from .gemm_blocking import gemm_pack_width, gemm_scratch_bytes
+from .int8_fusion import _overlap
 from .kernels_ew import reduce_parts
 from .kernels_nn import ROW_LANES
 
@@ -128,11 +129,6 @@ def planned_scratch(instr, threads: int) -> int:
     return shared + threads * per
 
 
-def _overlap(a, b) -> bool:
-    return (a is not None and b is not None and a.region == b.region and a.address < b.address + b.size
-            and b.address < a.address + a.size)
-
-
 def _f32(b) -> bool:
     return b.type.dtype.name == "float32" and b.layout == PLAIN
 
@@ -147,13 +143,7 @@ def attention_patterns(irf, num_threads: int, sources: dict, skip: set, mode: st
     if mode == "never":
         return {}, {}
     instrs = irf.instrs
-    pos = {id(ins): i for i, ins in enumerate(instrs)}
-    touches: dict[int, list] = {}
-    for i, ins in enumerate(instrs):
-        for b, _ in ins.operands:
-            lst = touches.setdefault(id(b.root), [])
-            if not lst or lst[-1] != i:
-                lst.append(i)
+    pos, touches = stacking.positions(irf)
     viewed = {id(b.root) for b in irf.buffers if b.base is not None}
     elided = {id(b.root) for i in irf.code if id(i) in skip for b in i.outs}
     found, declined = {}, {}

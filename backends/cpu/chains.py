@@ -42,13 +42,7 @@ def elementwise_chains(irf, fusable, sources) -> dict:
     """The chains of two or more instructions of ``irf``, by ``id`` of each member (the root included); see the
     module doc. ``sources``: id(instr) -> {slot: buffer read instead} (stacking.Elided.sources)."""
     instrs = irf.instrs
-    pos = {id(ins): i for i, ins in enumerate(instrs)}
-    touches: dict[int, list] = {}  # id(root buffer) -> positions of the instructions touching it
-    for i, ins in enumerate(instrs):
-        for b, _ in ins.operands:
-            lst = touches.setdefault(id(b.root), [])
-            if not lst or lst[-1] != i:
-                lst.append(i)
+    pos, touches = stacking.positions(irf)
     viewed = {id(b.root) for b in irf.buffers if b.base is not None}
     chain_of: dict[int, Chain] = {}
     for ins in reversed(irf.code):

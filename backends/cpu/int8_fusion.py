@@ -33,7 +33,9 @@ class Residual:
 
 
 def _overlap(a, b) -> bool:
-    return a.region == b.region and a.address < b.address + b.size and b.address < a.address + a.size
+    """Whether buffers ``a`` and ``b`` share a byte (None shares none)."""
+    return (a is not None and b is not None and a.region == b.region and a.address < b.address + b.size
+            and b.address < a.address + a.size)
 
 
 def _same(a, b) -> bool:

@@ -25,16 +25,23 @@ class Elided:
     sources: dict  # id(instr) -> {slot: source buffer}
 
 
-def read_in_place(irf, elementwise) -> Elided:
-    """The broadcasts of ``irf`` whose readers all index the source directly (see the module doc)."""
-    instrs = irf.instrs
-    pos = {id(ins): i for i, ins in enumerate(instrs)}
-    touches: dict[int, list] = {}  # id(root buffer) -> instruction positions touching any buffer of that root
-    for i, ins in enumerate(instrs):
+def positions(irf) -> tuple[dict, dict]:
+    """({id(instr): its position in irf.instrs}, {id(root buffer): the ascending positions of the instructions
+    touching any buffer of that root}), in one pass over the code."""
+    pos = {id(ins): i for i, ins in enumerate(irf.instrs)}
+    touches: dict[int, list] = {}
+    for i, ins in enumerate(irf.instrs):
         for b, _ in ins.operands:
             lst = touches.setdefault(id(b.root), [])
             if not lst or lst[-1] != i:
                 lst.append(i)
+    return pos, touches
+
+
+def read_in_place(irf, elementwise) -> Elided:
+    """The broadcasts of ``irf`` whose readers all index the source directly (see the module doc)."""
+    instrs = irf.instrs
+    pos, touches = positions(irf)
     out = Elided(set(), {})
     for ins in irf.code:
         if ins.op != "broadcast":

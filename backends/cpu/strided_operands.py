@@ -38,7 +38,7 @@ from glow_core.ir import PLAIN, PSEUDO, Instr
 
 from .codegen import STRIDED, row_strides, stacked
 from .int8_fusion import _overlap
-from .stacking import readers
+from .stacking import positions, readers
 
 
 @dataclass
@@ -95,13 +95,7 @@ def _strides(shape, perm) -> list[int]:
 def fold_transposes(irf, gemm, touched, skip=frozenset()) -> Folds:
     """The transposes of ``irf`` folded into the matmuls reading or writing them (see the module doc)."""
     instrs = irf.instrs
-    pos = {id(ins): i for i, ins in enumerate(instrs)}
-    touches: dict[int, list] = {}
-    for i, ins in enumerate(instrs):
-        for b, _ in ins.operands:
-            lst = touches.setdefault(id(b.root), [])
-            if not lst or lst[-1] != i:
-                lst.append(i)
+    pos, touches = positions(irf)
     writer = {id(ins.outs[0]): ins for ins in irf.code if ins.op == "transpose"}  # by id of T (a root)
     folds, taken, spans = Folds(), set(skip), []
 
