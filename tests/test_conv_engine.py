@@ -162,6 +162,16 @@ CASES = {
                               "nchwc/nchwc", 2, ("residual in y", "relu")),
     "inplace-convT-plain": (2, 6, ("T", 5), (4, 5), (3, 2), (3, 2), (2, 1), (1, 0, 0, 2), 1, (2, 1), "nchw/nchw", 1,
                             ("residual in y",)),
+    # long activations applied to the register tile in one loop (Epilogue.looped): residuals read at run-time
+    # offsets, planar with a partial last block, in y itself, tail tiles, depthwise
+    "looped-1x1-residual-planar": (1, 40, 72, (5, 9), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, None, "nchwc/nchw", 1,
+                                   ("residual", "silu")),
+    "looped-inplace": (1, 48, 40, (7, 9), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, None, "nchwc/nchwc", 2,
+                       ("residual in y", "silu")),
+    "looped-strided-tails": (2, 24, 56, (5, 19), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, None, "nchw/nchwc", 1,
+                             ("gelu_tanh", "residual", "sigmoid")),
+    "looped-depthwise-residual": (1, 40, 40, (9, 11), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 40, None, "nchwc/nchw",
+                                  1, ("silu", "residual")),
 }
 for _i, _act in enumerate(ACT):
     _nm = _act if isinstance(_act, str) else _act[0]
@@ -205,6 +215,7 @@ def test_case(cid):
     c = _case(cid)
     kern = c["kern"]
     assert kern, kern
+    assert cid.startswith("looped") <= ("epilogue looped" in kern.describe), kern.describe
     want, mag = c["want"], c["mag"]
     residual = {"residual", "residual in y"} & set(c["epi"])
     res = c["rng"].standard_normal(want.shape).astype(np.float32) if residual else None
