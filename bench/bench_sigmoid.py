@@ -83,8 +83,10 @@ int main(int argc, char **argv) {
   vector_sig(sp, sv, 16);
   for (unsigned i = 0; i < 16; ++i) {
     const float g = glow_sigmoidf(sp[i]), w = (float)ref(sp[i]);
-    int same = (g != g && w != w) || memcmp(&g, &w, 4) == 0, vsame = (g != g && sv[i] != sv[i]) || memcmp(&g, &sv[i], 4) == 0;
-    printf("  sigmoid(%a) = %a (double %a)%s%s\n", sp[i], g, w, same ? "" : "  DIFFERENT", vsame ? "" : "  VECTOR DIFFERS");
+    const int same = (g != g && w != w) || memcmp(&g, &w, 4) == 0;
+    const int vsame = (g != g && sv[i] != sv[i]) || memcmp(&g, &sv[i], 4) == 0;
+    printf("  sigmoid(%a) = %a (double %a)%s%s\n", sp[i], g, w, same ? "" : "  DIFFERENT",
+           vsame ? "" : "  VECTOR DIFFERS");
   }
   const int n = 1 << 12;
   float *x = aligned_alloc(64, n * sizeof *x), *y = aligned_alloc(64, n * sizeof *y);

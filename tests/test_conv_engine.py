@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -249,6 +253,19 @@ def test_thin_convs_use_both_threads_without_copies():
                    out_layout="nchwc")
     assert 0 < dw.scratch_bytes <= 2 * (DW_STRIP_BYTES + 64), dw.describe
     assert dw.details["strip"] < 56 and "2 thread(s)" in dw.describe, dw.describe
+
+
+def test_sigmoid_sweep_within_its_bound_and_equal_fused_and_unfused():
+    """bench/bench_sigmoid.py over every 1009th float of [-104, 18] (2.2 million): the scalar glow_sigmoidf within
+    2 ULPs of float64 sigmoid rounded to float (the conformance bound is 4) and the vector gce_sigmoid equal to it
+    on every input (a fused epilogue must equal the unfused kernel bit for bit)."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "bench_sigmoid.py")
+    out = subprocess.run([sys.executable, bench, "--step", "1009"], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    m = re.search(r"over (\d+) floats .*: at most (\d+) ULP .* gce_sigmoid16 differs on (\d+)", out)
+    assert m and int(m[1]) > 2_000_000, out
+    assert int(m[2]) <= 2 and int(m[3]) == 0, out
+    assert "VECTOR DIFFERS" not in out, out
 
 
 def test_activations_match_numpy():
