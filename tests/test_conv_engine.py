@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -162,6 +166,16 @@ CASES = {
                               "nchwc/nchwc", 2, ("residual in y", "relu")),
     "inplace-convT-plain": (2, 6, ("T", 5), (4, 5), (3, 2), (3, 2), (2, 1), (1, 0, 0, 2), 1, (2, 1), "nchw/nchw", 1,
                             ("residual in y",)),
+    # long activations applied to the register tile in one loop (Epilogue.looped): residuals read at run-time
+    # offsets, planar with a partial last block, in y itself, tail tiles, depthwise
+    "looped-1x1-residual-planar": (1, 40, 72, (5, 9), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, None, "nchwc/nchw", 1,
+                                   ("residual", "silu")),
+    "looped-inplace": (1, 48, 40, (7, 9), (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, None, "nchwc/nchwc", 2,
+                       ("residual in y", "silu")),
+    "looped-strided-tails": (2, 24, 56, (5, 19), (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, None, "nchw/nchwc", 1,
+                             ("gelu_tanh", "residual", "sigmoid")),
+    "looped-depthwise-residual": (1, 40, 40, (9, 11), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 40, None, "nchwc/nchw",
+                                  1, ("silu", "residual")),
 }
 for _i, _act in enumerate(ACT):
     _nm = _act if isinstance(_act, str) else _act[0]
@@ -205,6 +219,7 @@ def test_case(cid):
     c = _case(cid)
     kern = c["kern"]
     assert kern, kern
+    assert cid.startswith("looped") <= ("epilogue looped" in kern.describe), kern.describe
     want, mag = c["want"], c["mag"]
     residual = {"residual", "residual in y"} & set(c["epi"])
     res = c["rng"].standard_normal(want.shape).astype(np.float32) if residual else None
@@ -238,6 +253,19 @@ def test_thin_convs_use_both_threads_without_copies():
                    out_layout="nchwc")
     assert 0 < dw.scratch_bytes <= 2 * (DW_STRIP_BYTES + 64), dw.describe
     assert dw.details["strip"] < 56 and "2 thread(s)" in dw.describe, dw.describe
+
+
+def test_sigmoid_sweep_within_its_bound_and_equal_fused_and_unfused():
+    """bench/bench_sigmoid.py over every 1009th float of [-104, 18] (2.2 million): the scalar glow_sigmoidf within
+    2 ULPs of float64 sigmoid rounded to float (the conformance bound is 4) and the vector gce_sigmoid equal to it
+    on every input (a fused epilogue must equal the unfused kernel bit for bit)."""
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "bench_sigmoid.py")
+    out = subprocess.run([sys.executable, bench, "--step", "1009"], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    m = re.search(r"over (\d+) floats .*: at most (\d+) ULP .* gce_sigmoid16 differs on (\d+)", out)
+    assert m and int(m[1]) > 2_000_000, out
+    assert int(m[2]) <= 2 and int(m[3]) == 0, out
+    assert "VECTOR DIFFERS" not in out, out
 
 
 def test_activations_match_numpy():

@@ -237,7 +237,7 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     how = "nhwc" if in_layout == "nhwc" else ("nchwc" if icb == cb else f"{icb}-lane input blocks")
     desc = (f"direct {how}, tile {j} blocks x {t} px, chunk {chunk}, {rblocks} row block(s), "
             f"{len(phases)} phase(s), {'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, "
-            f"{nt if parallel else 1} thread(s)")
+            f"{nt if parallel else 1} thread(s){', epilogue looped' if epi.looped else ''}")
     src = template_env().get_template("conv_direct.c.j2").render(
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
         ukernels=[dict(j=a, t=b) for a, b in ukernels], groups=groups, phases=ptable, taps=taps or [0],
@@ -246,7 +246,8 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         ypix=ypx * dw.step, yimg=yimg, ow_full=ow, rfb=rfb, rpx=rpx, rpix=rpx * dw.step, rlane=rlane, rimg=rimg,
         # the residual: res, or in place y itself (read by the register tiles through yp when they store y)
         res_base="" if not epi.residual or (epi.in_place and not unblock) else ("y" if epi.in_place else "res"),
-        res_src="yp" if epi.in_place and not unblock else "rp", epi=epi.c_steps(cb))
+        res_src="yp" if epi.in_place and not unblock else "rp", epi=epi.c_steps(cb),
+        epi_looped=epi.looped)
     ktaps = [(ph[0], pw[0]) for ph, pw in phases]
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 
@@ -309,13 +310,13 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     rfb, rpx, rlane, rimg = _layout_strides(out_layout, cb, F, oh * ow)
     desc = (f"depthwise nchwc{f' x{mult} channels' if mult > 1 else ''}, tile {t} px, {rblocks} row block(s), "
             f"strips of {strip} row(s), {'padded copy per strip' if prep else 'reads x'}, {in_layout}->{out_layout}, "
-            f"{nt if parallel else 1} thread(s)")
+            f"{nt if parallel else 1} thread(s){', epilogue looped' if epi.looped else ''}")
     src = template_env().get_template("conv_depthwise.c.j2").render(
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
         tiles=tiles, tile=t, kh=kh, kw=kw, dh=dh.sub_dil, dw=dw.sub_dil, sh=dh.stride, sw=dw.stride,
         xrow=dw.size * cb, xcb=dh.size * dw.size * cb, ximg=ximg, oh=oh, ow=ow, nfb=nfb, rblocks=rblocks,
         rows=rows, strip=strip, yfb=yfb, yimg=yimg, rfb=rfb, rpx=rpx, rpix=rpx, rlane=rlane, rimg=rimg,
-        residual=epi.residual, epi=epi.c_steps(cb))
+        residual=epi.residual, epi=epi.c_steps(cb), epi_looped=epi.looped)
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 
     def pack(w):

@@ -169,6 +169,10 @@ class ConvGeometry:
 ACTIVATIONS = {"relu": 0, "clip": 2, "sigmoid": 0, "silu": 0, "gelu_erf": 0, "gelu_tanh": 0, "hard_sigmoid": 2,
                "hard_swish": 2}
 
+#: Activations whose vector code is long (an exp and a division): a register tile applies them in one loop
+#: (Epilogue.looped) instead of once per register, where j * t inlined copies overflow the micro-op cache.
+LOOPED = frozenset(("sigmoid", "silu", "gelu_erf", "gelu_tanh"))
+
 
 def c_float(v: float) -> str:
     v = float(np.float32(v))
@@ -211,6 +215,11 @@ class Epilogue:
     @property
     def residual(self) -> bool:
         return "residual" in self.steps
+
+    @property
+    def looped(self) -> bool:
+        """Whether a register tile applies this epilogue in a loop (a LOOPED activation among the steps)."""
+        return any(s in LOOPED for s in self.steps if isinstance(s, str))
 
     def c_steps(self, cb: int) -> list[str]:
         """"residual", or a C expression of the vector ``v`` (gce_v<cb>) per step."""
