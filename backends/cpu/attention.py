@@ -40,7 +40,7 @@ from glow_core.ir import PLAIN, PSEUDO
 from glow_core.memory import align_up
 
 from . import stacking
-from .codegen import KernelCode, constant_value, template
+from .codegen import KernelCode, batch_offset, constant_value, template
 from .gemm_blocking import gemm_pack_width, gemm_scratch_bytes
 from .int8_fusion import _overlap
 from .kernels_ew import reduce_parts
@@ -311,12 +311,24 @@ def _stable(x, start, end, instrs, skip, members) -> bool:
     return True
 
 
-def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
-    """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch)."""
+def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tuple[KernelCode, list]:
+    """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch).
+    ``strided``: {slot: (batch shape, batch strides, row stride, column stride)} of the operands q, k, v read and o
+    written through strides (strided_operands.fold_transposes; O then lies in ``out``)."""
     *batch, s, d = a.q.type.shape
     t, dv = a.k.type.shape[-1], a.v.type.shape[-1]
     off, per, _ = scratch_parts(prod(batch), s, t, d, dv, a.copy_q)
-    bufs = [a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.kpack[0], a.work[0]]
+    strided, choice = strided or {}, a.choice
+    view = {}
+    for name, (rows, cols) in (("q", (s, d)), ("k", (d, t)), ("v", (t, dv)), ("o", (s, dv))):
+        if name in strided:
+            bshape, bst, rs, cs = strided[name]
+            view[name] = (batch_offset(bshape, bst, "bh"), rs, cs)
+            choice += (f", {name} {'written' if name == 'o' else 'read'} through strides (batch {list(bst)}, rows "
+                       f"{rs}, columns {cs})")
+        else:
+            view[name] = (f"bh * {rows * cols}", cols, 1)
+    bufs = [out if out is not None else a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.kpack[0], a.work[0]]
     ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
     mask_bh, mask_si, mask_sj = "0", 0, 0
     if a.mask is not None:
@@ -331,7 +343,7 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
     scale_op, scale = (a.scale[0], float.hex(float(np.float32(a.scale[1]))) + "f") if a.scale else ("", "")
     src = template("attention.c.j2").render(
-        fn="GLOW_KERNEL_NAME", choice=a.choice, nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
+        fn="GLOW_KERNEL_NAME", choice=choice, view=view, nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
         mask=ptr.get("mask"), kpack=f"p[{len(bufs) - 2}] + {a.kpack[1]}", work=f"p[{len(bufs) - 1}] + {a.work[1]}",
         pnr=gemm_pack_width("f32"), per_thread=per, off=off,
         pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
@@ -339,7 +351,7 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
         max_update=update, sum_t=sum_t)
     name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
-    return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), a.choice), bufs
+    return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), choice), bufs
 
 
 #: The kernel of a member of a fused attention (the first matmul, scale, mask, Softmax): the second runs it.

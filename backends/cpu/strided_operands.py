@@ -43,10 +43,13 @@ from .stacking import positions, readers
 
 @dataclass
 class Folds:
-    """The folds of one IRFunction: the rewritten matmuls (by id of the original), the folded transposes (by id,
-    with what absorbed them) and the roots whose bytes their producer writes elsewhere (id(R) -> T)."""
+    """The folds of one IRFunction: the rewritten matmuls (by id of the original), the fused attentions' strided
+    operands (by id of the attention.Attention: (the STRIDED dict, the buffer O is written to)), the folded
+    transposes (by id, with what absorbed them) and the roots whose bytes their producer writes elsewhere
+    (id(R) -> T)."""
 
     matmuls: dict = field(default_factory=dict)
+    attentions: dict = field(default_factory=dict)
     transposes: dict = field(default_factory=dict)
     moved: dict = field(default_factory=dict)
 
@@ -92,46 +95,79 @@ def _strides(shape, perm) -> list[int]:
     return [st[p] for p in perm]
 
 
-def fold_transposes(irf, gemm, touched, skip=frozenset()) -> Folds:
-    """The transposes of ``irf`` folded into the matmuls reading or writing them (see the module doc)."""
+@dataclass
+class Consumer:
+    """A kernel that reads operands and writes its result through strides: the matmul M, or a fused attention
+    (attention.Attention) run at its second matmul. ``reads``: (slot, instruction reading it in the IR, buffer);
+    ``result``: (slot, instruction writing it, buffer); ``avoid``: what a result written elsewhere must overlap
+    none of (its inputs and scratch)."""
+
+    at: Instr
+    reads: list
+    result: tuple
+    avoid: list
+
+
+def _consumers(irf, gemm, attended, taken):
+    """The consumers of ``irf`` in program order: GEMM-mode matmuls not ``taken``, and fused attentions (their
+    members are taken; the instance is looked at once, at its kernel's position)."""
+    for ins in irf.code:
+        att = attended.get(id(ins))
+        if att is not None and att.members[-1] is ins:
+            first = att.members[0]
+            yield att, Consumer(ins, [("q", first, att.q), ("k", first, att.k), ("v", ins, att.v)],
+                                ("o", ins, att.out),
+                                [b for b in (att.q, att.k, att.v, att.mask, att.kpack[0], att.work[0]) if b is not None])
+        elif ins.op == "matmul" and id(ins) not in taken and STRIDED not in ins.attrs and gemm(ins):
+            yield ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins, ins.outs[0]),
+                                [b for b, k in ins.operands if k != "out"])
+
+
+def fold_transposes(irf, gemm, touched, skip=frozenset(), attended=None) -> Folds:
+    """The transposes of ``irf`` folded into the matmuls and fused attentions (``attended``: attention_patterns'
+    {id(member): Attention}) reading or writing them (see the module doc)."""
     instrs = irf.instrs
     pos, touches = positions(irf)
     writer = {id(ins.outs[0]): ins for ins in irf.code if ins.op == "transpose"}  # by id of T (a root)
-    folds, taken, spans = Folds(), set(skip), []
+    folds, taken, spans, results = Folds(), set(skip), [], {}
 
     def now(ins) -> list:  # touched(ins) with the folds made so far applied
         if id(ins) in folds.transposes:
             return []
         if id(ins) in folds.matmuls:
             return [b for b, _ in folds.matmuls[id(ins)].operands]
-        return [folds.moved.get(id(b.root), b) for b in touched(ins)]
-    for mm in irf.code:
-        if mm.op != "matmul" or id(mm) in taken or STRIDED in mm.attrs or not gemm(mm):
-            continue
-        strided, operands = {}, list(mm.operands)
-        for name, b in zip("ab", mm.ins):
+        return [results.get(id(b), folds.moved.get(id(b.root), b)) for b in touched(ins)]
+    for key, con in _consumers(irf, gemm, attended or {}, taken):
+        strided = {}
+        for name, reader, b in con.reads:
             tr = writer.get(id(b.root))
-            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, b, mm, taken,
+            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, b, reader, taken,
                                                                         now)
             if found and not _clash(spans, pos[id(found[0])], b):
-                spans.append((pos[id(found[0])], pos[id(mm)], b))
+                spans.append((pos[id(found[0])], pos[id(con.at)], b))
                 p, r = found
                 strided[name] = _split(tr.outs[0].type.shape, _strides(tr.ins[0].type.shape, tr.attrs["perm"]))
-                folds.transposes[id(tr)] = (f"folded: {mm.name} reads its source through strides (written into "
+                folds.transposes[id(tr)] = (f"folded: {con.at.name} reads its source through strides (written into "
                                             f"this buffer by {p.name})")
                 folds.moved[id(r)] = tr.outs[0]
                 taken.update((id(tr), id(p)))
-        res = _result(instrs, pos, touches, mm, taken)
-        if res is not None and not _clash(spans, pos[id(mm)], res[1]):
+        name, writer_ins, c = con.result
+        res = _result(instrs, pos, touches, writer_ins, c, con.avoid, taken)
+        if res is not None and not _clash(spans, pos[id(con.at)], res[1]):
             tr, y, st = res
-            spans.append((pos[id(mm)], pos[id(mm)], y))
-            strided["c"] = _split(mm.outs[0].type.shape, st)
-            operands = [(y, "out") if k == "out" else (buf, k) for buf, k in operands]
-            folds.transposes[id(tr)] = f"folded: {mm.name} writes its result through strides"
+            spans.append((pos[id(con.at)], pos[id(con.at)], y))
+            strided[name] = _split(c.type.shape, st)
+            results[id(c)] = y
+            folds.transposes[id(tr)] = f"folded: {con.at.name} writes its result through strides"
             taken.add(id(tr))
-        if strided:
-            taken.add(id(mm))
-            folds.matmuls[id(mm)] = Instr("matmul", operands, {**mm.attrs, STRIDED: strided}, mm.name)
+        if not strided:
+            continue
+        if isinstance(key, Instr):
+            taken.add(id(key))
+            operands = [(results.get(id(b), b) if k == "out" else b, k) for b, k in key.operands]
+            folds.matmuls[id(key)] = Instr("matmul", operands, {**key.attrs, STRIDED: strided}, key.name)
+        else:
+            folds.attentions[id(key)] = (strided, results.get(id(c), c))
     return folds
 
 
@@ -187,10 +223,9 @@ def _operand(instrs, pos, touches, tr, b, mm, taken, touched):
     return p, r
 
 
-def _result(instrs, pos, touches, mm, taken):
-    """(transpose, Y, strides of C's axes in Y) when ``mm`` may write its result through strides into the output
-    of the transpose that alone reads it; else None (see the module doc)."""
-    (c,) = mm.outs
+def _result(instrs, pos, touches, mm, c, avoid, taken):
+    """(transpose, Y, strides of C's axes in Y) when ``mm`` may write its result ``c`` through strides into the
+    output of the transpose that alone reads it, overlapping none of ``avoid``; else None (see the module doc)."""
     if c.kind != "activation" or c.base is not None or not _plain(c):
         return None
     found = readers(instrs, touches[id(c)], pos[id(mm)], c)
@@ -209,7 +244,7 @@ def _result(instrs, pos, touches, mm, taken):
     st = [0] * len(perm)
     for d, p in enumerate(perm):
         st[p] = ystr[d]
-    if st[-1] != 1 or any(_overlap(y, b) for b, k in mm.operands if k != "out"):
+    if st[-1] != 1 or any(_overlap(y, b) for b in avoid):
         return None
     if any(ins.op not in PSEUDO for ins in instrs[pos[id(mm)] + 1:pos[id(tr)]]):
         return None
