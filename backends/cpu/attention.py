@@ -241,10 +241,17 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
     unused = {id(b.root) for m in members for b in m.outs} | elided
     owned = [c for c in (mm2.scratch, mm.outs[0].root, pr)
              if c is not None and _owned(c, touches[id(c.root)][0], end, instrs, unused)]
-    # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then
-    kpack = _place(owned, shared, [q, k, v, mask, out], [])
-    work = _place(owned, nt * per, [q, v, mask, out], [kpack] if kpack else [])
-    if kpack is None or work is None:
+    # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then.
+    # Away from the output of a transpose reading O alone if it fits (O may then be written into it through
+    # strides: strided_operands.py), else anywhere.
+    merge = _next(mm2, out, instrs, pos, touches, viewed)
+    merged = merge[0].outs[0] if merge is not None and merge[0].op == "transpose" else None
+    for spare in ([merged], [None]):
+        kpack = _place(owned, shared, [q, k, v, mask, out, *spare], [])
+        work = _place(owned, nt * per, [q, v, mask, out, *spare], [kpack] if kpack else [])
+        if kpack is not None and work is not None:
+            break
+    else:
         return None
     blk = block_rows(s, t)
     extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")

@@ -96,6 +96,15 @@ def _strides(shape, perm) -> list[int]:
 
 
 @dataclass
+class Span:
+    """Bytes of a region (part of a buffer: a fused kernel's scratch), as int8_fusion._overlap reads them."""
+
+    region: str
+    address: int
+    size: int
+
+
+@dataclass
 class Consumer:
     """A kernel that reads operands and writes its result through strides: the matmul M, or a fused attention
     (attention.Attention) run at its second matmul. ``reads``: (slot, instruction reading it in the IR, buffer);
@@ -117,7 +126,8 @@ def _consumers(irf, gemm, attended, taken):
             first = att.members[0]
             yield att, Consumer(ins, [("q", first, att.q), ("k", first, att.k), ("v", ins, att.v)],
                                 ("o", ins, att.out),
-                                [b for b in (att.q, att.k, att.v, att.mask, att.kpack[0], att.work[0]) if b is not None])
+                                [b for b in (att.q, att.k, att.v, att.mask) if b is not None] +
+                                [Span(c.region, c.address + off, size) for c, off, size in (att.kpack, att.work)])
         elif ins.op == "matmul" and id(ins) not in taken and STRIDED not in ins.attrs and gemm(ins):
             yield ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins, ins.outs[0]),
                                 [b for b, k in ins.operands if k != "out"])
