@@ -172,7 +172,7 @@ DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "fl
 #: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
 THREADED = {"ew_chains": ("float32", "float16", "int32"), "squeeze_excite_c40_large": ("float32",),
             "squeeze_excite_c32_large_specials": ("float32",), "head_transposes_large": ("float32",),
-            "head_transposes_attention": ("float32",)}
+            "head_transposes_attention": ("float32",), "vit_small": ("float32",)}
 
 
 #: QDQ models: name -> (float model, per-channel weights, activation dtype)

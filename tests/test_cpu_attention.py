@@ -224,3 +224,21 @@ def test_conformance_lines_reach_the_folds(name, threads):
     m = tier_models.MODELS[name]("float32")
     (choice,) = fused(run(m, feeds(m), num_threads=threads)[0])
     assert "q read through strides" in choice and "o written through strides" in choice
+
+
+@needs_cc
+def test_strided_q_is_copied_where_o_overlaps_it():
+    """The models tier's vit_small at 2 threads: O takes Q's memory and Q is read through strides, so the kernel
+    gathers Q's rows through its strides before any store: onnxruntime's result, bit for bit the unfolded and the
+    unfused programs'."""
+    ort = pytest.importorskip("onnxruntime")
+    m = tier_models.MODELS["vit_small"]("float32")
+    f = feeds(m)
+    cm, got = run(m, f, num_threads=2)
+    (choice,) = fused(cm)
+    assert "Q copied: O overlaps it" in choice and "q read through strides" in choice
+    out = m.graph.output[0].name
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5)
+    for opts in (dict(transpose_folding=False), dict(attention="never", transpose_folding=False)):
+        assert np.asarray(run(m, f, num_threads=2, **opts)[1][out]).tobytes() == np.asarray(got[out]).tobytes()

@@ -1,10 +1,14 @@
 """Transposes folded into batched matmuls on the planned IR: a matmul reads an operand, or writes its result,
 through strides instead of a transpose kernel copying it (the attention heads' split and merge in transformers).
 
-``fold_transposes(irf, gemm, touched, skip)`` looks at every matmul M for which ``gemm(M)`` holds (the GEMM kernel
-runs it: float32/float64 in gemm mode; the naive and convert modes keep the copies) and that is not in ``skip``
-(instructions another pass took: elided broadcasts, fused adds, chain members, fused attention). Memory is
-checked against what each call really touches once those passes are applied (``touched``, see touched_by).
+``fold_transposes(irf, gemm, touched, skip, attended)`` looks at every consumer M (``Consumer``: its operand slots
+that accept strides, the instruction reading each, its result slot): each matmul for which ``gemm(M)`` holds (the
+GEMM kernel runs it: float32/float64 in gemm mode; the naive and convert modes keep the copies) and that is not in
+``skip`` (instructions another pass took: elided broadcasts, fused adds, chain members, fused attention members),
+with slots A, B and C; and each fused attention of ``attended`` (attention.Attention), with slots q, k (read by
+its first matmul), v and o (its second matmul's), its result overlapping none of q, k, v, the mask and the byte
+ranges of its scratch. Memory is checked against what each call really touches once those passes are applied
+(``touched``, see touched_by). Below, "M" is the instruction reading the slot (or writing the result).
 
 Operand fold (A or B of M): the operand is T = transpose(X, perm), where
   - T is a whole plain activation that only M touches after the transpose, reading it in one slot, as T or as a
@@ -26,7 +30,8 @@ only pseudo-instructions lie between M and the transpose, and no earlier fold us
 outside the memory plan while M runs (``_clash``). Then M writes Y through strides (``ldc`` and a
 per-batch offset) and the transpose runs no kernel.
 Bit-exact: the same GEMM, packing the same values in the same order (the same sums in the same order); only the
-addresses the packing reads and the micro-tiles store change. Each matmul looks at the producer of each operand
+addresses the packing reads and the micro-tiles store change (the fused attention packs K^T and V per head from
+strided rows and runs its products on the same GEMM: attention.c.j2). Each matmul looks at the producer of each operand
 and the reader of its output; each window check scans the instructions in between once: linear in the code's
 length times the length of a window (a few instructions).
 """
