@@ -335,22 +335,19 @@ def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tu
                        f"{rs}, columns {cs})")
         else:
             view[name] = (f"bh * {rows * cols}", cols, 1)
-    bufs = [out if out is not None else a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.kpack[0], a.work[0]]
+    bufs = [out if out is not None else a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + \
+        [a.kpack[0], a.work[0]]
     ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
     mask_bh, mask_si, mask_sj = "0", 0, 0
     if a.mask is not None:
         st = _mask_strides(a.mask.type.shape, (*batch, s, t))
-        terms, inner = [], 1
-        for n, stv in reversed(list(zip(batch, st[:-2]))):
-            if stv:
-                terms.append(f"(bh / {inner} % {n}) * {stv}")
-            inner *= n
-        mask_bh, mask_si, mask_sj = " + ".join(terms) or "0", st[-2], st[-1]
+        mask_bh, mask_si, mask_sj = batch_offset(batch, st[:-2], "bh"), st[-2], st[-1]
     acc_t, init, update = reduce_parts("reduce_max", "float32")
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
     scale_op, scale = (a.scale[0], float.hex(float(np.float32(a.scale[1]))) + "f") if a.scale else ("", "")
     src = template("attention.c.j2").render(
-        fn="GLOW_KERNEL_NAME", choice=choice, view=view, nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
+        fn="GLOW_KERNEL_NAME", choice=choice, view=view, qread=(f"bh * {s * d}", d, 1) if a.copy_q else view["q"],
+        nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
         mask=ptr.get("mask"), kpack=f"p[{len(bufs) - 2}] + {a.kpack[1]}", work=f"p[{len(bufs) - 1}] + {a.work[1]}",
         pnr=gemm_pack_width("f32"), per_thread=per, off=off,
         pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,

@@ -31,9 +31,9 @@ outside the memory plan while M runs (``_clash``). Then M writes Y through strid
 per-batch offset) and the transpose runs no kernel.
 Bit-exact: the same GEMM, packing the same values in the same order (the same sums in the same order); only the
 addresses the packing reads and the micro-tiles store change (the fused attention packs K^T and V per head from
-strided rows and runs its products on the same GEMM: attention.c.j2). Each matmul looks at the producer of each operand
-and the reader of its output; each window check scans the instructions in between once: linear in the code's
-length times the length of a window (a few instructions).
+strided rows and runs its products on the same GEMM: attention.c.j2). Each consumer looks at the producer of each
+operand and the reader of its output; each window check scans the instructions in between once: linear in the
+code's length times the length of a window (a few instructions).
 """
 from __future__ import annotations
 
@@ -112,9 +112,9 @@ class Span:
 @dataclass
 class Consumer:
     """A kernel that reads operands and writes its result through strides: the matmul M, or a fused attention
-    (attention.Attention) run at its second matmul. ``reads``: (slot, instruction reading it in the IR, buffer);
-    ``result``: (slot, instruction writing it, buffer); ``avoid``: what a result written elsewhere must overlap
-    none of (its inputs and scratch)."""
+    (attention.Attention) run at its second matmul ``at``. ``reads``: (slot, instruction reading it in the IR,
+    buffer); ``result``: (slot, buffer ``at`` writes); ``avoid``: what a result written elsewhere must overlap none
+    of (its inputs and scratch)."""
 
     at: Instr
     reads: list
@@ -130,11 +130,11 @@ def _consumers(irf, gemm, attended, taken):
         if att is not None and att.members[-1] is ins:
             first = att.members[0]
             yield att, Consumer(ins, [("q", first, att.q), ("k", first, att.k), ("v", ins, att.v)],
-                                ("o", ins, att.out),
+                                ("o", att.out),
                                 [b for b in (att.q, att.k, att.v, att.mask) if b is not None] +
                                 [Span(c.region, c.address + off, size) for c, off, size in (att.kpack, att.work)])
         elif ins.op == "matmul" and id(ins) not in taken and STRIDED not in ins.attrs and gemm(ins):
-            yield ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins, ins.outs[0]),
+            yield ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins.outs[0]),
                                 [b for b, k in ins.operands if k != "out"])
 
 
@@ -166,8 +166,8 @@ def fold_transposes(irf, gemm, touched, skip=frozenset(), attended=None) -> Fold
                                             f"this buffer by {p.name})")
                 folds.moved[id(r)] = tr.outs[0]
                 taken.update((id(tr), id(p)))
-        name, writer_ins, c = con.result
-        res = _result(instrs, pos, touches, writer_ins, c, con.avoid, taken)
+        name, c = con.result
+        res = _result(instrs, pos, touches, con.at, c, con.avoid, taken)
         if res is not None and not _clash(spans, pos[id(con.at)], res[1]):
             tr, y, st = res
             spans.append((pos[id(con.at)], pos[id(con.at)], y))
