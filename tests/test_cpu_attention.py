@@ -242,3 +242,20 @@ def test_strided_q_is_copied_where_o_overlaps_it():
     np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5)
     for opts in (dict(transpose_folding=False), dict(attention="never", transpose_folding=False)):
         assert np.asarray(run(m, f, num_threads=2, **opts)[1][out]).tobytes() == np.asarray(got[out]).tobytes()
+
+
+@needs_cc
+def test_dump_shows_the_folds_into_the_fused_kernel(tmp_path, capsys):
+    """``glowc dump --source``: the kernel's strided operands, and "folded: ..." on the four head transposes."""
+    m = tier_models.MODELS["head_transposes_attention_t260"]("float32")
+    path = tmp_path / "heads.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert glowc(["dump", "--backend", "cpu", "--source", str(path)]) in (0, None)
+    src = capsys.readouterr().out
+    assert "q read through strides (batch [8320, 16], rows 32, columns 1)" in src
+    assert "k read through strides (batch [8320, 16], rows 1, columns 32)" in src
+    assert "o written through strides (batch [8320, 16], rows 32, columns 1)" in src
+    kernel = next(c.instr.name for c in run(m, feeds(m))[0].last.compiled.program.calls
+                  if c.code.choice.startswith("attention fused"))
+    assert src.count(f"folded: {kernel} reads its source through strides") == 3
+    assert src.count(f"folded: {kernel} writes its result through strides") == 1
