@@ -334,7 +334,7 @@ def attention(seed=0, dt="float32", batch=1, heads=2, seq=260, keys=None, dim=8,
     return g.model("attention", inputs, outs)
 
 
-def head_transposes(seed=0, dt="float32", batch=2, seq=37, heads=3, dim=24):
+def head_transposes(seed=0, dt="float32", batch=2, seq=37, heads=3, dim=24, softmax=False):
     """Attention-style head split and merge around batched matmuls (a backend may fold the transposes into the
     matmuls' indexing: the CPU backend's strided_operands.py): q = (x + w) split into heads (perm 0,2,1,3: the
     first operand read through a batch offset and row stride), k = (x * w) split and transposed (perm 0,2,3,1:
@@ -342,7 +342,9 @@ def head_transposes(seed=0, dt="float32", batch=2, seq=37, heads=3, dim=24):
     merged back (perm 0,2,1,3 after the matmul: the result written through strides into a graph output); tanh(x)
     transposed (perm 0,2,1) as the first operand of a batched matmul with a constant weight (a column stride in
     the first operand, the second packed at compile time); and a split transpose also read by a reduction (read twice: kept a copy). Sizes past the
-    GEMM threshold, seq and dim not multiples of the micro-tile."""
+    GEMM threshold, seq and dim not multiples of the micro-tile. ``softmax``: Softmax instead of Sigmoid and v's
+    input x projected through a 4x wider Relu layer (so the scheduler computes v before the scores): the pattern
+    of a fused attention kernel, whose q, k, v and context a backend may read and write through strides."""
     g = G(seed, dt)
     x, hd = "input", heads * dim
     split = g.const([batch, seq, heads, dim], np.int64)
@@ -352,8 +354,10 @@ def head_transposes(seed=0, dt="float32", batch=2, seq=37, heads=3, dim=24):
 
     q = heads_of(g.op("Add", [x, g.w(hd, scale=1.0)]), [0, 2, 1, 3])
     k = heads_of(g.op("Mul", [x, g.w(hd, scale=1.0)]), [0, 2, 3, 1])
-    v = heads_of(g.op("Sub", [x, g.w(hd, scale=1.0)]), [0, 2, 1, 3])
-    probs = g.op("Sigmoid", [g.op("Mul", [g.op("MatMul", [q, k]), g.const(1 / np.sqrt(dim))])])
+    vx = g.op("MatMul", [g.op("Relu", [g.op("MatMul", [x, g.w(hd, 4 * hd)])]), g.w(4 * hd, hd)]) if softmax else x
+    v = heads_of(g.op("Sub", [vx, g.w(hd, scale=1.0)]), [0, 2, 1, 3])
+    scores = g.op("Mul", [g.op("MatMul", [q, k]), g.const(1 / np.sqrt(dim))])
+    probs = g.op("Softmax", [scores], axis=-1) if softmax else g.op("Sigmoid", [scores])
     ctx = g.op("Transpose", [g.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
     proj = g.op("MatMul", [g.op("Transpose", [g.op("Tanh", [x])], perm=[0, 2, 1]), g.w(batch, seq, 40)])
     twice = heads_of(g.op("Neg", [x]), [0, 2, 3, 1])

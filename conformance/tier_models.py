@@ -75,6 +75,11 @@ MODELS = {
     # batch 2 with partial micro-tiles; batch 1 past the GEMM's parallel threshold (THREADED)
     "head_transposes": lambda dt: M.head_transposes(seed=1, dt=dt),
     "head_transposes_large": lambda dt: M.head_transposes(seed=2, dt=dt, batch=1, seq=100, heads=2, dim=64),
+    # the same with Softmax: a fused attention kernel reads q, k, v and writes the context through strides (at 2
+    # threads; at 1 from attention.MIN_KEYS = 256 keys on: t260)
+    "head_transposes_attention": lambda dt: M.head_transposes(seed=3, dt=dt, softmax=True),
+    "head_transposes_attention_t260": lambda dt: M.head_transposes(seed=4, dt=dt, batch=1, seq=260, heads=2, dim=16,
+                                                                    softmax=True),
     # Gemm + Relu above the CPU backend's GEMM thresholds (a batch past its M block): the fused epilogue
     "mlp_gemm_epilogue": lambda dt: M.mlp(seed=2, dt=dt, batch=paths.gemm_tiles("f32")["mc"] + 1,
                                           sizes=(64, 96, 40, 10)),
@@ -166,7 +171,8 @@ DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "fl
           "head_transposes": ("float32", "float64", "float16")}
 #: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
 THREADED = {"ew_chains": ("float32", "float16", "int32"), "squeeze_excite_c40_large": ("float32",),
-            "squeeze_excite_c32_large_specials": ("float32",), "head_transposes_large": ("float32",)}
+            "squeeze_excite_c32_large_specials": ("float32",), "head_transposes_large": ("float32",),
+            "head_transposes_attention": ("float32",), "vit_small": ("float32",)}
 
 
 #: QDQ models: name -> (float model, per-channel weights, activation dtype)

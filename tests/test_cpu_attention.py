@@ -8,6 +8,7 @@ import os
 import shutil
 
 import numpy as np
+from onnx import numpy_helper
 import pytest
 
 import glow_core
@@ -143,3 +144,118 @@ def test_conformance_lines_reach_the_kernel(name):
     m = M.attention(seed=4, **kw)
     cm, _ = run(m, feeds(m), num_threads=threads)
     assert len(fused(cm)) == (0 if name.startswith("refused") else 1)
+
+
+def head_ctx(m, f) -> np.ndarray:
+    """numpy's networks.head_transposes(softmax=True) context (before its merge), from the model's weights."""
+    w = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    by_op: dict = {}
+    for n in m.graph.node:
+        by_op.setdefault(n.op_type, []).append(n)
+    x = f["input"]
+    b, s, heads, dim = w[by_op["Reshape"][0].input[1]]
+    add = next(n for n in by_op["Add"] if n.input[0] == "input")
+    mul = next(n for n in by_op["Mul"] if n.input[0] == "input")
+    (sub,) = by_op["Sub"]
+    w1, w2 = (w[n.input[1]] for n in by_op["MatMul"] if w.get(n.input[1], x).ndim == 2)
+    vx = np.maximum(x @ w1, np.float32(0)) @ w2
+
+    def heads_of(t):
+        return t.reshape(b, s, heads, dim).transpose(0, 2, 1, 3)
+    q, k, v = heads_of(x + w[add.input[1]]), heads_of(x * w[mul.input[1]]), heads_of(vx - w[sub.input[1]])
+    sc = (q @ k.transpose(0, 1, 3, 2)) * np.float32(1 / np.sqrt(dim))
+    e = np.exp(sc - sc.max(-1, keepdims=True))
+    return ((e / e.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3)
+
+
+def folded(cm) -> list[str]:
+    return [c.code.choice for c in cm.last.compiled.program.calls
+            if c.instr.op == "transpose" and c.code.choice.startswith("folded")]
+
+
+#: networks.head_transposes(softmax=True) (q, k, v split from activations, the context merged into a graph
+#: output), threads, the attention option: fused by the cost rule at 2 threads and from 256 keys at 1 thread.
+FOLDS = [(dict(), 2, "auto"), (dict(batch=1, seq=260, heads=2, dim=16), 1, "auto"), (dict(), 1, "always")]
+
+
+@needs_cc
+@pytest.mark.parametrize("kw,threads,mode", FOLDS, ids=lambda c: str(c))
+def test_head_transposes_fold_into_the_fused_kernel_bitwise(kw, threads, mode):
+    """The head split transposes of q, k, v are read and the context merge written through strides by the fused
+    kernel: numpy's result, bit for bit the unfolded fused kernel's and the unfused kernels'."""
+    m = M.head_transposes(seed=1, softmax=True, **kw)
+    f = feeds(m)
+    cm, got = run(m, f, num_threads=threads, attention=mode)
+    (choice,) = fused(cm)
+    for part in ("q read through strides", "k read through strides", "v read through strides",
+                 "o written through strides"):
+        assert part in choice
+    kernel = next(c.instr.name for c in cm.last.compiled.program.calls if c.code.choice.startswith("attention"))
+    assert sum(c.startswith(f"folded: {kernel} reads its source") for c in folded(cm)) == 3
+    assert sum(c.startswith(f"folded: {kernel} writes its result") for c in folded(cm)) == 1
+    ctx = m.graph.output[0].name
+    np.testing.assert_allclose(got[ctx], head_ctx(m, f), rtol=1e-4, atol=1e-5)
+    for opts in (dict(transpose_folding=False), dict(attention="never", transpose_folding=False)):
+        ref = run(m, f, num_threads=threads, **({"attention": mode} | opts))[1]
+        for k in got:
+            assert np.asarray(got[k]).tobytes() == np.asarray(ref[k]).tobytes(), (opts, k)
+    unfolded = run(m, f, num_threads=threads, attention=mode, transpose_folding=False)[0]
+    assert "through strides" not in fused(unfolded)[0]
+
+
+@needs_cc
+def test_a_split_of_a_graph_input_is_not_folded():
+    """q split from a graph input (its bytes are the caller's): the fold is refused, the split runs as a copy."""
+    kw = dict(batch=1, heads=2, seq=100, dim=32, q_split=True, mask="keys")
+    m = M.attention(seed=1, **kw)
+    f = feeds(m)
+    cm, got = run(m, f, num_threads=2)
+    (choice,) = fused(cm)
+    assert "q read through strides" not in choice
+    calls = cm.last.compiled.program.calls
+    assert [c.code.choice for c in calls if c.instr.op == "transpose" and c.instr.ins[0].name == "q"] == ["transpose"]
+    np.testing.assert_allclose(got[m.graph.output[0].name], expected(f, kw), rtol=1e-4, atol=1e-5)
+
+
+@needs_cc
+@pytest.mark.parametrize("name,threads", [("head_transposes_attention", 2), ("head_transposes_attention_t260", 1)])
+def test_conformance_lines_reach_the_folds(name, threads):
+    """The models tier's head_transposes_attention lines reach the fused kernel with q, k, v and o strided."""
+    m = tier_models.MODELS[name]("float32")
+    (choice,) = fused(run(m, feeds(m), num_threads=threads)[0])
+    assert "q read through strides" in choice and "o written through strides" in choice
+
+
+@needs_cc
+def test_strided_q_is_copied_where_o_overlaps_it():
+    """The models tier's vit_small at 2 threads: O takes Q's memory and Q is read through strides, so the kernel
+    gathers Q's rows through its strides before any store: onnxruntime's result, bit for bit the unfolded and the
+    unfused programs'."""
+    ort = pytest.importorskip("onnxruntime")
+    m = tier_models.MODELS["vit_small"]("float32")
+    f = feeds(m)
+    cm, got = run(m, f, num_threads=2)
+    (choice,) = fused(cm)
+    assert "Q copied: O overlaps it" in choice and "q read through strides" in choice
+    out = m.graph.output[0].name
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    np.testing.assert_allclose(got[out], want, rtol=1e-4, atol=1e-5)
+    for opts in (dict(transpose_folding=False), dict(attention="never", transpose_folding=False)):
+        assert np.asarray(run(m, f, num_threads=2, **opts)[1][out]).tobytes() == np.asarray(got[out]).tobytes()
+
+
+@needs_cc
+def test_dump_shows_the_folds_into_the_fused_kernel(tmp_path, capsys):
+    """``glowc dump --source``: the kernel's strided operands, and "folded: ..." on the four head transposes."""
+    m = tier_models.MODELS["head_transposes_attention_t260"]("float32")
+    path = tmp_path / "heads.onnx"
+    path.write_bytes(m.SerializeToString())
+    assert glowc(["dump", "--backend", "cpu", "--source", str(path)]) in (0, None)
+    src = capsys.readouterr().out
+    assert "q read through strides (batch [8320, 16], rows 32, columns 1)" in src
+    assert "k read through strides (batch [8320, 16], rows 1, columns 32)" in src
+    assert "o written through strides (batch [8320, 16], rows 32, columns 1)" in src
+    kernel = next(c.instr.name for c in run(m, feeds(m))[0].last.compiled.program.calls
+                  if c.code.choice.startswith("attention fused"))
+    assert src.count(f"folded: {kernel} reads its source through strides") == 3
+    assert src.count(f"folded: {kernel} writes its result through strides") == 1

@@ -40,7 +40,7 @@ from glow_core.ir import PLAIN, PSEUDO
 from glow_core.memory import align_up
 
 from . import stacking
-from .codegen import KernelCode, constant_value, template
+from .codegen import KernelCode, batch_offset, constant_value, template
 from .gemm_blocking import gemm_pack_width, gemm_scratch_bytes
 from .int8_fusion import _overlap
 from .kernels_ew import reduce_parts
@@ -241,10 +241,17 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
     unused = {id(b.root) for m in members for b in m.outs} | elided
     owned = [c for c in (mm2.scratch, mm.outs[0].root, pr)
              if c is not None and _owned(c, touches[id(c.root)][0], end, instrs, unused)]
-    # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then
-    kpack = _place(owned, shared, [q, k, v, mask, out], [])
-    work = _place(owned, nt * per, [q, v, mask, out], [kpack] if kpack else [])
-    if kpack is None or work is None:
+    # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then.
+    # Away from the output of a transpose reading O alone if it fits (O may then be written into it through
+    # strides: strided_operands.py), else anywhere.
+    merge = _next(mm2, out, instrs, pos, touches, viewed)
+    merged = merge[0].outs[0] if merge is not None and merge[0].op == "transpose" else None
+    for spare in ([merged], [None]):
+        kpack = _place(owned, shared, [q, k, v, mask, out, *spare], [])
+        work = _place(owned, nt * per, [q, v, mask, out, *spare], [kpack] if kpack else [])
+        if kpack is not None and work is not None:
+            break
+    else:
         return None
     blk = block_rows(s, t)
     extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")
@@ -311,27 +318,36 @@ def _stable(x, start, end, instrs, skip, members) -> bool:
     return True
 
 
-def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
-    """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch)."""
+def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tuple[KernelCode, list]:
+    """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch).
+    ``strided``: {slot: (batch shape, batch strides, row stride, column stride)} of the operands q, k, v read and o
+    written through strides (strided_operands.fold_transposes; O then lies in ``out``)."""
     *batch, s, d = a.q.type.shape
     t, dv = a.k.type.shape[-1], a.v.type.shape[-1]
     off, per, _ = scratch_parts(prod(batch), s, t, d, dv, a.copy_q)
-    bufs = [a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + [a.kpack[0], a.work[0]]
+    strided, choice = strided or {}, a.choice
+    view = {}
+    for name, (rows, cols) in (("q", (s, d)), ("k", (d, t)), ("v", (t, dv)), ("o", (s, dv))):
+        if name in strided:
+            bshape, bst, rs, cs = strided[name]
+            view[name] = (batch_offset(bshape, bst, "bh"), rs, cs)
+            choice += (f", {name} {'written' if name == 'o' else 'read'} through strides (batch {list(bst)}, rows "
+                       f"{rs}, columns {cs})")
+        else:
+            view[name] = (f"bh * {rows * cols}", cols, 1)
+    bufs = [out if out is not None else a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + \
+        [a.kpack[0], a.work[0]]
     ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
     mask_bh, mask_si, mask_sj = "0", 0, 0
     if a.mask is not None:
         st = _mask_strides(a.mask.type.shape, (*batch, s, t))
-        terms, inner = [], 1
-        for n, stv in reversed(list(zip(batch, st[:-2]))):
-            if stv:
-                terms.append(f"(bh / {inner} % {n}) * {stv}")
-            inner *= n
-        mask_bh, mask_si, mask_sj = " + ".join(terms) or "0", st[-2], st[-1]
+        mask_bh, mask_si, mask_sj = batch_offset(batch, st[:-2], "bh"), st[-2], st[-1]
     acc_t, init, update = reduce_parts("reduce_max", "float32")
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
     scale_op, scale = (a.scale[0], float.hex(float(np.float32(a.scale[1]))) + "f") if a.scale else ("", "")
     src = template("attention.c.j2").render(
-        fn="GLOW_KERNEL_NAME", choice=a.choice, nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
+        fn="GLOW_KERNEL_NAME", choice=choice, view=view, qread=(f"bh * {s * d}", d, 1) if a.copy_q else view["q"],
+        nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
         mask=ptr.get("mask"), kpack=f"p[{len(bufs) - 2}] + {a.kpack[1]}", work=f"p[{len(bufs) - 1}] + {a.work[1]}",
         pnr=gemm_pack_width("f32"), per_thread=per, off=off,
         pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
@@ -339,7 +355,7 @@ def attention_call(a: Attention, num_threads: int) -> tuple[KernelCode, list]:
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
         max_update=update, sum_t=sum_t)
     name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
-    return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), a.choice), bufs
+    return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), choice), bufs
 
 
 #: The kernel of a member of a fused attention (the first matmul, scale, mask, Softmax): the second runs it.

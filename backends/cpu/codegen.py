@@ -141,13 +141,13 @@ def literal(value, dt: str) -> str:
 STRIDED = "strided"
 
 
-def _batch_offset(batch_shape, strides) -> str:
-    """The C expression of the element offset of batch ``bt`` (row-major over ``batch_shape``) with the given
+def batch_offset(batch_shape, strides, var: str = "bt") -> str:
+    """The C expression of the element offset of batch ``var`` (row-major over ``batch_shape``) with the given
     per-axis strides."""
     terms, inner, total = [], 1, prod(batch_shape)
     for size, st in reversed(list(zip(batch_shape, strides))):
         if size != 1 and st != 0:
-            t = "bt" if inner == 1 else f"bt / {inner}"
+            t = var if inner == 1 else f"{var} / {inner}"
             if inner * size < total:
                 t = f"({t}) % {size}"
             terms.append(f"({t}) * {st}")
@@ -1029,7 +1029,7 @@ class _Kernel(QuantizedKernels):
         for name, (rows, cols) in (("a", (m, k)), ("b", (k, n)), ("c", (m, n))):
             if name in given:
                 bshape, bst, rs, cs = given[name]
-                off = _batch_offset(bshape, bst)
+                off = batch_offset(bshape, bst)
                 self.choice += (f", {name} {'written' if name == 'c' else 'read'} through strides (batch "
                                 f"{list(bst)}, rows {rs}, columns {cs})")
             else:

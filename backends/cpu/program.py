@@ -74,7 +74,7 @@ class Program:
                                      elided.sources) if chains else {}
         taken = set(elided.broadcasts) | set(fused) | set(chained) | set(attn)
         folded = fold_transposes(irf, lambda i: matmul_plan(KernelInstr.of(i)).mode == "gemm",
-                                 touched_by(elided, fused, chained, attn), taken) if folds else Folds()
+                                 touched_by(elided, fused, chained, attn), taken, attn) if folds else Folds()
         for ins in irf.code:
             skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
             chain = chained.get(id(ins))
@@ -96,7 +96,7 @@ class Program:
                 continue
             sources = elided.sources.get(id(ins), {})
             if id(ins) in attn:
-                code, bufs = attention_call(attn[id(ins)], num_threads)
+                code, bufs = attention_call(attn[id(ins)], num_threads, *folded.attentions.get(id(attn[id(ins)]), ()))
             else:
                 if chain is not None:
                     ki, bufs = chain_kernel(chain, elided.sources)

@@ -1,10 +1,14 @@
 """Transposes folded into batched matmuls on the planned IR: a matmul reads an operand, or writes its result,
 through strides instead of a transpose kernel copying it (the attention heads' split and merge in transformers).
 
-``fold_transposes(irf, gemm, touched, skip)`` looks at every matmul M for which ``gemm(M)`` holds (the GEMM kernel
-runs it: float32/float64 in gemm mode; the naive and convert modes keep the copies) and that is not in ``skip``
-(instructions another pass took: elided broadcasts, fused adds, chain members, fused attention). Memory is
-checked against what each call really touches once those passes are applied (``touched``, see touched_by).
+``fold_transposes(irf, gemm, touched, skip, attended)`` looks at every consumer M (``Consumer``: its operand slots
+that accept strides, the instruction reading each, its result slot): each matmul for which ``gemm(M)`` holds (the
+GEMM kernel runs it: float32/float64 in gemm mode; the naive and convert modes keep the copies) and that is not in
+``skip`` (instructions another pass took: elided broadcasts, fused adds, chain members, fused attention members),
+with slots A, B and C; and each fused attention of ``attended`` (attention.Attention), with slots q, k (read by
+its first matmul), v and o (its second matmul's), its result overlapping none of q, k, v, the mask and the byte
+ranges of its scratch. Memory is checked against what each call really touches once those passes are applied
+(``touched``, see touched_by). Below, "M" is the instruction reading the slot (or writing the result).
 
 Operand fold (A or B of M): the operand is T = transpose(X, perm), where
   - T is a whole plain activation that only M touches after the transpose, reading it in one slot, as T or as a
@@ -26,9 +30,10 @@ only pseudo-instructions lie between M and the transpose, and no earlier fold us
 outside the memory plan while M runs (``_clash``). Then M writes Y through strides (``ldc`` and a
 per-batch offset) and the transpose runs no kernel.
 Bit-exact: the same GEMM, packing the same values in the same order (the same sums in the same order); only the
-addresses the packing reads and the micro-tiles store change. Each matmul looks at the producer of each operand
-and the reader of its output; each window check scans the instructions in between once: linear in the code's
-length times the length of a window (a few instructions).
+addresses the packing reads and the micro-tiles store change (the fused attention packs K^T and V per head from
+strided rows and runs its products on the same GEMM: attention.c.j2). Each consumer looks at the producer of each
+operand and the reader of its output; each window check scans the instructions in between once: linear in the
+code's length times the length of a window (a few instructions).
 """
 from __future__ import annotations
 
@@ -43,10 +48,13 @@ from .stacking import positions, readers
 
 @dataclass
 class Folds:
-    """The folds of one IRFunction: the rewritten matmuls (by id of the original), the folded transposes (by id,
-    with what absorbed them) and the roots whose bytes their producer writes elsewhere (id(R) -> T)."""
+    """The folds of one IRFunction: the rewritten matmuls (by id of the original), the fused attentions' strided
+    operands (by id of the attention.Attention: (the STRIDED dict, the buffer O is written to)), the folded
+    transposes (by id, with what absorbed them) and the roots whose bytes their producer writes elsewhere
+    (id(R) -> T)."""
 
     matmuls: dict = field(default_factory=dict)
+    attentions: dict = field(default_factory=dict)
     transposes: dict = field(default_factory=dict)
     moved: dict = field(default_factory=dict)
 
@@ -92,46 +100,89 @@ def _strides(shape, perm) -> list[int]:
     return [st[p] for p in perm]
 
 
-def fold_transposes(irf, gemm, touched, skip=frozenset()) -> Folds:
-    """The transposes of ``irf`` folded into the matmuls reading or writing them (see the module doc)."""
+@dataclass
+class Span:
+    """Bytes of a region (part of a buffer: a fused kernel's scratch), as int8_fusion._overlap reads them."""
+
+    region: str
+    address: int
+    size: int
+
+
+@dataclass
+class Consumer:
+    """A kernel that reads operands and writes its result through strides: the matmul M, or a fused attention
+    (attention.Attention) run at its second matmul ``at``. ``reads``: (slot, instruction reading it in the IR,
+    buffer); ``result``: (slot, buffer ``at`` writes); ``avoid``: what a result written elsewhere must overlap none
+    of (its inputs and scratch)."""
+
+    at: Instr
+    reads: list
+    result: tuple
+    avoid: list
+
+
+def _consumers(irf, gemm, attended, taken):
+    """The consumers of ``irf`` in program order: GEMM-mode matmuls not ``taken``, and fused attentions (their
+    members are taken; the instance is looked at once, at its kernel's position)."""
+    for ins in irf.code:
+        att = attended.get(id(ins))
+        if att is not None and att.members[-1] is ins:
+            first = att.members[0]
+            yield att, Consumer(ins, [("q", first, att.q), ("k", first, att.k), ("v", ins, att.v)],
+                                ("o", att.out),
+                                [b for b in (att.q, att.k, att.v, att.mask) if b is not None] +
+                                [Span(c.region, c.address + off, size) for c, off, size in (att.kpack, att.work)])
+        elif ins.op == "matmul" and id(ins) not in taken and STRIDED not in ins.attrs and gemm(ins):
+            yield ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins.outs[0]),
+                                [b for b, k in ins.operands if k != "out"])
+
+
+def fold_transposes(irf, gemm, touched, skip=frozenset(), attended=None) -> Folds:
+    """The transposes of ``irf`` folded into the matmuls and fused attentions (``attended``: attention_patterns'
+    {id(member): Attention}) reading or writing them (see the module doc)."""
     instrs = irf.instrs
     pos, touches = positions(irf)
     writer = {id(ins.outs[0]): ins for ins in irf.code if ins.op == "transpose"}  # by id of T (a root)
-    folds, taken, spans = Folds(), set(skip), []
+    folds, taken, spans, results = Folds(), set(skip), [], {}
 
     def now(ins) -> list:  # touched(ins) with the folds made so far applied
         if id(ins) in folds.transposes:
             return []
         if id(ins) in folds.matmuls:
             return [b for b, _ in folds.matmuls[id(ins)].operands]
-        return [folds.moved.get(id(b.root), b) for b in touched(ins)]
-    for mm in irf.code:
-        if mm.op != "matmul" or id(mm) in taken or STRIDED in mm.attrs or not gemm(mm):
-            continue
-        strided, operands = {}, list(mm.operands)
-        for name, b in zip("ab", mm.ins):
+        return [results.get(id(b), folds.moved.get(id(b.root), b)) for b in touched(ins)]
+    for key, con in _consumers(irf, gemm, attended or {}, taken):
+        strided = {}
+        for name, reader, b in con.reads:
             tr = writer.get(id(b.root))
-            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, b, mm, taken,
+            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, b, reader, taken,
                                                                         now)
             if found and not _clash(spans, pos[id(found[0])], b):
-                spans.append((pos[id(found[0])], pos[id(mm)], b))
+                spans.append((pos[id(found[0])], pos[id(con.at)], b))
                 p, r = found
                 strided[name] = _split(tr.outs[0].type.shape, _strides(tr.ins[0].type.shape, tr.attrs["perm"]))
-                folds.transposes[id(tr)] = (f"folded: {mm.name} reads its source through strides (written into "
+                folds.transposes[id(tr)] = (f"folded: {con.at.name} reads its source through strides (written into "
                                             f"this buffer by {p.name})")
                 folds.moved[id(r)] = tr.outs[0]
                 taken.update((id(tr), id(p)))
-        res = _result(instrs, pos, touches, mm, taken)
-        if res is not None and not _clash(spans, pos[id(mm)], res[1]):
+        name, c = con.result
+        res = _result(instrs, pos, touches, con.at, c, con.avoid, taken)
+        if res is not None and not _clash(spans, pos[id(con.at)], res[1]):
             tr, y, st = res
-            spans.append((pos[id(mm)], pos[id(mm)], y))
-            strided["c"] = _split(mm.outs[0].type.shape, st)
-            operands = [(y, "out") if k == "out" else (buf, k) for buf, k in operands]
-            folds.transposes[id(tr)] = f"folded: {mm.name} writes its result through strides"
+            spans.append((pos[id(con.at)], pos[id(con.at)], y))
+            strided[name] = _split(c.type.shape, st)
+            results[id(c)] = y
+            folds.transposes[id(tr)] = f"folded: {con.at.name} writes its result through strides"
             taken.add(id(tr))
-        if strided:
-            taken.add(id(mm))
-            folds.matmuls[id(mm)] = Instr("matmul", operands, {**mm.attrs, STRIDED: strided}, mm.name)
+        if not strided:
+            continue
+        if isinstance(key, Instr):
+            taken.add(id(key))
+            operands = [(results.get(id(b), b) if k == "out" else b, k) for b, k in key.operands]
+            folds.matmuls[id(key)] = Instr("matmul", operands, {**key.attrs, STRIDED: strided}, key.name)
+        else:
+            folds.attentions[id(key)] = (strided, results.get(id(c), c))
     return folds
 
 
@@ -187,10 +238,9 @@ def _operand(instrs, pos, touches, tr, b, mm, taken, touched):
     return p, r
 
 
-def _result(instrs, pos, touches, mm, taken):
-    """(transpose, Y, strides of C's axes in Y) when ``mm`` may write its result through strides into the output
-    of the transpose that alone reads it; else None (see the module doc)."""
-    (c,) = mm.outs
+def _result(instrs, pos, touches, mm, c, avoid, taken):
+    """(transpose, Y, strides of C's axes in Y) when ``mm`` may write its result ``c`` through strides into the
+    output of the transpose that alone reads it, overlapping none of ``avoid``; else None (see the module doc)."""
     if c.kind != "activation" or c.base is not None or not _plain(c):
         return None
     found = readers(instrs, touches[id(c)], pos[id(mm)], c)
@@ -209,7 +259,7 @@ def _result(instrs, pos, touches, mm, taken):
     st = [0] * len(perm)
     for d, p in enumerate(perm):
         st[p] = ystr[d]
-    if st[-1] != 1 or any(_overlap(y, b) for b, k in mm.operands if k != "out"):
+    if st[-1] != 1 or any(_overlap(y, b) for b in avoid):
         return None
     if any(ins.op not in PSEUDO for ins in instrs[pos[id(mm)] + 1:pos[id(tr)]]):
         return None
