@@ -86,22 +86,26 @@ int main(int argc, char **argv) {
 """
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--step", type=int, default=1, help="sweep every STEP-th float (default 1: all of them)")
-    args = ap.parse_args(argv)
+def run_sweep(source: str, step: int, headers: dict[str, str]) -> int:
+    """Compile the C ``source`` (which includes the ``headers``, name -> text) with the CPU backend's compiler and
+    default flags as an executable, run it with ``step`` as its argument, and return its exit status."""
     flags = [f for f in toolchain.default_flags(1) if f not in ("-fPIC", "-shared")]
     with tempfile.TemporaryDirectory() as d:
-        with open(os.path.join(d, "glow_prelude.h"), "w") as f:
-            f.write(prelude_text())
-        with open(os.path.join(d, "sweep.c"), "w") as f:
-            f.write(SWEEP)
+        for name, text in {**headers, "sweep.c": source}.items():
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
         exe = os.path.join(d, "sweep")
         subprocess.run(toolchain.find_compiler() + flags + ["-I", d, os.path.join(d, "sweep.c"), "-o", exe, "-lm"],
                        check=True)
         print("flags:", " ".join(flags))
-        return subprocess.run([exe, str(args.step)]).returncode
+        return subprocess.run([exe, str(step)]).returncode
 
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--step", type=int, default=1, help="sweep every STEP-th float (default 1: all of them)")
+    args = ap.parse_args(argv)
+    return run_sweep(SWEEP, args.step, {"glow_prelude.h": prelude_text()})
 
 if __name__ == "__main__":
     sys.exit(main())

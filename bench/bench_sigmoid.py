@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from glow_cpu import toolchain  # noqa: E402
+from bench_erf import run_sweep  # noqa: E402
 from glow_cpu.codegen import prelude_text  # noqa: E402
 from glow_cpu.conv_algorithms import template_env  # noqa: E402
 
@@ -110,20 +109,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--step", type=int, default=1, help="sweep every STEP-th float (default 1: all of them)")
     args = ap.parse_args(argv)
-    flags = [f for f in toolchain.default_flags(1) if f not in ("-fPIC", "-shared")]
-    with tempfile.TemporaryDirectory() as d:
-        with open(os.path.join(d, "glow_prelude.h"), "w") as f:
-            f.write(prelude_text())
-        with open(os.path.join(d, "conv_common.h"), "w") as f:
-            f.write(template_env().get_template("conv_common.h.j2").render(cb=16))
-        with open(os.path.join(d, "sweep.c"), "w") as f:
-            f.write(SWEEP)
-        exe = os.path.join(d, "sweep")
-        subprocess.run(toolchain.find_compiler() + flags + ["-I", d, os.path.join(d, "sweep.c"), "-o", exe, "-lm"],
-                       check=True)
-        print("flags:", " ".join(flags))
-        return subprocess.run([exe, str(args.step)]).returncode
-
+    return run_sweep(SWEEP, args.step, {"glow_prelude.h": prelude_text(),
+                                        "conv_common.h": template_env().get_template("conv_common.h.j2").render(cb=16)})
 
 if __name__ == "__main__":
     sys.exit(main())
