@@ -1,10 +1,14 @@
 """What a conformance case is: one line of data plus the function that runs it.
 
 A ``Case`` has a stable id (``tier/subject/dtype/variant``, what known-failure patterns and ``--case`` match),
-the subject and dtype that place it in the report's matrix, the profiles it belongs to, and ``run(ctx)``,
-which compiles and runs it on the backend under test and raises ``CaseFailure`` (a mismatch, with a complete
-message), ``Unsupported`` (the backend declined the case, or the case cannot be judged: a skip with its kind)
-or anything else (a crash: a failure).
+the subject and dtype that place it in the report's matrix, the profiles and flows it belongs to, and
+``run(ctx)``, which compiles and runs it on the backend under test and raises ``CaseFailure`` (a mismatch, with
+a complete message and the stage it failed at), ``Unsupported`` (the backend declined the case, or the case
+cannot be judged: a skip with its kind) or anything else (a crash: a failure at the stage the case had reached,
+``Context.stage``).
+
+Every case ends in exactly one stage (``STAGES``): the one it failed at, or ``pass``. A skipped case ends at the
+stage it stopped at (a refusal: ``partition``).
 """
 from __future__ import annotations
 
@@ -19,21 +23,48 @@ from glow_core.types import FLOATS, INTS
 #: Kinds of skip, as the summary and the report count them.
 SKIP_KINDS = {
     "refused": "refused by the backend's is_op_supported",
+    "unsupported": "declared permanently unsupported by the backend (unsupported_cases())",
+    "flow": "in a flow the backend does not claim (conformance_flows())",
+    "flow-unavailable": "in a flow whose recipe the kit does not have yet",
     "no-memory-regions": "the compiled function exposes no memory regions (memory_regions() is None)",
     "no-oracle": "no independent expectation exists for this case on the reference backend",
 }
 
+#: Where a case ends: the stage it failed at, or pass (see vendor_guide/conformance.md).
+STAGES = ("import", "quantize", "partition", "compile", "load", "run", "mismatch", "crash", "timeout", "pass")
+
+#: glow_core's compile stages (``glow_core.timing``: an error's ``compile_stage``) -> the suite's stages
+COMPILE_STAGES = {"import": "import", "graph-passes": "import", "quantization": "quantize", "verify": "partition"}
+
 
 class CaseFailure(AssertionError):
-    """The backend's answer is wrong (the message says where and by how much)."""
+    """The backend's answer is wrong (the message says where and by how much); ``stage``: where the case failed
+    (``mismatch`` for a wrong answer; ``run`` for a write out of bounds, a changed input, a lost output)."""
+
+    def __init__(self, message: str = "", stage: str = "mismatch"):
+        super().__init__(message)
+        self.stage = stage
 
 
 class Unsupported(Exception):
-    """The case is skipped: ``kind`` is a key of SKIP_KINDS (``refused``: the backend declined it)."""
+    """The case is skipped: ``kind`` is a key of SKIP_KINDS (``refused``: the backend declined it); ``stage``:
+    where it stopped."""
 
-    def __init__(self, message: str, kind: str = "refused"):
+    def __init__(self, message: str, kind: str = "refused", stage: str = "partition"):
         super().__init__(message)
         self.kind = kind
+        self.stage = stage
+
+
+def stage_of(error: BaseException, reached: str) -> str:
+    """The stage a case failing with ``error`` ends at, ``reached`` being the stage it had reached: a
+    compilation's own stage where glow_core named it (``compile_stage``), else ``reached``."""
+    if isinstance(error, (CaseFailure, Unsupported)):
+        return error.stage
+    inner = getattr(error, "compile_stage", None)
+    if inner is not None and reached in ("import", "quantize", "partition", "compile"):
+        return COMPILE_STAGES.get(inner, "compile")
+    return reached
 
 
 @dataclass
@@ -45,6 +76,7 @@ class Case:
     run: Callable[["Context"], None]
     profiles: tuple[str, ...] = ()
     info: dict[str, Any] = field(default_factory=dict)  # shapes, attributes, group key... (for messages)
+    flows: tuple[str, ...] | None = None  # None: derived from the dtype and profiles (flows.flows_of)
 
 
 def _noop(_phase):
@@ -66,6 +98,10 @@ class Context:
     cache: dict = field(default_factory=dict)
     phase: Callable[[str], None] = _noop
     answers: list = field(default_factory=list)
+    stage: str = "import"  # the stage the current case has reached (STAGES)
+    flush: bool = False  # the backend declares flushes_subnormals(): expectations from flushed operands
+    required_ops: frozenset = frozenset()  # --require-ops and the backend's claimed_ops(): refusing one fails
+    notes: list = field(default_factory=list)  # what the current case wants said in its report (e.g. group retries)
 
     def rng(self, case_id: str) -> np.random.Generator:
         """The input generator of ``case_id`` in this session (a function of the id and the session seed)."""

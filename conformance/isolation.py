@@ -24,8 +24,7 @@ import tempfile
 import time
 import traceback
 
-from .cases import CaseFailure, Unsupported
-from .coverage import ENV as COVERAGE_ENV
+from .cases import CaseFailure, Unsupported, stage_of
 
 HANG_AFTER = 3.0
 CHILD_CASES = 3000  # a child is replaced after this many cases (it keeps every library it loaded)
@@ -55,20 +54,32 @@ def _recv(fd):
 
 
 def outcome_of(case, ctx):
-    """Run ``case`` here; (outcome, text) with outcome pass, fail, skip:<kind> or error."""
+    """Run ``case`` here; (outcome, text, stage, statistics) with outcome pass, fail, skip:<kind> or error, the
+    stage the case ended at (``cases.STAGES``) and the statistics of every output it compared."""
     import pytest
+
+    from .checker import RECORD
+    RECORD.clear()
+    ctx.stage = "import"
     try:
         case.run(ctx)
-        return "pass", ""
+        return "pass", "", "pass", list(RECORD)
     except Unsupported as e:
-        return f"skip:{e.kind}", str(e)
+        return f"skip:{e.kind}", str(e), e.stage, list(RECORD)
     except CaseFailure as e:
-        return "fail", str(e)
-    except pytest.skip.Exception as e:
-        return "skip:no-oracle", str(e.msg)
+        return "fail", str(e), e.stage, list(RECORD)
+    except pytest.skip.Exception as e:  # fail-closed: a case skips only by raising cases.Unsupported
+        return "error", (f"pytest.skip was raised inside the case ({e.msg}); a case skips only by raising "
+                         f"glow_conformance.cases.Unsupported (a refusal, with its kind)"), ctx.stage, list(RECORD)
     except Exception as e:  # noqa: BLE001  (any other exception from the backend is a crash of the case)
         frames = [f for f in traceback.extract_tb(e.__traceback__) if "/_pytest/" not in f.filename]
-        return "error", f"{type(e).__name__}: {e}\n" + "".join(traceback.format_list(frames[-12:]))
+        tb = "".join(traceback.format_list(frames[-12:]))
+        stage = stage_of(e, ctx.stage)
+        if stage == "mismatch":  # the check itself raised: said so, never passed off as the backend's answer
+            return "error", (f"the check of the answers raised {type(e).__name__}: {e} (an error of the "
+                             f"conformance suite's checker, or answers of an unexpected kind)\n{tb}"), "crash", \
+                list(RECORD)
+        return "error", f"{type(e).__name__}: {e}\n{tb}", stage, list(RECORD)
 
 
 def _child(rfd, wfd, cases, ctx, errpath):
@@ -96,8 +107,7 @@ def _child(rfd, wfd, cases, ctx, errpath):
         _, case_id, grouped = msg
         ctx.group_compile = grouping and grouped
         ctx.answers.clear()
-        outcome, text = outcome_of(cases[case_id], ctx)
-        _send(wfd, ("done", outcome, text))
+        _send(wfd, ("done",) + outcome_of(cases[case_id], ctx))
     # exit through libc so that the backend's libraries run their destructors (gcov writes its counters then)
     sys.stdout.flush()
     import ctypes
@@ -107,9 +117,10 @@ def _child(rfd, wfd, cases, ctx, errpath):
 class Runner:
     """The parent's end: ``run(case)`` -> (outcome, text), forking a child when there is none."""
 
-    def __init__(self, cases: dict, ctx, run_limit: float, compile_limit: float):
+    def __init__(self, cases: dict, ctx, run_limit: float, compile_limit: float, slow_exit: bool = False):
         self.cases, self.ctx = cases, ctx
         self.run_limit, self.compile_limit = run_limit, compile_limit
+        self.slow_exit = slow_exit  # --coverage: the child writes its counters when it exits
         self.pid = None
         self.children: list[int] = []  # every child forked (their sanitizer reports are named by pid)
         self.poisoned: set = set()  # compile groups that crashed or hung
@@ -145,7 +156,7 @@ class Runner:
             _send(self.wfd, ("exit",))
         except OSError:
             pass
-        deadline = time.monotonic() + (300 if os.environ.get(COVERAGE_ENV) else 10)
+        deadline = time.monotonic() + (300 if self.slow_exit else 10)
         while time.monotonic() < deadline:
             if os.waitpid(self.pid, os.WNOHANG)[0]:
                 break
@@ -182,18 +193,27 @@ class Runner:
         text = text.strip()
         return ("..." + text[-limit:]) if len(text) > limit else text
 
-    def run(self, case) -> tuple[str, str]:
+    def run(self, case) -> tuple[str, str, str, list]:
+        """(outcome, text, stage, statistics) of ``case`` run in the child (see ``outcome_of``); a dead child:
+        error at stage crash, a killed one: error at stage timeout. A case whose compile group crashed or hung
+        runs again alone; passing alone, it fails saying so (the crash depends on the function around it or on
+        chance: the group's other cases run alone too, and one crashing alone fails on its own)."""
         group = case.info.get("group")
         grouped = group is not None and group not in self.poisoned
-        outcome, text = self._once(case, grouped)
+        outcome, text, stage, stats = self._once(case, grouped)
         if outcome in ("crash", "hang") and grouped:
             self.poisoned.add(group)
-            outcome, text = self._once(case, False)
+            in_group = ("crashed" if outcome == "crash" else "hung") + f" while running its compile group: {text}"
+            outcome, text, stage, stats = self._once(case, False)
+            if outcome == "pass":
+                return "fail", (f"{case.id}: passed compiled alone, but the process {in_group}\n  (the group is "
+                                f"not compiled together again; its cases run alone)"), \
+                    "crash" if in_group.startswith("crashed") else "timeout", stats
         if outcome == "crash":
-            return "error", f"the process running the case died: {text}"
+            return "error", f"the process running the case died: {text}", "crash", stats
         if outcome == "hang":
-            return "error", f"the case did not finish in time: {text}"
-        return outcome, text
+            return "error", f"the case did not finish in time: {text}", "timeout", stats
+        return outcome, text, stage, stats
 
     def _once(self, case, grouped):
         if self.pid is not None and self.served >= CHILD_CASES:
@@ -220,15 +240,15 @@ class Runner:
                 self._close()
                 self.hangs[case.subject] = self.hangs.get(case.subject, 0) + 1
                 return "hang", (f"killed after {limit:g} s in phase '{phase}' ({_PHASES[phase]})"
-                                + (f"; its stderr:\n{words}" if words else ""))
+                                + (f"; its stderr:\n{words}" if words else "")), "timeout", []
             try:
                 msg = _recv(self.rfd)
             except (EOFError, OSError):
-                return "crash", self._reap(phase)
+                return "crash", self._reap(phase), "crash", []
             if msg[0] == "phase":
                 phase, start = msg[1], time.monotonic()
                 continue
-            return msg[1], msg[2]
+            return msg[1], msg[2], msg[3], msg[4]
 
     def _reap(self, phase):
         _, status = os.waitpid(self.pid, 0)

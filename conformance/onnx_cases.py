@@ -18,7 +18,7 @@ from glow_core.types import dtype as gdtype
 
 from .cases import Case, CaseFailure, case_seed, profiles_for
 from .checker import compare
-from .harness import run_model
+from .harness import compile_model, intact, run_compiled, run_model
 
 OPSET = 21
 
@@ -58,27 +58,81 @@ def one_node(op, operands, attrs=None, n_out=1, opset=OPSET, domain=""):
     return onnx.shape_inference.infer_shapes(m), feeds
 
 
-def reference_answer(model, feeds, out_names):
+def reference_answer(model, feeds, out_names, options=None):
     """The reference interpreter's outputs for ``model`` (the expectation for any other backend)."""
-    import glow_core
-    with np.errstate(all="ignore"):
-        return glow_core.compile(model, "interpreter").run(feeds)
+    return Reference.interpreter(model, options)(feeds)
+
+
+class Reference:
+    """The expectation of a model case, built once and run on each input: the case's oracle, ONNX's
+    ReferenceEvaluator (the reference backend), or the reference interpreter compiled with the case's options
+    (any other backend). A backend declaring ``flushes_subnormals()`` is expected what its flushed operands
+    give (inputs and initializers flushed), its subnormal results flushed by the checker."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def __call__(self, feeds):
+        with np.errstate(all="ignore"):
+            return self.run(feeds)
+
+    @classmethod
+    def interpreter(cls, model, options=None):
+        import glow_core
+        cm = glow_core.compile(model, "interpreter", **(options or {}))
+        return cls(cm.run)
+
+    @classmethod
+    def of(cls, model, ctx, out_names, oracle=None, options=None):
+        if ctx.flush:
+            model = flushed_model(model)
+        if ctx.is_reference and oracle is not None:
+            return cls(lambda feeds: dict(zip(out_names, oracle(_flushed(ctx, feeds)))))
+        if ctx.is_reference:
+            from onnx.reference import ReferenceEvaluator
+            try:
+                ev = ReferenceEvaluator(model)
+            except Exception as e:  # noqa: BLE001  (no oracle for this case: say so, never guess)
+                raise _no_oracle(e) from None
+
+            def run(feeds):
+                try:
+                    res = ev.run(None, _flushed(ctx, feeds))
+                except Exception as e:  # noqa: BLE001
+                    raise _no_oracle(e) from None
+                return dict(zip(out_names, [np.asarray(r) for r in res]))
+            return cls(run)
+        ref = cls.interpreter(model, options)
+        return cls(lambda feeds: ref(_flushed(ctx, feeds)))
+
+
+def _no_oracle(e):
+    from .cases import Unsupported
+    return Unsupported(f"no oracle: onnx.reference.ReferenceEvaluator cannot run this case "
+                       f"({type(e).__name__}: {str(e)[:120]})", kind="no-oracle", stage="mismatch")
+
+
+def _flushed(ctx, feeds):
+    if not ctx.flush:
+        return feeds
+    from .checker import flush_subnormals
+    return {k: flush_subnormals(v) for k, v in feeds.items()}
+
+
+def flushed_model(model):
+    """``model`` with its float initializers' subnormals flushed to zeros of their sign."""
+    from .checker import flush_subnormals
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for i, t in enumerate(m.graph.initializer):
+        a = numpy_helper.to_array(t)
+        if gdtype(a.dtype).is_float:
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(flush_subnormals(a), t.name))
+    return m
 
 
 def expected(model, feeds, ctx, out_names, oracle=None):
-    if ctx.is_reference and oracle is not None:
-        return dict(zip(out_names, oracle(feeds)))
-    if ctx.is_reference:
-        from onnx.reference import ReferenceEvaluator
-        try:
-            with np.errstate(all="ignore"):
-                res = ReferenceEvaluator(model).run(None, feeds)
-        except Exception as e:  # noqa: BLE001  (no oracle for this case: say so, never guess)
-            from .cases import Unsupported
-            raise Unsupported(f"no oracle: onnx.reference.ReferenceEvaluator cannot run this case "
-                              f"({type(e).__name__}: {str(e)[:120]})", kind="no-oracle") from None
-        return dict(zip(out_names, [np.asarray(r) for r in res]))
-    return reference_answer(model, feeds, out_names)
+    return Reference.of(model, ctx, out_names, oracle)(feeds)
 
 
 def _abs_model(model, feeds):
@@ -92,69 +146,126 @@ def _abs_model(model, feeds):
     return m, {k: (np.abs(v) if gdtype(v.dtype).is_float else v) for k, v in feeds.items()}
 
 
+class Scales:
+    """(n, per-output magnitude) of each input for the tolerance classes that scale per element; (1, {}) for the
+    others (the model on |operands| built once: op-acc)."""
+
+    def __init__(self, model, ctx, out_names, tolerance, options=None):
+        self.model, self.ctx, self.outs, self.tolerance = model, ctx, out_names, tolerance
+        self.sizes = [int(np.prod(t.dims)) for t in model.graph.initializer]
+        self.abs_ref = None
+        if tolerance == "op-acc":
+            am, _ = _abs_model(model, {})
+            self.abs_ref = Reference.of(am, ctx, out_names, options=options)
+
+    def __call__(self, feeds, want):
+        tol, model, out_names = self.tolerance, self.model, self.outs
+        if tol == "op-cancel":
+            arrays = [np.abs(v.astype(np.float64)) for v in feeds.values() if gdtype(v.dtype).is_float]
+            arrays += [np.abs(numpy_helper.to_array(t).astype(np.float64)) for t in model.graph.initializer
+                       if gdtype(numpy_helper.to_array(t).dtype).is_float]
+            mags = {}
+            for nm in out_names:
+                m = np.ones(np.shape(want[nm]))
+                for a in arrays:
+                    try:
+                        m = np.maximum(m, np.broadcast_to(a, m.shape))
+                    except ValueError:
+                        m = np.maximum(m, a.max(initial=0.0))
+                mags[nm] = m
+            return 1, mags
+        n = max([v.size for v in feeds.values()] + self.sizes + [1])
+        if tol in ("op-rel", "op-exp"):
+            return n, {}
+        if tol == "op-acc":
+            _, af = _abs_model(model, feeds)
+            absw = self.abs_ref(af)
+            return n, {nm: np.abs(np.asarray(absw[nm]).astype(np.float64)) for nm in out_names}
+        return 1, {}
+
+
 def scales(model, feeds, ctx, out_names, tolerance, want):
     """(n, per-output magnitude) for tolerance classes that scale per element; (1, {}) for the others."""
-    if tolerance == "op-cancel":
-        arrays = [np.abs(v.astype(np.float64)) for v in feeds.values() if gdtype(v.dtype).is_float]
-        arrays += [np.abs(numpy_helper.to_array(t).astype(np.float64)) for t in model.graph.initializer
-                   if gdtype(numpy_helper.to_array(t).dtype).is_float]
-        mags = {}
-        for nm in out_names:
-            m = np.ones(np.shape(want[nm]))
-            for a in arrays:
-                try:
-                    m = np.maximum(m, np.broadcast_to(a, m.shape))
-                except ValueError:
-                    m = np.maximum(m, a.max(initial=0.0))
-            mags[nm] = m
-        return 1, mags
-    if tolerance in ("op-rel", "op-exp"):
-        return max([v.size for v in feeds.values()] + [int(np.prod(t.dims)) for t in model.graph.initializer] + [1]), {}
-    if tolerance == "op-acc":
-        am, af = _abs_model(model, feeds)
-        absw = expected(am, af, ctx, out_names)
-        sizes = [v.size for v in feeds.values()] + [int(np.prod(t.dims)) for t in model.graph.initializer]
-        return max(sizes + [1]), {nm: np.abs(np.asarray(absw[nm]).astype(np.float64)) for nm in out_names}
-    return 1, {}
+    return Scales(model, ctx, out_names, tolerance)(feeds, want)
+
+
+def second_feeds(build, seed: int, feeds: dict) -> dict:
+    """A model case's second input: its builder's feeds on another seed (the model itself, compiled, is the
+    first one's); a float input that comes out the same (a deterministic builder) is taken reversed."""
+    from .harness import _same_bytes
+    try:
+        _, f2 = build(np.random.default_rng(seed))
+    except Exception:  # noqa: BLE001  (a builder that cannot be re-drawn: the first inputs again)
+        f2 = {}
+    out = {}
+    for k, a in feeds.items():
+        b = f2.get(k)
+        if b is None or np.shape(b) != np.shape(a) or np.asarray(b).dtype != np.asarray(a).dtype:
+            b = a
+        b = np.asarray(b)
+        if _same_bytes(b, a) and b.size > 1 and gdtype(b.dtype).is_float:
+            b = np.ascontiguousarray(b.reshape(-1)[::-1]).reshape(b.shape)
+        out[k] = b
+    return out
 
 
 def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info=None, oracle=None, group=None,
-               threads=1):
+               threads=1, options=None, flows=None, reference_tolerance=None):
     """A case over an ONNX model: ``build(rng)`` returns (model, feeds); ``oracle(feeds)`` (a list of arrays)
     replaces ReferenceEvaluator where that is known to be wrong or less precise. Cases with the same ``group``
     are first run merged into one model (one compilation; see ``grouped_outputs``). ``threads``: the compile's
-    ``num_threads`` (case ids of 2 end in /t2)."""
+    ``num_threads`` (case ids of 2 end in /t2); ``options``: more compile options (a flow's recipe), the
+    interpreter's expectation compiled with them too; ``reference_tolerance``: the class on the reference
+    backend when it differs (an oracle that is a foreign implementation). Every case also runs on a second
+    input and is judged on both."""
     def run(ctx):
+        from .primitive_cases import group_verdict, judge_group, second_seed
         seed = case_seed(case_id, ctx.seed)
+        ctx.stage = "import"
         model, feeds = build(np.random.default_rng(seed))
+        feeds2 = second_feeds(build, second_seed(case_id, ctx.seed), feeds)
         outs = [o.name for o in model.graph.output]
-        want = expected(model, feeds, ctx, outs, oracle)
+        tol = reference_tolerance if ctx.is_reference and reference_tolerance else tolerance
+        ref = Reference.of(model, ctx, outs, oracle, options)
+        wants = [ref(feeds), ref(feeds2)]
         shapes = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in feeds.items())
         attrs = {a.name: helper.get_attribute_value(a) for n in model.graph.node[:1] for a in n.attribute} \
             if len(model.graph.node) == 1 else {}
         desc = (f"{tier} case {subject} dtype {dt}: inputs {shapes or '-'}, attributes {_short(attrs)}, "
-                f"seed {seed}")
-        n, mags = scales(model, feeds, ctx, outs, tolerance, want)
+                f"seed {seed}" + (f", options {_short(options)}" if options else ""))
+        rr = ctx.rerun(case_id)
+        scale = Scales(model, ctx, outs, tol, options)
+        flush = ctx.flush and tol not in ("op-bitwise",)
 
-        def check(got):
+        def check(got, fds, want, d):
+            n, mags = scale(fds, want)
             for nm in outs:
                 if nm not in got:
-                    raise CaseFailure(f"{desc}\n  output {nm} is missing\n  rerun: {ctx.rerun(case_id)}")
-                compare(np.asarray(got[nm]), np.asarray(want[nm]), tolerance, desc, ctx.rerun(case_id), n=n,
-                        magnitude=mags.get(nm), name=f"output {nm}")
+                    raise CaseFailure(f"{d}\n  output {nm} is missing\n  rerun: {rr}", stage="run")
+                compare(np.asarray(got[nm]), np.asarray(want[nm]), tol, d, rr, n=n, magnitude=mags.get(nm),
+                        name=f"output {nm}", flush=flush)
+
+        def check_both(got):
+            ctx.stage = "mismatch"
+            check(got[0], feeds, wants[0], desc)
+            check(got[1], feeds2, wants[1], desc + " [second input]")
         got = grouped_outputs(ctx, group, case_id, model) if ctx.group_compile and group else None
-        if got is not None:
-            try:
-                check(got)
-                return
-            except CaseFailure:
-                pass  # judged alone
+        outcome = judge_group(ctx, got, check_both, desc)
+        if outcome == "passed":
+            return
         ctx.answers.clear()
-        check(run_model(ctx, model, feeds, threads))
+        cm = compile_model(ctx, model, threads=threads, **(options or {}))
+        o1 = run_compiled(ctx, cm, feeds, desc, rr)
+        copies = {k: np.array(v, copy=True) for k, v in o1.items()}
+        o2 = run_compiled(ctx, cm, feeds2, desc + " [second input]", rr)
+        intact(o1, copies, o2, desc, rr)
+        check_both((o1, o2))
+        if outcome is not None:
+            group_verdict(outcome, desc, rr)
     if group is not None:
         GROUPS.setdefault(group, {})[case_id] = build
     return Case(case_id, tier, subject, dt, run, profiles or profiles_for(dt),
-                dict(info or {}, group=group, threads=threads))
+                dict(info or {}, group=group, threads=threads, options=options, tolerance=tolerance), flows=flows)
 
 
 #: group key -> {case id: build}: the model cases first run merged into one model
@@ -187,23 +298,41 @@ def merge(parts):
 
 
 def grouped_outputs(ctx, group, case_id, model):
-    """This case's outputs from one model merging every case of ``group`` with the same opsets, compiled and
-    run once per process; None when unavailable (any trouble: every case of the group runs alone)."""
+    """This case's outputs (first input, second input) from one model merging every case of ``group`` with the
+    same opsets, compiled and run on both inputs once per process; None when the group could not be compiled
+    (every case then runs alone); a ``GroupError`` when its run went wrong for this case."""
+    from .primitive_cases import GroupError, second_seed
     key = ("models", group, _opsets(model))
     if key not in ctx.cache:
         ctx.cache[key] = {}
-        from .harness import compile_model, run_compiled
+        from .harness import intact
         try:
-            parts = []
+            parts, parts2 = [], {}
             for cid, build in GROUPS[group].items():
                 m, f = build(np.random.default_rng(case_seed(cid, ctx.seed)))
                 if _opsets(m) == key[2]:
                     parts.append((cid, m, f))
+                    parts2[cid] = second_feeds(build, second_seed(cid, ctx.seed), f)
             merged, feeds, names = merge(parts)
-            outs = run_compiled(ctx, compile_model(ctx, merged), feeds)
-            ctx.cache[key] = {cid: {o: outs[n] for o, n in nm.items()} for cid, nm in names.items()}
-        except Exception:  # noqa: BLE001
-            ctx.cache[key] = {}
+            feeds2 = {f"c{k}_{nm}": v for k, (cid, _, _) in enumerate(parts) for nm, v in parts2[cid].items()}
+            cm = compile_model(ctx, merged)
+        except Exception:  # noqa: BLE001  (the group cannot be compiled: each case alone)
+            return None
+        desc = f"compile group {group[1] if len(group) > 1 else group} ({len(parts)} one-node models in one)"
+        try:
+            o1 = run_compiled(ctx, cm, feeds, desc, ctx.rerun(case_id))
+            copies = {k: np.array(v, copy=True) for k, v in o1.items()}
+            o2 = run_compiled(ctx, cm, feeds2, desc + " [second input]", ctx.rerun(case_id))
+            intact(o1, copies, o2, desc, ctx.rerun(case_id))
+        except Exception as e:  # noqa: BLE001  (the group's run went wrong: charged per case)
+            text = str(e) if isinstance(e, CaseFailure) else f"{type(e).__name__}: {e}"
+            missing = set(getattr(e, "missing", ()))
+            lost = [cid for cid, nm in names.items() if missing & set(nm.values())]
+            err = GroupError(text, getattr(e, "stage", "run"))
+            ctx.cache[key] = {cid: err for cid in (lost or names)}
+            return ctx.cache[key].get(case_id)
+        ctx.cache[key] = {cid: ({o: o1[n] for o, n in nm.items()}, {o: o2[n] for o, n in nm.items()})
+                          for cid, nm in names.items()}
     return ctx.cache[key].get(case_id)
 
 

@@ -1,13 +1,18 @@
 """The pytest plugin: options, one pytest item per case, the isolated runner, the gate and the report.
 
 Options are registered in one table (``OPTIONS``). Cases live in the ``tier_*.py`` modules of this package
-(imported under the package's installed name only); every case runs in the child process of ``isolation``
-under its time limits. The gate: a case is claimed unless the backend's ``is_op_supported`` refused it; a
-claimed case passes or fails (a refusal after the claim fails, see ``harness.refusal``); ``--require-profile``
-fails the run unless every case of that profile ran and passed; a run in which no case checking answers passed
-(every one skipped: a backend refusing everything) fails; a filtered run judges no profile. ``--sanitize [LIST]`` builds the cpu backend's C with
-sanitizers (default ``address,undefined``), re-executing pytest with the ASan runtime preloaded; a case during
-which a sanitizer reported fails with the report, and a report no case can be blamed for fails the run.
+(imported under the package's installed name only) and in vendor case modules (``tier_vendor``: the entry-point
+group ``glow_conformance.cases``); every case runs in the child process of ``isolation`` under its time limits
+and ends in one stage (``cases.STAGES``). The gate (fail-closed): a case is claimed unless the backend's
+``is_op_supported`` refused it; a claimed case passes or fails at whatever stage it stops (a refusal after the
+claim fails, see ``harness.refusal``); refusing an op of ``--require-ops FILE`` or of the backend's
+``claimed_ops()`` fails; the backend's ``unsupported_cases()`` are skipped unrun, its ``known_failures()`` are
+strict xfails; ``--flow NAME`` runs the cases of the named flows (``flows.py``), which the backend must claim;
+``--require-profile`` fails the run unless every case of that profile ran and passed; a run in which no case
+checking answers passed (every one skipped: a backend refusing everything) fails; a filtered run judges no
+profile. ``--sanitize [LIST]`` and ``--coverage`` call the backend's hooks (``Backend.enable_sanitizers``,
+``coverage_build``/``coverage_report``): a case during which a sanitizer reported fails with the report, and a
+report no case can be blamed for fails the run.
 """
 from __future__ import annotations
 
@@ -18,10 +23,11 @@ import shlex
 
 import pytest
 
-from .cases import PROFILES, CaseFailure, Context
+from .cases import PROFILES, STAGES, CaseFailure, Context
+from .flows import FLOWS, flows_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition")
+TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition", "vendor")
 PROP = "glow_case"
 DEFAULT_SEED = 0
 
@@ -54,8 +60,15 @@ OPTIONS = [
     ("--conformance-report", dict(dest="glow_report", default=None, metavar="PATH",
                                   help="write an HTML report to PATH and its data to PATH with suffix .json")),
     ("--sanitize", dict(dest="glow_sanitize", nargs="?", const="address,undefined", default=None, metavar="LIST",
-                        help="build the cpu backend's generated C with these sanitizers (default "
-                             "address,undefined) and fail every case during which one reports")),
+                        help="build the backend's generated code with these sanitizers (Backend.enable_sanitizers; "
+                             "default address,undefined) and fail every case during which one reports")),
+    ("--flow", dict(dest="glow_flows", action="append", default=[], metavar="NAME",
+                    help=f"run the cases of this flow (repeatable; flows: {', '.join(FLOWS)}); the backend must "
+                         "claim it (Backend.conformance_flows). Without --flow every case runs")),
+    ("--require-ops", dict(dest="glow_require_ops", default=None, metavar="FILE",
+                           help="ops (one primitive or kept-whole op name per line, # comments) the backend must "
+                                "run itself: a case in which is_op_supported refuses one fails instead of being "
+                                "skipped (as for the backend's claimed_ops())")),
 ]
 
 #: Every collected case by id (the isolated child inherits it when it is forked).
@@ -94,6 +107,23 @@ def filters(config) -> list[str]:
     return out
 
 
+def read_ops(path: str) -> frozenset:
+    """The op names of a --require-ops file (one per line; blank lines and # comments ignored)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise pytest.UsageError(f"--require-ops {path}: {e.strerror}") from None
+    from glow_core.ops.registry import OPS, PRIMITIVES
+    names = [ln.split("#", 1)[0].strip() for ln in lines]
+    names = [n for n in names if n]
+    unknown = [n for n in names if n not in PRIMITIVES and n not in OPS]
+    if unknown:
+        raise pytest.UsageError(f"--require-ops {path}: {unknown[0]!r} is no primitive or kept-whole op (names as "
+                                f"in vendor_guide/primitives.md, e.g. conv, matmul, Softmax)")
+    return frozenset(names)
+
+
 def _configure(config):
     spec = config.getoption("glow_backend")
     config._glow = None
@@ -108,21 +138,73 @@ def _configure(config):
     if config.getoption("glow_timeout") <= 0:
         raise pytest.UsageError("--case-timeout must be a positive number of seconds")
     backend = load_backend(spec)
+    from .flows import check
+    try:
+        flows = check(config.getoption("glow_flows"), backend)
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    if flows and flows[0].startswith("error: "):
+        raise pytest.UsageError(flows[0][len("error: "):])
+    required = read_ops(config.getoption("glow_require_ops")) if config.getoption("glow_require_ops") else frozenset()
+    required |= frozenset(backend.claimed_ops())
+    config._glow_tested = backend  # the backend as loaded (its hooks answer for the coverage build too)
     if config.getoption("glow_coverage"):
-        from .coverage import instrumented
-        backend = instrumented(backend, config)
+        backend = _coverage_backend(backend, config)
+    from . import paths
     from .harness import is_reference, record_answers
+    CASES.clear()
+    if paths.use(backend):  # another backend's sizes in this process: the tables of the tiers follow them
+        _reload_tiers()
     seed = config.getoption("glow_seed")
 
     def rerun(case_id):
         return (f"glowc conformance --backend {shlex.quote(spec)} --conformance-seed {seed} "
                 f"--case {shlex.quote(case_id)}")
     ref = is_reference(backend)
-    ctx = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref, seed=seed)
+    ctx = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref, seed=seed,
+                  flush=bool(backend.flushes_subnormals()), required_ops=required)
     record_answers(backend, ctx.answers)
     config._glow = ctx
     config._glow_known = list(backend.known_failures())
+    config._glow_unsupported = list(backend.unsupported_cases())
+    config._glow_flows = flows
+    from .flows import claimed_flows
+    config._glow_claimed_flows = claimed_flows(backend)
     config._glow_runner = None
+
+
+def _reload_tiers():
+    """Re-import the case modules whose tables depend on ``paths`` (in dependency order), forgetting the compile
+    groups of the cases made before."""
+    import sys
+    from . import onnx_cases, primitive_cases
+    primitive_cases.GROUPS.clear()
+    onnx_cases.GROUPS.clear()
+    for name in ("quantized_cases", "tier_primitives", "tier_ops", "tier_models", "tier_memory", "tier_negative"):
+        mod = sys.modules.get(f"glow_conformance.{name}")
+        if mod is not None:
+            importlib.reload(mod)
+
+
+def _coverage_backend(backend, config):
+    """--coverage: the backend's coverage build (``Backend.coverage_build``), its data in one work directory
+    shared by the controller and the workers."""
+    import tempfile
+
+    from glow_core.errors import GlowError
+    work = os.environ.get(COVERAGE_ENV)
+    if not work:
+        work = tempfile.mkdtemp(prefix="glow_coverage_")
+        os.environ[COVERAGE_ENV] = work
+    try:
+        built = backend.coverage_build(work)
+    except GlowError as e:
+        raise pytest.UsageError(f"--coverage: {e}") from None
+    config._glow_coverage = work
+    return built
+
+
+COVERAGE_ENV = "GLOW_CONFORMANCE_COVERAGE"
 
 
 def _selected(config, case_id):
@@ -152,29 +234,52 @@ class TierFile(pytest.File):
                                     + ", ".join(_installed()) + ")")
         tier = self.path.stem[len("tier_"):]
         pats = self.config.getoption("glow_cases")
-        if pats and not any("/" not in p or fnmatch.fnmatchcase(tier, p.split("/")[0]) for p in pats):
+        if tier != "vendor" and pats and not any("/" not in p or fnmatch.fnmatchcase(tier, p.split("/")[0])
+                                                 for p in pats):
             return
+        wanted = self.config._glow_flows
         seen = set()
         for case in tier_cases(tier, ctx):
-            if case.id in seen:  # pytest would keep one of the two and run it twice: the other never runs
-                raise pytest.UsageError(f"conformance: two cases of tier {tier} share the id {case.id}; each "
-                                        f"case line needs its own variant")
+            if case.id in seen or case.id in CASES:  # pytest would keep one of the two and run it twice
+                raise pytest.UsageError(f"conformance: two cases share the id {case.id} (tier {tier}); each case "
+                                        f"line needs its own variant")
             seen.add(case.id)
             if not _selected(self.config, case.id):
                 continue
+            flows = flows_of(case)
+            if wanted and not set(flows) & set(wanted):
+                continue
             CASES[case.id] = case
-            item = CaseItem.from_parent(self, name=case.id, case=case)
+            item = CaseItem.from_parent(self, name=case.id, case=case, flows=flows)
             if ctx.group_compile and case.info.get("group") is not None:  # a group compiles once, on one worker
                 item.add_marker(pytest.mark.xdist_group("-".join(map(str, case.info["group"]))))
-            for pat, reason in self.config._glow_known:
-                if fnmatch.fnmatchcase(case.id, pat):
-                    item.add_marker(pytest.mark.xfail(strict=True, reason=f"known failure ({pat}): {reason}"))
-                    break
+            self._mark(item, case, flows)
             yield item
+
+    def _mark(self, item, case, flows):
+        """Skips the case needs before running (declared unsupported, a flow not claimed or not available) and
+        its known failure (a strict xfail)."""
+        known = next(((p, r) for p, r in self.config._glow_known if fnmatch.fnmatchcase(case.id, p)), None)
+        unsupported = next(((p, r) for p, r in self.config._glow_unsupported if fnmatch.fnmatchcase(case.id, p)),
+                           None)
+        if known and unsupported:
+            raise pytest.UsageError(f"conformance: case {case.id} matches both a known failure ({known[0]}) and an "
+                                    f"unsupported case ({unsupported[0]}) of the backend: it is one or the other")
+        claimed = self.config._glow_claimed_flows
+        if unsupported:
+            item.skip_before(f"unsupported: declared permanently unsupported by the backend ({unsupported[0]}): "
+                             f"{unsupported[1]}", "partition")
+        elif flows and not set(flows) & set(claimed):
+            item.skip_before(f"flow: the backend does not claim flow {', '.join(flows)} (conformance_flows(): "
+                             f"{', '.join(claimed) or 'none'})", "partition")
+        elif flows and all(FLOWS[f].unavailable() for f in flows):
+            item.skip_before(f"flow-unavailable: {FLOWS[flows[0]].unavailable()}", "quantize")
+        elif known:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"known failure ({known[0]}): {known[1]}"))
 
 
 def _sanitize_log_dir():
-    return os.environ.get("GLOW_SANITIZE_LOG_DIR") if os.environ.get("GLOW_CPU_SANITIZE") else None
+    return os.environ.get(SANITIZE_LOG_ENV) if os.environ.get(SANITIZE_ENV) else None
 
 
 def sanitizer_reports(pids=None) -> dict[str, str]:
@@ -197,24 +302,34 @@ def _pids(runner) -> set[str]:
 
 
 def _start_sanitizers(config):
-    """--sanitize: select the sanitizers, and re-execute pytest with the ASan runtime preloaded if needed."""
+    """--sanitize: the backend's sanitizer builds (``Backend.enable_sanitizers``), reports into one folder shared
+    by every process of the run (the backend may re-execute this process to load a sanitizer runtime)."""
     spec = config.getoption("glow_sanitize")
-    if not spec or hasattr(config, "workerinput"):
+    if not spec:
         return
     import tempfile
 
-    from glow_cpu import sanitize
     from glow_core.errors import GlowError
+    names = tuple(sorted({n.strip() for n in spec.split(",") if n.strip()}))
+    log_dir = os.environ.get(SANITIZE_LOG_ENV)
+    if not log_dir:
+        log_dir = tempfile.mkdtemp(prefix="glow-sanitize-")
+        os.environ[SANITIZE_LOG_ENV] = log_dir
+    os.environ[SANITIZE_ENV] = ",".join(names)
+    backend = load_backend(config.getoption("glow_backend"))
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:  # the backend may re-execute the process: it must inherit the real streams
+        capture.stop_global_capturing()
     try:
-        names = sanitize.requested({"sanitize": spec})
-        log_dir = os.environ.get(sanitize.LOG_DIR_ENV) or tempfile.mkdtemp(prefix="glow-sanitize-")
-        if "address" in names and not sanitize.runtime_loaded():
-            capture = config.pluginmanager.getplugin("capturemanager")
-            if capture is not None:
-                capture.stop_global_capturing()
-        sanitize.reexec(names, log_dir)
+        backend.enable_sanitizers(names, log_dir)
     except GlowError as e:
         raise pytest.UsageError(f"--sanitize {spec}: {e}") from None
+    finally:
+        if capture is not None:
+            capture.start_global_capturing()
+
+
+SANITIZE_ENV, SANITIZE_LOG_ENV = "GLOW_CONFORMANCE_SANITIZE", "GLOW_CONFORMANCE_SANITIZE_LOG"
 
 
 def _installed():
@@ -227,41 +342,53 @@ def _runner(config):
     if config._glow_runner is None and hasattr(os, "fork"):
         from .isolation import Runner
         t = config.getoption("glow_timeout")
-        config._glow_runner = Runner(CASES, config._glow, run_limit=t, compile_limit=max(600.0, 10 * t))
+        config._glow_runner = Runner(CASES, config._glow, run_limit=t, compile_limit=max(600.0, 10 * t),
+                                     slow_exit=bool(config.getoption("glow_coverage")))
     return config._glow_runner
 
 
 class CaseItem(pytest.Item):
-    def __init__(self, *, case, **kw):
+    def __init__(self, *, case, flows=(), **kw):
         super().__init__(**kw)
         self.case = case
+        self.skip_reason = None
         self.user_properties.append((PROP, {"id": case.id, "tier": case.tier, "subject": case.subject,
                                             "dtype": case.dtype, "profiles": list(case.profiles),
-                                            "threads": case.info.get("threads", 1)}))
+                                            "flows": list(flows), "threads": case.info.get("threads", 1)}))
+
+    def skip_before(self, reason: str, stage: str):
+        """Skip this case without running it (``reason`` starts with its skip kind), ending at ``stage``."""
+        self.skip_reason = reason
+        self.user_properties.append(("stage", stage))
 
     def runtest(self):
+        if self.skip_reason is not None:
+            pytest.skip(self.skip_reason)
         ctx = self.config._glow
         runner = _runner(self.config)
         seen = sanitizer_reports(_pids(runner))
         try:
             if runner is not None:
-                outcome, text = runner.run(self.case)
+                outcome, text, stage, stats = runner.run(self.case)
             else:
                 from .isolation import outcome_of
                 ctx.answers.clear()
-                outcome, text = outcome_of(self.case, ctx)
+                outcome, text, stage, stats = outcome_of(self.case, ctx)
         finally:
             new = sanitizer_reports(_pids(runner))
             report = "".join(new[k][len(seen.get(k, "")):] for k in new)
             if report.strip():
+                self.user_properties.append(("stage", "run"))
                 raise CaseFailure(f"{self.case.id}: sanitizer report(s) while running this case:\n{report[-6000:]}"
                                   f"\n  rerun: {ctx.rerun(self.case.id)} --sanitize")
+        self.user_properties.append(("stage", stage))
+        self.user_properties.append(("stats", stats))
         if outcome.startswith("skip:"):
             pytest.skip(f"{outcome[5:]}: {text}")
         if outcome == "fail":
-            raise CaseFailure(text)
+            raise CaseFailure(f"[stage {stage}] {text}")
         if outcome == "error":
-            raise CaseCrash(text)
+            raise CaseCrash(f"[stage {stage}] {text}")
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, (CaseFailure, CaseCrash)):
@@ -299,10 +426,12 @@ class Results:
             # part, and it spells tier/subject/dtype
             case_id = report.nodeid.rpartition("::")[2].partition("@")[0]
             parts = case_id.split("/")
-            if "tier_" not in report.nodeid or len(parts) < 4 or parts[0] not in TIERS:
+            if "tier_" not in report.nodeid or len(parts) < 4:
                 return
-            props[PROP] = {"id": case_id, "tier": parts[0], "subject": parts[1], "dtype": parts[2], "profiles": [],
-                           "threads": 1}
+            case = CASES.get(case_id)
+            props[PROP] = {"id": case_id, "tier": parts[0], "subject": parts[1], "dtype": parts[2],
+                           "profiles": list(case.profiles) if case else [],
+                           "flows": list(flows_of(case)) if case else [], "threads": 1}
         crashed = report.when not in ("setup", "call", "teardown")  # xdist: the worker died running it
         if not (report.when == "call" or crashed or (report.when == "setup" and report.outcome != "passed")
                 or (report.when == "teardown" and report.outcome == "failed")):
@@ -329,8 +458,14 @@ class Results:
             kind = detail.split(":", 1)[0] if ":" in detail else "other"
         elif outcome == "xfail":
             detail = report.wasxfail
-        self.records.append(dict(props[PROP], outcome=outcome, detail=detail, skip=kind,
-                                 duration=round(report.duration, 4)))
+        stage = props.get("stage")
+        if stage is None:
+            stage = "crash" if outcome in ("fail", "xpass") and report.when != "call" or crashed else (
+                "pass" if outcome in ("pass", "xpass") else "partition" if outcome == "skip" else "mismatch")
+        if outcome in ("pass", "xpass"):
+            stage = "pass"
+        self.records.append(dict(props[PROP], outcome=outcome, stage=stage, detail=detail, skip=kind,
+                                 stats=props.get("stats") or [], duration=round(report.duration, 4)))
 
     def _summarize(self):
         from .report import run_info, summarize
@@ -339,9 +474,13 @@ class Results:
         info = run_info(config._glow.backend, config.getoption("glow_backend"), config.getoption("glow_seed"),
                         filt, config.getoption("glow_timeout"))
         expected = None
+        flows = config._glow_flows
+        info["flows_requested"] = list(flows) or ["all"]
         if config.getoption("glow_require") and not filt:
-            expected = {c.id: c.profiles for t in TIERS for c in tier_cases(t, config._glow)}
-        data = summarize(self.records, info, filtered=bool(filt), expected=expected)
+            expected = {c.id: c.profiles for t in TIERS for c in tier_cases(t, config._glow)
+                        if not flows or set(flows_of(c)) & set(flows)}
+        data = summarize(self.records, info, filtered=bool(filt), expected=expected,
+                         flows=list(flows) or list(FLOWS))
         data["required"] = {}
         for p in config.getoption("glow_require"):
             v = data["profiles"].get(p)
@@ -358,8 +497,7 @@ class Results:
     def pytest_sessionfinish(self, session):
         self.data = self._summarize()
         if self.config.getoption("glow_coverage"):
-            from .coverage import collect
-            self.data["coverage"] = collect(self.config)
+            self.data["coverage"] = self.config._glow_tested.coverage_report(self.config._glow_coverage)
         if (any(v[0] != "pass" for v in self.data["required"].values()) or self.data["nothing_verified"]) \
                 and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -373,9 +511,8 @@ class Results:
             tr.write_line(line)
         path = self.config.getoption("glow_report")
         if self.config.getoption("glow_sanitize"):
-            reports = sanitizer_reports()
-            n = sum(t.count("ERROR: AddressSanitizer") + t.count("runtime error:") for t in reports.values())
-            tr.write_line(f"sanitizers {os.environ.get('GLOW_CPU_SANITIZE')}: {n} report(s)"
+            reports = {k: t for k, t in sanitizer_reports().items() if t.strip()}
+            tr.write_line(f"sanitizers {os.environ.get(SANITIZE_ENV)}: {len(reports)} report file(s)"
                           + (f" in {_sanitize_log_dir()}" if reports else ""))
         if path:
             html_path, json_path = write_report(data, path)

@@ -1,14 +1,19 @@
 """How a primitive case is made and run: input generators, the expectation, and compile groups.
 
 ``make_case`` turns one line of data (primitive, dtype, variant, an input maker, attributes, an oracle) into a
-Case. Inputs come from ``make(rng)`` with the case's own generator (its id and the session seed). The
-expectation is the reference interpreter's kernel, or, when the backend under test is the interpreter itself,
-the independent oracle; ``spec=True`` marks an oracle that is the specification (the storage-format casts):
-it is then the expectation on every backend. Tolerances come from the primitive's tolerance class.
+Case. Inputs come from ``make(rng)`` with the case's own generator (its id and the session seed); every case
+also runs on a second input (``harness.second_operands``) and is judged on both. The expectation is the
+reference interpreter's kernel, or, when the backend under test is the interpreter itself, the independent
+oracle; ``spec=True`` marks an oracle that is the specification (the storage-format casts): it is then the
+expectation on every backend. The accumulating primitives (matmul, conv, average pooling, sums) in floats are
+judged on every backend against the float64 reference and the sum of |terms| (``dot_reference``: TOSA's
+DOT_PRODUCT mode). Tolerances come from the primitive's tolerance class. A backend declaring
+``flushes_subnormals()`` is judged against expectations computed from flushed operands.
 
 Compile groups: on backends other than the reference, the cases of one (primitive, dtype, thread count,
-constant operands) are compiled together as one function and run once; a case that passes there is done, any
-other is run, and judged, alone.
+constant operands) are compiled together as one function and run (on both inputs) once; a case that passes
+there is done, any other is run, and judged, alone; a case that failed in its group and passes alone fails,
+saying so (its answer depends on the function around it, or changes from run to run).
 """
 from __future__ import annotations
 
@@ -19,9 +24,9 @@ from glow_core.ops.registry import PRIMITIVES
 from glow_core.types import dtype as gdtype
 
 from . import oracles as O
-from .cases import Case, CaseFailure, case_seed, profiles_for
+from .cases import Case, CaseFailure, Unsupported, case_seed, profiles_for
 from .checker import compare
-from .harness import compile_function, execute, feed, reference_primitive, run_primitive
+from .harness import compile_function, execute_pair, feed, reference_primitive, run_primitive, second_operands
 
 
 def tolerance_class(prim: str) -> str:
@@ -103,21 +108,40 @@ def pairs(a: np.ndarray):
 
 
 # -- expectations ---------------------------------------------------------------------------------------------
-def magnitudes(prim, arrays, attrs):
-    """Per-element sums of |terms| of accumulating primitives (the tolerance scale when the expectation is the
-    interpreter's answer); None for the others."""
-    if PRIMITIVES[prim].family not in ("matmul", "conv", "pool", "reduce") or not O.is_float(arrays[0].dtype):
+DOT_PRODUCT = ("matmul", "conv", "avg_pool", "reduce_sum")
+
+
+def dot_reference(prim, arrays, attrs):
+    """[(float64 reference, sum of |terms|)] of a float accumulating primitive (matmul, conv, avg_pool,
+    reduce_sum), from the oracles on float64 operands; None for the others."""
+    if prim not in DOT_PRODUCT or not O.is_float(arrays[0].dtype):
         return None
-    absd = [np.abs(a.astype(np.float64)) if O.is_float(a.dtype) else a for a in arrays]
-    if prim == "matmul":
-        return [O.matmul(*absd)[1]]
-    if prim == "conv":
-        return [O.conv(*absd, **attrs)[1]]
-    if prim == "avg_pool":
-        return [O.avg_pool(absd[0], **attrs)[1]]
-    if prim == "reduce_sum":
-        return [O.reduce("reduce_sum", absd[0], **attrs)[1]]
-    return None
+    a64 = [np.asarray(a).astype(np.float64) if O.is_float(np.asarray(a).dtype) else a for a in arrays]
+    with np.errstate(all="ignore"):
+        if prim == "matmul":
+            r = O.matmul(*a64)
+        elif prim == "conv":
+            r = O.conv(*a64, **attrs)
+        elif prim == "avg_pool":
+            r = O.avg_pool(a64[0], **attrs)
+        else:
+            r = O.reduce("reduce_sum", a64[0], **attrs)
+    return [(np.asarray(r[0], np.float64), np.asarray(r[1], np.float64))]
+
+
+def flushes(prim) -> bool:
+    """Whether a flushing backend flushes this primitive's operands and results (computing primitives: not data
+    movement, indexing, selection or bitcasts)."""
+    p = PRIMITIVES[prim]
+    return p.tolerance not in ("movement", "index", "select") and prim != "bitcast"
+
+
+def flushed(ctx, prim, arrays):
+    """The operands as a flushing backend sees them (``Backend.flushes_subnormals``), else unchanged."""
+    if not (ctx.flush and flushes(prim)):
+        return arrays
+    from .checker import flush_subnormals
+    return [flush_subnormals(a) for a in arrays]
 
 
 def describe(prim, dt, arrays, attrs, seed, threads):
@@ -126,12 +150,49 @@ def describe(prim, dt, arrays, attrs, seed, threads):
             + (f", num_threads {threads}" if threads != 1 else ""))
 
 
-#: (primitive, dtype, threads) -> {case id: (make, attrs)}: the cases compiled together by ``grouped_outputs``
+def second_seed(case_id, session_seed):
+    return case_seed(case_id + "#second", session_seed)
+
+
+#: (primitive, dtype, threads) -> {case id: (make, attrs, consts)}: the cases compiled together by
+#: ``grouped_outputs``
 GROUPS: dict = {}
 
 
+class GroupError:
+    """A compile group's run went wrong for a case (an error, a lost output): charged to it if it passes alone."""
+
+    def __init__(self, text, stage="run"):
+        self.text, self.stage = text, stage
+
+
+def judge_group(ctx, got, check, desc):
+    """Judge a case on its compile group's outputs: None when it passed there, else what went wrong (its
+    text and stage), to be said if it then passes alone."""
+    from .checker import RECORD
+    if got is None:
+        return None
+    if isinstance(got, GroupError):
+        return got
+    try:
+        check(got)
+        return "passed"
+    except CaseFailure as e:
+        RECORD.clear()
+        return GroupError(str(e), e.stage)
+
+
+def group_verdict(group_failure, desc, rr):
+    """A case that failed in its compile group passed alone: it fails, saying so."""
+    first = "\n    ".join(group_failure.text.strip().splitlines()[:6])
+    raise CaseFailure(f"{desc}\n  failed in its compile group (compiled and run together with the other cases "
+                      f"of its primitive and dtype) but passed compiled alone: the answer depends on the function "
+                      f"around it or changes from run to run. In the group:\n    {first}\n  rerun: {rr} "
+                      f"(alone: --no-group-compile)", stage=group_failure.stage)
+
+
 def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profiles=None, threads=1, spec=False,
-              group=True, consts=()):
+              group=True, consts=(), flows=None):
     """One case: ``make(rng)`` returns the operands; ``oracle(arrays, attrs)`` -> (expected, magnitude) or a
     list of them; ``n_of(arrays, attrs)`` the reduction length; ``consts``: the indices of the operands that are
     constants (a backend may prepare them at compile time, e.g. the CPU conv engine's filters)."""
@@ -143,41 +204,57 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         arrays = make(np.random.default_rng(seed))
+        second = second_operands(make, second_seed(case_id, ctx.seed), arrays, consts)
         desc, rr = describe(prim, dt, arrays, attrs, seed, threads), ctx.rerun(case_id)
-        got = grouped_outputs(ctx, key, case_id) if ctx.group_compile and group else None
-        if got is not None:
-            try:
-                check(ctx, arrays, got, desc, rr)
-                return
-            except CaseFailure:
-                pass  # the fast path only ever passes a case: a failure is decided by the case compiled alone
+
+        def check_both(got):
+            check(ctx, arrays, got[0], desc, rr)
+            check(ctx, second, got[1], desc + " [second input]", rr)
+        outcome = judge_group(ctx, grouped_outputs(ctx, key, case_id) if ctx.group_compile and group else None,
+                              check_both, desc)
+        if outcome == "passed":
+            return
         ctx.answers.clear()  # the group's is_op_supported answers are not this case's
-        check(ctx, arrays, run_primitive(ctx, prim, arrays, attrs, desc, rr, threads, consts), desc, rr)
+        check_both(run_primitive(ctx, prim, arrays, attrs, desc, rr, threads, consts, second=second))
+        if outcome is not None:
+            group_verdict(outcome, desc, rr)
 
     def check(ctx, arrays, got, desc, rr):
-        if ctx.is_reference or spec:
-            r = oracle(arrays, attrs)
+        ctx.stage = "mismatch"
+        ops = flushed(ctx, prim, arrays)
+        refs = dot_reference(prim, ops, attrs)
+        if refs is not None:
+            wants, mags, refs64 = [r[0].astype(arrays[0].dtype) for r in refs], [r[1] for r in refs], \
+                [r[0] for r in refs]
+        elif ctx.is_reference or spec:
+            r = oracle(ops, attrs)
             wants, mags = ([r[0]], [r[1]]) if not isinstance(r, list) else ([x[0] for x in r], [x[1] for x in r])
+            refs64 = None
         else:
-            wants = reference_primitive(prim, arrays, attrs)
-            mags = magnitudes(prim, arrays, attrs)
+            wants, mags, refs64 = reference_primitive(prim, ops, attrs), None, None
         n = n_of(arrays, attrs) if n_of else 1
+        if len(got) != len(wants):
+            raise CaseFailure(f"{desc}\n  {len(got)} output(s) returned, {len(wants)} expected\n  rerun: {rr}",
+                              stage="run")
         for i, (g, w) in enumerate(zip(got, wants)):
-            compare(g, np.asarray(w), tol, desc, rr, n=n, magnitude=mags[i] if mags else None, name=f"output y{i}")
+            compare(g, np.asarray(w), tol, desc, rr, n=n, magnitude=mags[i] if mags else None, name=f"output y{i}",
+                    ref64=refs64[i] if refs64 else None, flush=ctx.flush and flushes(prim))
     if group:
         GROUPS.setdefault(key, {})[case_id] = (make, attrs)
     return Case(case_id, "primitives", prim, dt, run, profiles or profiles_for(dt),
                 {"variant": variant, "attrs": attrs, "tolerance": tol, "make": make, "oracle": oracle,
                  "n_of": n_of, "threads": threads, "spec": spec, "group": key if group else None,
-                 "consts": tuple(consts)})
+                 "consts": tuple(consts), "judge": check}, flows=flows)
 
 
 def grouped_outputs(ctx, key, case_id):
-    """This case's outputs from one function holding every case of ``key`` the backend supports, compiled
-    and run once per process; None when unavailable (any trouble: every case of the group runs alone)."""
+    """This case's outputs (first input, second input) from one function holding every case of ``key`` the
+    backend supports, compiled and run on both inputs once per process; None when the group could not be
+    compiled (every case of it then runs alone); a ``GroupError`` when its run went wrong for this case."""
     if key not in ctx.cache:
         ctx.cache[key] = {}
         from glow_core.builder import Builder
+        from glow_core.errors import GlowError
         from glow_core.graph import Function
         from glow_core.types import tensor_type_of
 
@@ -186,25 +263,40 @@ def grouped_outputs(ctx, key, case_id):
         consts = key[3] if len(key) > 3 else ()
         try:
             fn = Function(f"conformance_{prim}_{dt}")
-            feeds, names = {}, {}
+            feeds, feeds2, names = {}, {}, {}
             for k, (cid, (mk, at)) in enumerate(GROUPS.get(key, {}).items()):
                 arrays = mk(np.random.default_rng(case_seed(cid, ctx.seed)))
                 try:
                     check_supported(ctx.backend, prim, arrays, at)
                 except Exception:  # noqa: BLE001  (declined cases run, and skip, on their own)
                     continue
+                second = second_operands(mk, second_seed(cid, ctx.seed), arrays, consts)
                 vals = [fn.constant(np.asarray(a), f"c{k}_c{i}") if i in consts else
                         fn.add_input(f"c{k}_x{i}", tensor_type_of(np.asarray(a))) for i, a in enumerate(arrays)]
                 feeds.update({f"c{k}_x{i}": v for i, v in enumerate(feed(arrays).values()) if i not in consts})
+                feeds2.update({f"c{k}_x{i}": v for i, v in enumerate(feed(second).values()) if i not in consts})
                 out = Builder(fn, where=f"case {cid}", fold=False, name=f"c{k}").emit(prim, *vals, **at)
                 outs = out if isinstance(out, list) else [out]
                 names[cid] = [f"c{k}_y{i}" for i in range(len(outs))]
                 fn.outputs += outs
                 fn.output_names += names[cid]
-            if names:
-                res = compile_function(ctx, fn, threads)
-                outs = execute(ctx, res, feeds, f"compile group {prim}/{dt}", ctx.rerun(case_id))
-                ctx.cache[key] = {cid: [np.asarray(outs[n]) for n in ns] for cid, ns in names.items()}
-        except Exception:  # noqa: BLE001
-            ctx.cache[key] = {}
+            if not names:
+                return None
+            res = compile_function(ctx, fn, threads)
+        except (GlowError, Unsupported, CaseFailure):  # the group cannot be compiled: each case alone
+            return None
+        except Exception:  # noqa: BLE001  (a crash compiling the group: each case alone finds its own)
+            return None
+        desc = f"compile group {prim}/{dt} ({len(names)} cases in one function)"
+        try:
+            o1, o2 = execute_pair(ctx, res, feeds, feeds2, desc, ctx.rerun(case_id))
+        except (CaseFailure, Exception) as e:  # noqa: BLE001  (the group's run went wrong: charged per case)
+            text = str(e) if isinstance(e, CaseFailure) else f"{type(e).__name__}: {e}"
+            missing = set(getattr(e, "missing", ()))
+            lost = [cid for cid, ns in names.items() if missing & set(ns)]
+            err = GroupError(text, getattr(e, "stage", "run"))
+            ctx.cache[key] = {cid: err for cid in (lost or names)}
+            return ctx.cache[key].get(case_id)
+        ctx.cache[key] = {cid: ([np.asarray(o1[n]) for n in ns], [np.asarray(o2[n]) for n in ns])
+                          for cid, ns in names.items()}
     return ctx.cache[key].get(case_id)

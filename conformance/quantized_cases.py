@@ -9,7 +9,8 @@ The oracles implement the specification of glow_core/ops/primitives/quantized.py
 integer arithmetic in int64 (convolution by kernel offset and einsum, not im2col and BLAS), round half to even
 by floor and the parity of the tie (not numpy's rint), the int32 accumulator wrapped explicitly. On the reference
 interpreter a case's expectation is its oracle, exactly; on any other backend the interpreter's kernel, within the
-record's tolerance class (1 in the last place for requantized results).
+record's tolerance class: exactly (TOSA's EXACT), requantized results included. Every case also runs on a second
+input (the constants, the weights and their parameters, the same) and is judged on both.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from . import oracles as O
 from . import paths
 from .cases import Case, case_seed
 from .checker import compare
-from .harness import reference_primitive, run_primitive
+from .harness import reference_primitive, run_primitive, second_operands
+from .primitive_cases import second_seed
 
 F32 = np.float32
 RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
@@ -169,14 +171,18 @@ def case(prim, dt, variant, make, consts=(), profiles=None, threads=1):
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         arrays, attrs = make(np.random.default_rng(seed))
+        second = second_operands(lambda rng: make(rng)[0], second_seed(case_id, ctx.seed), arrays, consts)
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
         desc = (f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs}, seed {seed}"
                 + (f", num_threads {threads}" if threads != 1 else ""))
-        got = run_primitive(ctx, prim, arrays, attrs, desc, ctx.rerun(case_id), threads, consts=consts)
-        want = [ORACLES[prim](arrays, attrs)] if ctx.is_reference else reference_primitive(prim, arrays, attrs)
-        for i, (g, w) in enumerate(zip(got, want)):
-            compare(g, np.asarray(w), "quantized-reference" if ctx.is_reference else tol, desc, ctx.rerun(case_id),
-                    name=f"output y{i}")
+        got1, got2 = run_primitive(ctx, prim, arrays, attrs, desc, ctx.rerun(case_id), threads, consts=consts,
+                                   second=second)
+        ctx.stage = "mismatch"
+        for ops, got, d in ((arrays, got1, desc), (second, got2, desc + " [second input]")):
+            want = [ORACLES[prim](ops, attrs)] if ctx.is_reference else reference_primitive(prim, ops, attrs)
+            for i, (g, w) in enumerate(zip(got, want)):
+                compare(g, np.asarray(w), "quantized-reference" if ctx.is_reference else tol, d, ctx.rerun(case_id),
+                        name=f"output y{i}", flush=ctx.flush and prim == "dequantize")
     prof = profiles or (("quantized-int16",) if "int16" in dt else ("quantized-int8",))
     # make/attrs in the float cases' form (tier_negative builds refusal cases from them)
     seed0 = case_seed(case_id, 0)

@@ -1,10 +1,13 @@
 """The conformance report: the summary lines, one JSON document and a self-contained HTML page with its data.
 
 The HTML page has no external scripts, fonts or styles: the run (backend and suite versions, seed, filter,
-threads, time limits), the counts (claimed, passed, failed, skipped and why), the profile verdicts, a matrix
-per tier (rows: primitive/op/model/pass, columns: dtypes; each cell coloured by its worst outcome and showing
-passed/total), the failure details, the coverage of the backend's templates when measured, and one table row
-per case (``<tr class="case" data-id=... data-outcome=...>``, which is what tools should parse).
+flows, threads, time limits), the counts (claimed, passed, failed, skipped and why), the stage every case ended
+at, the profile verdicts, a column per flow (its cases, and the verdict of each profile over them), a matrix per
+tier (rows: primitive/op/model/pass, columns: dtypes; each cell coloured by its worst outcome and showing
+passed/total), the compliance modes used and the plain bounds with their reasons, the failure details, the
+coverage of the backend's templates when measured, and one table row per case with its stage and the error
+statistics of its outputs (``<tr class="case" data-id=... data-outcome=... data-stage=...>``, which is what tools
+should parse; the JSON has every compared output's statistics).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import os
 import platform
 import time
 
-from .cases import PROFILES, SKIP_KINDS
+from .cases import PROFILES, SKIP_KINDS, STAGES
 
 OUTCOMES = ("pass", "fail", "skip", "xfail", "xpass")
 DTYPE_ORDER = {d: i for i, d in enumerate(("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16",
@@ -67,8 +70,52 @@ def _verdict(c, total):
         (f", {c['missing']} did not run" if c.get("missing") else "") + ")"
 
 
-def summarize(records, info: dict, filtered: bool = False, expected: dict | None = None) -> dict:
-    """Counts, skip reasons, per-profile verdicts (none for a filtered run), matrix and case list.
+def _profile_verdicts(recs, expected):
+    ran = {r["id"] for r in recs}
+    out = {}
+    for p in PROFILES:
+        rs = [r for r in recs if p in r["profiles"]]
+        missing = sum(1 for cid, ps in (expected or {}).items() if p in ps and cid not in ran)
+        if not rs and not missing:
+            continue
+        c = {o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}
+        c["missing"] = missing
+        verdict, why = _verdict(c, len(rs) + missing)
+        out[p] = dict(c, total=len(rs) + missing, verdict=verdict, why=why)
+    return out
+
+
+def _flow_summary(recs, flows, filtered):
+    """Per flow: its cases' counts and stages, and (full runs) the verdict of each profile over its cases."""
+    out = {}
+    for f in flows:
+        rs = [r for r in recs if f in (r.get("flows") or [])]
+        counts = {o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}
+        counts["total"] = len(rs)
+        stages = {st: sum(r.get("stage") == st for r in rs) for st in STAGES}
+        out[f] = {"counts": counts, "stages": {k: v for k, v in stages.items() if v},
+                  "profiles": {} if filtered else _profile_verdicts(rs, None)}
+    rs = [r for r in recs if not r.get("flows")]
+    out["(no flow)"] = {"counts": dict({o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}, total=len(rs)),
+                        "stages": {k: v for k, v in {st: sum(r.get("stage") == st for r in rs)
+                                                     for st in STAGES}.items() if v},
+                        "profiles": {} if filtered else _profile_verdicts(rs, None)}
+    return out
+
+
+def _modes(recs):
+    """Compliance modes used, with their outputs compared, and the plain bounds (class -> why)."""
+    modes, plain = {}, {}
+    for r in recs:
+        for st in r.get("stats") or []:
+            modes[st["mode"]] = modes.get(st["mode"], 0) + 1
+            if st.get("plain"):
+                plain[st["class"]] = st["plain"]
+    return dict(sorted(modes.items())), dict(sorted(plain.items()))
+
+
+def summarize(records, info: dict, filtered: bool = False, expected: dict | None = None, flows=None) -> dict:
+    """Counts, skip reasons, stages, per-profile verdicts (none for a filtered run), flows, matrix and case list.
     ``expected`` (case id -> profiles of the full suite) makes a profile whose cases did not all run partial."""
     recs = sorted(records, key=lambda r: r["id"])
     counts = {o: sum(r["outcome"] == o for r in recs) for o in OUTCOMES}
@@ -81,18 +128,10 @@ def summarize(records, info: dict, filtered: bool = False, expected: dict | None
     threads = {}
     for r in recs:
         threads[str(r.get("threads", 1))] = threads.get(str(r.get("threads", 1)), 0) + 1
-    profiles = {}
-    if not filtered:
-        ran = {r["id"] for r in recs}
-        for p in PROFILES:
-            rs = [r for r in recs if p in r["profiles"]]
-            missing = sum(1 for cid, ps in (expected or {}).items() if p in ps and cid not in ran)
-            if not rs and not missing:
-                continue
-            c = {o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}
-            c["missing"] = missing
-            verdict, why = _verdict(c, len(rs) + missing)
-            profiles[p] = dict(c, total=len(rs) + missing, verdict=verdict, why=why)
+    profiles = {} if filtered else _profile_verdicts(recs, expected)
+    stages = {st: sum(r.get("stage") == st for r in recs) for st in STAGES}
+    flow_data = _flow_summary(recs, flows or [], filtered)
+    modes, plain = _modes(recs)
     matrix = {}
     for r in recs:
         cell = matrix.setdefault(r["tier"], {}).setdefault(r["subject"], {}).setdefault(
@@ -121,7 +160,8 @@ def summarize(records, info: dict, filtered: bool = False, expected: dict | None
         PROFILES.index(p) if p in PROFILES else len(PROFILES), p))}
     return dict(info, counts=counts, skips=skips, threads=threads, tiers=tiers, dtypes=dtypes,
                 tier_dtypes=tier_dtypes, profile_cases=profile_cases, profiles=profiles, filtered=filtered,
-                nothing_verified=nothing, memory=memory, matrix=matrix, cases=recs)
+                nothing_verified=nothing, memory=memory, matrix=matrix, stages=stages, flows=flow_data,
+                modes=modes, plain=plain, cases=recs)
 
 
 def dtype_key(d: str):
@@ -143,7 +183,21 @@ def summary_lines(data: dict) -> list[str]:
         out.append(f"  {t:11s} {n:6d}: " + ", ".join(f"{d} {row[d]}" for d in sorted(row, key=dtype_key)))
     out += [f"  {'all':11s} {c['total']:6d}: " + ", ".join(f"{d} {n}" for d, n in data.get("dtypes", {}).items()),
             "cases per profile: " + (", ".join(f"{p} {n}" for p, n in data.get("profile_cases", {}).items()) or "-"),
-            "filter: " + ("; ".join(data["filter"]) if data["filter"] else "none (the whole suite)")]
+            "stages (where each case ended): " + (", ".join(f"{k} {n}" for k, n in data.get("stages", {}).items()
+                                                          if n) or "-"),
+            "flows run: " + ", ".join(data.get("flows_requested", ["all"]))]
+    for f, v in data.get("flows", {}).items():
+        if not v["counts"]["total"]:
+            continue
+        fc = v["counts"]
+        verdicts = ", ".join(f"{p} {pv['verdict']}" for p, pv in v["profiles"].items())
+        out.append(f"  flow {f:17s} {fc['total']:6d} cases: {fc['pass']} passed, {fc['fail']} failed, {fc['skip']} "
+                   f"skipped, {fc['xfail']} known failures" + (f"; profiles: {verdicts}" if verdicts else ""))
+    if data.get("modes"):
+        out.append("outputs compared per compliance mode: " + ", ".join(f"{m} {n}" for m, n in data["modes"].items()))
+    for cls, why in data.get("plain", {}).items():
+        out.append(f"  plain bound, class {cls}: {why}")
+    out.append("filter: " + ("; ".join(data["filter"]) if data["filter"] else "none (the whole suite)"))
     if data.get("nothing_verified"):
         out.append("FAIL: " + data["nothing_verified"])
     if data["memory"]:
@@ -190,6 +244,7 @@ def render_html(data: dict) -> str:
     run = [("backend", f"{data['backend']} ({data['backend_class']}), {data['backend_version']}"),
            ("suite", data["suite_version"]), ("seed", str(data["seed"])),
            ("filter", "; ".join(data["filter"]) or "none (the whole suite)"),
+           ("flows", ", ".join(data.get("flows_requested", ["all"]))),
            ("threads", ", ".join(f"num_threads {t}: {n} cases" for t, n in sorted(data["threads"].items()))),
            ("time limit", f"{data['case_timeout']:g} s to run a case's compiled code"), ("host", data["host"]),
            ("generated", data["generated"])]
@@ -205,6 +260,12 @@ def render_html(data: dict) -> str:
            "<table id='skips'><tr><th class='row'>skipped because</th><th>cases</th></tr>" + "".join(
                f"<tr data-skip='{e(k)}'><td class='row'>{e(SKIP_KINDS.get(k, k))}</td><td>{n}</td></tr>"
                for k, n in sorted(data["skips"].items())) + "</table>"]
+    out.append("<h2>Stages</h2><table id='stages'><tr>" + "".join(f"<th>{st}</th>" for st in STAGES)
+               + "</tr><tr>" + "".join(f"<td data-stage='{st}'>{data.get('stages', {}).get(st, 0)}</td>"
+                                       for st in STAGES) + "</tr></table><p>Every case ends in one stage: the one "
+               "it failed at (import, quantize, partition, compile, load, run, mismatch, crash, timeout) or pass; a "
+               "skipped case where it stopped (a refusal: partition).</p>")
+    out.append(_flows_html(data))
     if data["memory"]:
         out.append(f"<p id='memory'><b>Memory profile {e(data['memory'])}</b></p>")
     out.append("<h2>Profiles</h2>")
@@ -256,17 +317,81 @@ def render_html(data: dict) -> str:
     if data.get("coverage"):
         from .coverage import render_html as cov_html
         out.append(cov_html(data["coverage"]))
+    if data.get("modes"):
+        out.append("<h2>Compliance modes</h2><table id='modes'><tr><th class='row'>mode</th><th>outputs compared"
+                   "</th></tr>" + "".join(f"<tr data-mode='{e(m)}'><td class='row'>{e(m)}</td><td>{n}</td></tr>"
+                                          for m, n in data["modes"].items()) + "</table>")
+    if data.get("plain"):
+        out.append("<table id='plain'><tr><th class='row'>class</th><th class='row'>a plain bound remains because"
+                   "</th></tr>" + "".join(f"<tr data-class='{e(k)}'><td class='row'>{e(k)}</td><td class='row'>"
+                                          f"{e(v)}</td></tr>" for k, v in data["plain"].items()) + "</table>")
     bad = [r for r in data["cases"] if r["outcome"] in ("fail", "xpass")]
     out.append(f"<h2>Failures ({len(bad)})</h2>")
     for r in bad:
         out.append(f"<h3 id='f-{e(r['id'])}'>{e(r['id'])}</h3><pre>{e(r['detail'])}</pre>")
-    out.append("<h2>All cases</h2><table id='cases'><tr><th class='row'>case</th><th>outcome</th><th>tier</th>"
-               "<th>subject</th><th>dtype</th><th>profiles</th><th class='row'>note</th></tr>")
+    out.append("<h2>All cases</h2><table id='cases'><tr><th class='row'>case</th><th>outcome</th><th>stage</th>"
+               "<th>tier</th><th>subject</th><th>dtype</th><th>flows</th><th>profiles</th><th>mode</th>"
+               "<th>max abs</th><th>max ULP</th><th>MAE</th><th>SQNR dB</th><th class='row'>bound</th>"
+               "<th class='row'>note</th></tr>")
     for r in data["cases"]:
         note = r["detail"].strip().splitlines()[0][:200] if r["detail"] and r["outcome"] != "pass" else ""
-        out.append(f"<tr class='case' data-id='{e(r['id'])}' data-outcome='{r['outcome']}'><td class='row'>"
-                   f"{e(r['id'])}</td><td class='{r['outcome']}'>{r['outcome']}</td><td>{e(r['tier'])}</td>"
-                   f"<td>{e(r['subject'])}</td><td>{e(r['dtype'])}</td><td>{e(' '.join(r['profiles']))}</td>"
-                   f"<td class='row'>{e(note)}</td></tr>")
+        st = _worst_stats(r.get("stats") or [])
+        out.append(f"<tr class='case' data-id='{e(r['id'])}' data-outcome='{r['outcome']}' "
+                   f"data-stage='{e(r.get('stage', ''))}'><td class='row'>"
+                   f"{e(r['id'])}</td><td class='{r['outcome']}'>{r['outcome']}</td><td>{e(r.get('stage', ''))}</td>"
+                   f"<td>{e(r['tier'])}</td><td>{e(r['subject'])}</td><td>{e(r['dtype'])}</td>"
+                   f"<td>{e(' '.join(r.get('flows') or []))}</td><td>{e(' '.join(r['profiles']))}</td>"
+                   + "".join(f"<td>{e(_fmt(st.get(k)))}</td>" for k in ("mode", "max_abs", "max_ulp", "mae",
+                                                                        "sqnr_db"))
+                   + f"<td class='row'>{e(st.get('bound', ''))}</td><td class='row'>{e(note)}</td></tr>")
     out.append("</table></body></html>")
+    return "\n".join(out)
+
+
+def _fmt(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _worst_stats(stats: list) -> dict:
+    """The statistics of a case's worst compared output (the largest error relative to its SQNR)."""
+    if not stats:
+        return {}
+
+    def key(st):
+        q = st.get("sqnr_db")
+        q = 1e9 if q == "inf" or q is None else (-1e9 if q == "-inf" else q)
+        return (st.get("out_of_bound", 0), -q)
+    return max(stats, key=key)
+
+
+def _flows_html(data) -> str:
+    """A column per flow: its cases, passed, failed, skipped, then the verdict of each profile over its cases."""
+    e = html.escape
+    flows = [f for f, v in data.get("flows", {}).items() if v["counts"]["total"]]
+    if not flows:
+        return ""
+    rows = [("cases", lambda v: v["counts"]["total"]), ("passed", lambda v: v["counts"]["pass"]),
+            ("failed", lambda v: v["counts"]["fail"]), ("skipped", lambda v: v["counts"]["skip"]),
+            ("known failures", lambda v: v["counts"]["xfail"])]
+    out = ["<h2>Flows</h2><table id='flows'><tr><th class='row'></th>"
+           + "".join(f"<th data-flow='{e(f)}'>{e(f)}</th>" for f in flows) + "</tr>"]
+    for label, get in rows:
+        out.append(f"<tr><td class='row'>{label}</td>" + "".join(f"<td>{get(data['flows'][f])}</td>" for f in flows)
+                   + "</tr>")
+    profiles = sorted({p for f in flows for p in data["flows"][f]["profiles"]},
+                      key=lambda p: PROFILES.index(p) if p in PROFILES else len(PROFILES))
+    for p in profiles:
+        cells = []
+        for f in flows:
+            v = data["flows"][f]["profiles"].get(p)
+            cells.append("<td></td>" if v is None else f"<td class='{v['verdict']}' title='{e(v['why'])}'>"
+                         f"{v['verdict']} {v['pass']}/{v['total']}</td>")
+        out.append(f"<tr data-profile='{e(p)}'><td class='row'>profile {e(p)}</td>{''.join(cells)}</tr>")
+    out.append("</table><p>A flow is a recipe (see vendor_guide/conformance.md): its primitive and ONNX-op cases by "
+               "dtype or quantization, its networks compiled under the recipe. Cases of float64, integer, bool and "
+               "storage types and the negative tier are in no flow.</p>")
     return "\n".join(out)

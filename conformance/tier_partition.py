@@ -23,7 +23,7 @@ from glow_core.ops.registry import get_op, is_primitive
 from . import networks as M
 from .cases import Case, CaseFailure, case_seed
 from .checker import compare
-from .harness import compile_model, run_compiled
+from .harness import compile_model, intact, run_compiled
 from .subset import SubsetBackend
 
 MODELS = {
@@ -62,29 +62,39 @@ def partition_case(mname, build, variant, refuse, must_split):
     case_id = f"partition/{mname}/float32/{variant}"
 
     def run(ctx):
+        from .primitive_cases import second_seed
         seed = case_seed(case_id, ctx.seed)
         model = build()
         feeds = _feeds(model, np.random.default_rng(seed))
+        feeds2 = _feeds(model, np.random.default_rng(second_seed(case_id, ctx.seed)))
         key = (id(ctx.backend), mname, seed)
         if key not in _UNSPLIT:
             _UNSPLIT.clear()  # one model's expectation at a time: the cases of a model run in a row
-            _UNSPLIT[key] = run_compiled(ctx, compile_model(ctx, model), feeds)
-        want = _UNSPLIT[key]
+            unsplit = compile_model(ctx, model)
+            _UNSPLIT[key] = (run_compiled(ctx, unsplit, feeds), run_compiled(ctx, unsplit, feeds2))
+        wants = _UNSPLIT[key]
         sub = SubsetBackend(ctx.backend, refuse=refuse, costs=NO_ISLANDS)
         cm = compile_model(ctx, model, backend=[sub, get_backend("interpreter")])
         plan = cm.last.plan
         desc = (f"partition case {mname} {variant}: {len(refuse)} node(s) refused by backend '{ctx.backend.name}' run "
                 f"on the interpreter ({len(plan.partitions)} partitions); results differ from the unsplit run "
                 f"(seed {seed})")
+        rr = ctx.rerun(case_id)
         if must_split and {p.backend for p in plan.partitions} != {0, 1}:
-            raise CaseFailure(f"{desc}\n  the model was not split between the two backends\n  rerun: "
-                              f"{ctx.rerun(case_id)}")
-        got = run_compiled(ctx, cm, feeds)
-        for k in want:
-            if k not in got:
-                raise CaseFailure(f"{desc}\n  output {k} missing\n  rerun: {ctx.rerun(case_id)}")
-            compare(np.asarray(got[k]), np.asarray(want[k]), "model", desc, ctx.rerun(case_id), name=f"output {k}")
-    return Case(case_id, "partition", mname, "float32", run, ("partition",), {"refused": len(refuse)})
+            raise CaseFailure(f"{desc}\n  the model was not split between the two backends\n  rerun: {rr}",
+                              stage="partition")
+        got1 = run_compiled(ctx, cm, feeds, desc, rr)
+        copies = {k: np.array(v, copy=True) for k, v in got1.items()}
+        got2 = run_compiled(ctx, cm, feeds2, desc + " [second input]", rr)
+        intact(got1, copies, got2, desc, rr)
+        ctx.stage = "mismatch"
+        for got, want, d in ((got1, wants[0], desc), (got2, wants[1], desc + " [second input]")):
+            for k in want:
+                if k not in got:
+                    raise CaseFailure(f"{d}\n  output {k} missing\n  rerun: {rr}", stage="run")
+                compare(np.asarray(got[k]), np.asarray(want[k]), "model", d, rr, name=f"output {k}")
+    return Case(case_id, "partition", mname, "float32", run, ("partition",), {"refused": len(refuse)},
+                flows=("fp32",))
 
 
 def cases(ctx):

@@ -85,9 +85,11 @@ def _build(ctx, model, pipeline, share, layouts=True):
     from glow_core.passes import run_pipeline
 
     from .harness import options, refusal
+    ctx.stage = "import"
     try:
         fn = import_model(load_model(model)[0])
         run_pipeline(fn, pipeline)
+        ctx.stage = "compile"
         return compile_graph(fn, PassProxy(ctx.backend, pipeline, share, layouts), options())
     except UnsupportedOpError as e:
         raise refusal(ctx, e, "compiling") from None
@@ -97,20 +99,24 @@ def pass_case(pname, mname, build, pipeline=None, share=True, base_layouts=True)
     case_id = f"passes/{pname}/float32/{mname}"
 
     def run(ctx):
-        from .harness import execute
+        from .harness import execute_pair
+        from .primitive_cases import second_seed
         seed = case_seed(case_id, ctx.seed)
         model = build()
         feeds = _feeds(model, np.random.default_rng(seed))
+        feeds2 = _feeds(model, np.random.default_rng(second_seed(case_id, ctx.seed)))
         desc = f"pass {pname} on model {mname}: results with and without the pass differ (seed {seed})"
         rr = ctx.rerun(case_id)
         base = _build(ctx, model, [], False, base_layouts)
         test = _build(ctx, model, pipeline if pipeline is not None else [pname], share)
-        want, got = execute(ctx, base, feeds, desc, rr), execute(ctx, test, feeds, desc, rr)
-        for k in want:
-            if k not in got:
-                raise CaseFailure(f"{desc}\n  output {k} missing\n  rerun: {rr}")
-            compare(np.asarray(got[k]), np.asarray(want[k]), PASS_CLASS[pname], desc, rr, name=f"output {k}")
-    return Case(case_id, "passes", pname, "float32", run, ("passes",), {})
+        wants, gots = execute_pair(ctx, base, feeds, feeds2, desc, rr), execute_pair(ctx, test, feeds, feeds2, desc, rr)
+        ctx.stage = "mismatch"
+        for want, got, d in zip(wants, gots, (desc, desc + " [second input]")):
+            for k in want:
+                if k not in got:
+                    raise CaseFailure(f"{d}\n  output {k} missing\n  rerun: {rr}", stage="run")
+                compare(np.asarray(got[k]), np.asarray(want[k]), PASS_CLASS[pname], d, rr, name=f"output {k}")
+    return Case(case_id, "passes", pname, "float32", run, ("passes",), {}, flows=("fp32",))
 
 
 def cases():

@@ -202,7 +202,15 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     stats = {} if stats is None else stats
     with stage(stats, "lowering"):  # lowering, then quantization (when asked for), then activation fusion
         stats["lowered"] = lower(fn, backend.should_lower)
-        q = quantization.run(fn, options, lambda node: _refusal(backend, node))
+        try:
+            q = quantization.run(fn, options, lambda node: _refusal(backend, node))
+        except BaseException as e:  # where it failed (glow_core.timing): the quantizer, within lowering
+            if getattr(e, "compile_stage", None) is None:
+                try:
+                    e.compile_stage = "quantization"
+                except AttributeError:
+                    pass
+            raise
         if q is not None:
             stats["quantization"] = q
         stats["fused_activations"] = fuse_activations(fn, backend.supports_fused_activation)

@@ -215,8 +215,62 @@ class Backend(abc.ABC):
         return HOST
 
     def known_failures(self) -> list[tuple[str, str]]:
-        """Conformance case patterns (fnmatch) expected to fail, each with its reason: they become strict xfails."""
+        """Conformance case patterns (fnmatch) expected to fail, each with its reason: they become strict xfails
+        (temporary: a known failure that passes fails the run, so the list only shrinks)."""
         return []
+
+    # -- what the conformance suite asks (glow_conformance; vendor_guide/conformance.md) -------------------------
+    def unsupported_cases(self) -> list[tuple[str, str]]:
+        """Conformance case patterns (fnmatch) this backend will never run, each with its reason (a dtype the
+        silicon lacks, a rank its DMA cannot address): the suite skips them without running them, apart from
+        the temporary ``known_failures``. Default: none."""
+        return []
+
+    def conformance_flows(self) -> "tuple[str, ...] | None":
+        """The conformance flows (recipes: ``fp32``, ``fp16``, ``bf16``, ``int8-per-tensor``,
+        ``int8-per-channel``, ``int16``, ``int4-weight-only``; ``glow_conformance.flows``) this backend claims.
+        A flow it does not claim is refused by ``--flow`` and its cases are skipped in a full run. Default None:
+        every flow (what ``is_op_supported`` refuses is still skipped case by case)."""
+        return None
+
+    def claimed_ops(self) -> "frozenset[str]":
+        """Ops (primitive or kept-whole op names) this backend promises to run itself: a conformance case in which
+        ``is_op_supported`` refuses one of them (it would run on a fallback device) fails instead of being
+        skipped, like the ops of ``--require-ops FILE``. Default: none."""
+        return frozenset()
+
+    def flushes_subnormals(self) -> bool:
+        """Whether the device flushes subnormal floats to zero (results and operands: FTZ and DAZ). The
+        conformance suite then expects flushed answers everywhere (computed from flushed operands, subnormal
+        results as zeros of their sign), else subnormals everywhere; the two are never mixed. Default False."""
+        return False
+
+    def interesting_shapes(self, op: str) -> dict:
+        """The sizes where this backend's kernels for ``op`` change path (tile sizes, vector widths, parallel
+        thresholds, algorithm-selecting geometries), by the keys ``glow_conformance.paths`` reads (listed in
+        vendor_guide/backend_api.md): the conformance suite builds cases on both sides of each. Default: none
+        (the suite uses generic sizes)."""
+        return {}
+
+    def enable_sanitizers(self, names: tuple[str, ...], log_dir: str) -> None:
+        """``glowc conformance --sanitize``: build the code this backend generates from now on, in this process and
+        the processes it starts, with these sanitizers (its own names, e.g. ``("address", "undefined")``),
+        each process writing its reports into ``log_dir`` as files named ``<anything>.<pid>``. May re-execute the
+        process (a sanitizer runtime that must be loaded first). Default: BackendError (no sanitizer builds)."""
+        raise BackendError(f"backend '{self.name}' has no sanitizer builds (Backend.enable_sanitizers)")
+
+    def coverage_build(self, work_dir: str) -> "Backend":
+        """``glowc conformance --coverage``: an instance of this backend whose generated code records which of its
+        source lines run, its data kept under ``work_dir`` (set up by the first process to ask; the others find
+        it there). Default: BackendError (no coverage builds)."""
+        raise BackendError(f"backend '{self.name}' has no coverage builds (Backend.coverage_build)")
+
+    def coverage_report(self, work_dir: str) -> dict:
+        """The line coverage recorded under ``work_dir`` by ``coverage_build``'s backend, after the run:
+        ``{"builds": n, "builds_run": n, "work": work_dir, "templates": {source name: {"c_lines": n,
+        "executable": n, "executed": [line, ...], "never_executed": [...], "never_generated": [...],
+        "text": {line: source text}}}}``. Default: {}."""
+        return {}
 
     def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
         """Write a standalone bundle for ``function`` into ``out_dir``; returns the files written."""

@@ -6,7 +6,9 @@ first ran; a stage run twice adds up) and appends ``(name, start, seconds)``
 to ``stats["spans"]`` (``start`` on the ``time.perf_counter`` clock), from
 which a tracer can draw the compilation. Two clock reads per stage.
 ``carve`` moves work that ran inside a stage (a backend's C compiler inside
-"backend-compile") into a stage of its own, so the times still add up.
+"backend-compile") into a stage of its own, so the times still add up. An
+exception leaving a stage carries the innermost stage's name as its
+``compile_stage`` attribute (where a compilation failed).
 """
 from __future__ import annotations
 
@@ -20,6 +22,13 @@ def stage(stats: dict, name: str):
     start = time.perf_counter()
     try:
         yield
+    except BaseException as e:
+        if getattr(e, "compile_stage", None) is None:  # the innermost stage an error left: where it happened
+            try:
+                e.compile_stage = name
+            except AttributeError:
+                pass
+        raise
     finally:
         seconds = time.perf_counter() - start
         times = stats.setdefault("times", {})

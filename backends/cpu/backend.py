@@ -3,16 +3,17 @@ on disk with the system C compiler (in parallel shards) and runs them through ct
 bundles (one C translation unit + weights + main)."""
 from __future__ import annotations
 
+import math
 import os
 
 from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
-from . import kernels_nn, layouts, sanitize, toolchain
+from . import conv_algorithms, gemm_blocking, int8_common, int8_elementwise, kernels_nn, layouts, sanitize, toolchain
 from .attention import planned_scratch
 from .bundle import write_bundle
-from .codegen import ENGINE_SCRATCH_THREADS, KernelInstr, prelude_text, scratch_layout
+from .codegen import ENGINE_SCRATCH_THREADS, PARALLEL_MIN_WORK, KernelInstr, prelude_text, scratch_layout
 from .codegen_int8 import supported as quantized_supported
 from .ctypes_map import supported
 from .kernels_ew import ACTIVATION_PARAMS
@@ -105,8 +106,99 @@ class CPUBackend(Backend):
         flags += sanitize.flags(sanitizers)
         return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags))
 
+    # -- the conformance suite's hooks ---------------------------------------------------------------------------
+    def interesting_shapes(self, op: str) -> dict:
+        """The sizes where the generated kernels change path, from the code generator's tables: the OpenMP
+        thresholds (codegen.PARALLEL_MIN_WORK), the GEMM blocking and micro-tiles for every candidate vector
+        length (gemm_blocking), the conv engine's algorithm-selecting geometries (conv_algorithms), the int8
+        engine's threading thresholds (int8_common, int8_elementwise)."""
+        p = get_primitive(op)
+        family = p.family if p is not None else op
+        if op in ("matmul", "gemm"):
+            tiles = {}
+            for dt, sfx in (("float32", "f32"), ("float64", "f64")):
+                t = gemm_blocking.GEMM_TILES[sfx]
+                size = 8 if sfx == "f64" else 4
+                tiles[dt] = {"kc": t["kc"], "mc": t["mc"], "nc": t["nc"], "mr": (t["mr_wide"], t["mr_narrow"]),
+                             "nr": tuple(sorted({2 * vb // size for vb in (16, 32, 64)})),
+                             "pack_width": gemm_blocking.gemm_pack_width(sfx)}
+            return {"tiles": tiles, "parallel_work": PARALLEL_MIN_WORK["gemm"]}
+        if op == "conv":
+            return {"parallel_work": PARALLEL_MIN_WORK["window"], "geometries": _engine_geometries(),
+                    "chunked_channels": conv_algorithms.SLAB_BYTES // (4 * 9 * 4) + 4,
+                    "depthwise_tail_width": _prime_above(32 - 2),
+                    "depthwise_strip_width": conv_algorithms.DW_STRIP_BYTES // (8 * 4 * 8)}
+        if op in ("qadd", "qmul", "rescale"):
+            return {"parallel_elements": int8_common.PARALLEL_MIN_MACS // int8_elementwise.ELEMENT_WORK}
+        if op in ("qconv", "qmatmul"):
+            return {"parallel_macs": int8_common.PARALLEL_MIN_MACS}
+        if family in ("pool", "reduce"):
+            return {"parallel_work": PARALLEL_MIN_WORK["window"]}
+        if family in ("elementwise",):
+            return {"parallel_work": PARALLEL_MIN_WORK["elementwise"]}
+        return {}
+
+    def enable_sanitizers(self, names, log_dir):
+        """AddressSanitizer and UndefinedBehaviorSanitizer builds of the generated C (glow_cpu.sanitize),
+        re-executing this process with the ASan runtime preloaded when it is not."""
+        sanitize.reexec(sanitize.requested({"sanitize": ",".join(names)}), log_dir)
+
+    def coverage_build(self, work_dir):
+        """This backend rebuilt from a copy of its package whose templates emit #line directives, its C compiled
+        with gcov at -O0 into a cache of its own (glow_cpu.coverage)."""
+        from . import coverage
+        return coverage.instrumented(type(self), work_dir)
+
+    def coverage_report(self, work_dir):
+        """Per template: the C lines executed, generated but never run, never generated (glow_cpu.coverage)."""
+        from . import coverage
+        return coverage.collect(work_dir)
+
     def emit_bundle(self, function, out_dir, options) -> list[str]:
         options = dict(options or {})
         return write_bundle(Program(function, 1, chains=options.get("elementwise_chains", True),
                                     attention=options.get("attention", "auto"),
                                     folds=options.get("transpose_folding", True)), out_dir, options, prelude_text())
+
+
+def _parallel_side(work: int, per_point: int, channels: int) -> int:
+    """The side of a square output plane that makes ``channels * side**2 * per_point`` exceed ``work``."""
+    return math.isqrt(work // (channels * per_point)) + 2
+
+
+def _prime_above(w: int) -> int:
+    """The least prime >= w: an output width no depthwise tile width (at most the registers less 3) divides."""
+    while any(w % d == 0 for d in range(2, math.isqrt(w) + 1)):
+        w += 1
+    return w
+
+
+def _engine_geometries() -> dict:
+    """name -> (x shape, w shape, strides, pads, group) of float32 convs that the conv engine (constant filters)
+    runs by each of its algorithms (conv_algorithms), with output planes large enough for its OpenMP region at two
+    threads (PARALLEL_MIN_MACS; a quarter of it for depthwise). Winograd: every F(m x m) of WINOGRAD_LEAST_SIDE,
+    on an output side from its least one up to below the next larger m's, not a multiple of m (a ragged last
+    tile row), with the fewest channels it takes (WINOGRAD_MIN_CHANNELS) and half as many filters more (a partial
+    filter block); padded (pad1) and not (pad0, two images). The direct kernel just below Winograd's channel
+    count (two images), strided 3x3 and 1x1 reading x in place; depthwise (two images)."""
+    ca = conv_algorithms
+    work, c = ca.PARALLEL_MIN_MACS, ca.WINOGRAD_MIN_CHANNELS
+    f = c + c // 2
+    g = {}
+    sides = sorted(least for _, least in ca.WINOGRAD_LEAST_SIDE)
+    for m, least in ca.WINOGRAD_LEAST_SIDE:
+        side = max(least, _parallel_side(work, 9 * c, f))
+        side += 1 - side % 2 if side % m == 0 else 0
+        larger = [s for s in sides if s > least]
+        assert not larger or side < larger[0], (m, side, larger)
+        g[f"winograd{m}_pad1"] = ((1, c, side, side), (f, c, 3, 3), [1, 1], [1] * 4, 1)
+        g[f"winograd{m}_pad0_batch2"] = ((2, c, side + 2, side + 2), (f, c, 3, 3), [1, 1], [0] * 4, 1)
+    side = _parallel_side(work, 9 * (c - 1), c)
+    g["direct_3x3_below_winograd"] = ((2, c - 1, side, side), (c, c - 1, 3, 3), [1, 1], [1] * 4, 1)
+    side = _parallel_side(work, 9 * c, f)
+    g["direct_3x3_stride2"] = ((1, c, 2 * side + 1, 2 * side + 1), (f, c, 3, 3), [2, 2], [0] * 4, 1)
+    side = _parallel_side(work, f, c)
+    g["direct_1x1_in_place"] = ((1, f, side, side + 3), (c, f, 1, 1), [1, 1], [0] * 4, 1)
+    side = _parallel_side(work // 4, 9, c)
+    g["depthwise_3x3"] = ((2, c, side, side), (c, 1, 3, 3), [1, 1], [1] * 4, c)
+    return g

@@ -176,8 +176,8 @@ def avg_pool(x, kernel, strides, dilations, pads, count_include_pad=0):
 
 WINDOW = {"kernel": REQUIRED, "strides": REQUIRED, "dilations": REQUIRED, "pads": REQUIRED}
 primitive("max_pool", "pool", ("x",), NUMERIC, _pool_rule("max_pool"), max_pool,
-          "Max over each window; padded positions are ignored (never selected).", attrs=WINDOW, tolerance="pool",
-          quantized="keep")
+          "Max over each window; padded positions are ignored (never selected).", attrs=WINDOW,
+          tolerance="reduce-exact", quantized="keep")
 primitive("avg_pool", "pool", ("x",), FLOATS, _pool_rule("avg_pool"), avg_pool,
           "Mean over each window. count_include_pad=1 divides by the window size clipped to the padded "
           "input; 0 divides by the number of in-bounds elements.", attrs=dict(WINDOW, count_include_pad=0),

@@ -1,0 +1,120 @@
+"""Flows: the recipes a backend is judged under (ExecuTorch's "flows"), one record each.
+
+A flow is a way a model reaches a device: float32 as trained, converted to float16 or bfloat16, quantized with
+int8 per-tensor or per-channel weights, with int16 activations, or with int4 weights only. ``--flow NAME``
+(repeatable) runs the cases of those flows; a backend claims the flows it supports
+(``Backend.conformance_flows()``, default every flow) and the report has a column per flow.
+
+A case belongs to flows by what it exercises (``flows_of``): a primitive or ONNX-op case by its dtype (float32:
+fp32, float16: fp16, bfloat16: bf16) or, for the quantized primitives, by its weights (per tensor, per channel)
+and precision (int16); a model case of the models tier is the float32 network under the flow's recipe
+(``Flow.options``: the compile options of ``glow_core.compile``; ``quantize`` a profile calibrated on seeded
+inputs), judged against the interpreter compiled with the same recipe, or, on the reference interpreter itself,
+against the float32 network by ONNX's ReferenceEvaluator within the flow's SQNR (``Flow.sqnr_db``: no bit-exact
+independent oracle of a network under a reduced-precision recipe exists, so the report says that bound is plain).
+Cases of float64, integer, bool and storage types, and the negative tier, belong to no flow: they run in every
+full run.
+
+A flow whose recipe the kit does not have yet (``requires``: a glow_core name) is declared and its cases are
+skipped with that reason (kind ``flow-unavailable``).
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+#: the ``quantize`` option of a flow's recipe: the case calibrates a profile of its network
+PROFILE = "calibrated profile"
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One recipe: its name (``--flow NAME``), what it is, the dtype of its primitive and ONNX-op cases, the
+    compile options of its model cases, the SQNR its networks keep against float32 on the reference backend,
+    and the glow_core name it needs (None: available)."""
+
+    name: str
+    title: str
+    dtypes: tuple[str, ...] = ()
+    options: dict = field(default_factory=dict)
+    sqnr_db: float | None = None
+    requires: str | None = None
+
+    def unavailable(self) -> str | None:
+        """Why this flow cannot run yet (its recipe is missing from glow_core), or None."""
+        if self.requires is None:
+            return None
+        module, _, attr = self.requires.rpartition(".")
+        try:
+            if hasattr(importlib.import_module(module), attr):
+                return None
+        except ImportError:
+            pass
+        return f"flow {self.name}: glow_core has no {self.requires} yet (the recipe of this flow)"
+
+
+FLOWS = {f.name: f for f in (
+    Flow("fp32", "float32 as trained", ("float32",)),
+    Flow("fp16", "float16: the float32 network converted (convert_to=float16)", ("float16",),
+         {"convert_to": "float16"}, sqnr_db=40.0),
+    Flow("bf16", "bfloat16: the float32 network converted (convert_to=bfloat16)", ("bfloat16",),
+         {"convert_to": "bfloat16"}, sqnr_db=20.0),
+    Flow("int8-per-tensor", "int8 activations and weights, one scale per weight tensor (quantize=profile)", (),
+         {"quantize": PROFILE, "per_channel": False}, sqnr_db=12.0),
+    Flow("int8-per-channel", "int8 activations, int8 weights with a scale per output channel (per_channel=True)",
+         (), {"quantize": PROFILE, "per_channel": True}, sqnr_db=12.0),
+    Flow("int16", "int16 activations and weights (precision=int16)", (), {"quantize": PROFILE,
+                                                                          "precision": "int16"}, sqnr_db=40.0),
+    Flow("int4-weight-only", "int4 weights in blocks of 32, float activations (MatMulNBits semantics: "
+         "glow_core.quantization.weight_only)", (), {}, sqnr_db=12.0,
+         requires="glow_core.quantization.weight_only"),
+)}
+
+
+def flows_of(case) -> tuple[str, ...]:
+    """The flows ``case`` belongs to (its own ``flows`` when it names them)."""
+    if case.flows is not None:
+        return tuple(case.flows)
+    if case.tier == "negative":
+        return ()
+    if case.tier in ("primitives", "memory") and _quantized(case.subject):
+        if "quantized-int16" in case.profiles or case.dtype == "int16":
+            return ("int16",)
+        if "per_channel" in case.id or "per_column" in case.id:
+            return ("int8-per-channel",)
+        if "per_tensor" in case.id:
+            return ("int8-per-tensor",)
+        return ("int8-per-tensor", "int8-per-channel")  # activations only: the same in both
+    return tuple(f.name for f in FLOWS.values() if case.dtype in f.dtypes)
+
+
+def _quantized(subject) -> bool:
+    from glow_core.ops.registry import PRIMITIVES
+    p = PRIMITIVES.get(subject)
+    return p is not None and p.quantized == "own"
+
+
+def check(names, backend) -> list[str]:
+    """The flows asked for with ``--flow``, checked: known, and claimed by the backend (a UsageError's text
+    otherwise: returned as the list's only element prefixed with "error: ")."""
+    unknown = [n for n in names if n not in FLOWS]
+    if unknown:
+        return [f"error: --flow {unknown[0]}: unknown flow; flows: {', '.join(FLOWS)}"]
+    claimed = claimed_flows(backend)
+    refused = [n for n in names if n not in claimed]
+    if refused:
+        return [f"error: --flow {refused[0]}: backend '{backend.name}' does not claim this flow "
+                f"(conformance_flows(): {', '.join(claimed) or 'none'})"]
+    return list(dict.fromkeys(names))
+
+
+def claimed_flows(backend) -> tuple[str, ...]:
+    """The flows ``backend`` claims (``conformance_flows()``; None: every flow); an unknown name is an error."""
+    declared = backend.conformance_flows()
+    if declared is None:
+        return tuple(FLOWS)
+    unknown = [n for n in declared if n not in FLOWS]
+    if unknown:
+        raise ValueError(f"backend '{backend.name}': conformance_flows() names {unknown[0]!r}, which is no flow; "
+                         f"flows: {', '.join(FLOWS)}")
+    return tuple(declared)
