@@ -50,6 +50,7 @@ import numpy as np
 from glow_core.types import dtype as gdtype
 
 from .cases import CaseFailure
+from .flows import FLOWS
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,11 @@ class Tol:
     mag: float = 0.0
     tensor: float = 0.0
     lsb: int = 0  # integer results against a foreign implementation: allowed distance in units of the last place
+    sqnr: float = 0.0  # a network under a reduced-precision recipe against the float32 one: the least SQNR in dB
 
     def __str__(self):
-        parts = [f"{k}={getattr(self, k)}" for k in ("ulp", "acc", "rel", "mag", "tensor", "lsb") if getattr(self, k)]
+        parts = [f"{k}={getattr(self, k)}" for k in ("ulp", "acc", "rel", "mag", "tensor", "lsb", "sqnr")
+                 if getattr(self, k)]
         return "bitwise" if self.bitwise else (", ".join(parts) or "exact")
 
 
@@ -104,6 +107,10 @@ TOLERANCES = {
     "quantized": EXACT, "quantized-reference": EXACT,
     # the interpreter's int8 network against onnxruntime's (the models tier's QDQ networks on the reference)
     "quantized-foreign": Tol(lsb=1),
+    # a network under a flow's recipe on the reference interpreter, against the float32 network (flows.py)
+    **{f"flow-{name}": Tol(sqnr=flow.sqnr_db) for name, flow in FLOWS.items() if flow.sqnr_db},
+    # a converted network on another backend against the interpreter under the same recipe
+    **{f"flow-agree-{name}": Tol(sqnr=flow.agreement_db) for name, flow in FLOWS.items() if flow.agreement_db},
 }
 
 #: tolerance class -> TOSA-style compliance mode
@@ -115,6 +122,7 @@ MODES = {
     **dict.fromkeys(("matmul", "conv", "pool", "reduce", "op-acc"), "DOT_PRODUCT"),
     **dict.fromkeys(("reduce-prod", "op-rel", "op-exp"), "REDUCE_PRODUCT"),
     "op-cancel": "ABS_ERROR", "op": "TENSOR", "model": "TENSOR", "quantized-foreign": "LSB",
+    **{f"flow-{name}": "SQNR" for name in FLOWS}, **{f"flow-agree-{name}": "SQNR" for name in FLOWS},
 }
 #: classes where a plain allowance (not a per-element bound derived from the operation) remains, and why
 PLAIN = {
@@ -126,6 +134,14 @@ PLAIN = {
              "max|tensor|",
     "quantized-foreign": "the interpreter's int8 network against onnxruntime's: onnxruntime's kernels requantize "
                          "in their own arithmetic, so 1 in the last place (against the interpreter: EXACT)",
+    **{f"flow-{name}": f"the reference interpreter running a network under flow {name}'s recipe has no bit-exact "
+                       f"independent oracle: it is judged against the float32 network (ONNX's ReferenceEvaluator) "
+                       f"by its signal-to-noise ratio, at least {flow.sqnr_db:g} dB (other backends: against the "
+                       f"interpreter under the same recipe)" for name, flow in FLOWS.items() if flow.sqnr_db},
+    **{f"flow-agree-{name}": f"a network converted by flow {name} rounds every intermediate in its type and a "
+                             f"backend may keep one wider (a fused epilogue): per-element bounds compound through "
+                             f"layers, so it agrees with the interpreter under the same recipe by SQNR, at least "
+                             f"{flow.agreement_db:g} dB" for name, flow in FLOWS.items() if flow.agreement_db},
 }
 
 
@@ -277,6 +293,8 @@ def _bound(cls, tol, n, with_ref):
         parts.append(f"|got - want| <= {tol.tensor:g} * eps * max|want|")
     if tol.lsb:
         parts.append(f"<= {tol.lsb} in the last place")
+    if tol.sqnr:
+        parts.append(f"SQNR >= {tol.sqnr:g} dB against {'the interpreter' if 'agree' in cls else 'the float32 network'}")
     return " or ".join(parts)
 
 
@@ -306,6 +324,9 @@ def compare(got, want, tolerance_class: str, describe: str, rerun: str, n: int =
         want = flushed
     if got.size == 0:
         _record(name, tolerance_class, tol, got, want, center, None, n)
+        return
+    if tol.sqnr:
+        _sqnr_verdict(got, want, tol, tolerance_class, describe, rerun, name, n)
         return
     if not is_float:  # integers and bool: exact (or lsb apart from a foreign implementation)
         if tol.lsb:
@@ -344,6 +365,25 @@ def compare(got, want, tolerance_class: str, describe: str, rerun: str, n: int =
                           f"class {tolerance_class}, mode {mode(tolerance_class)}); first at index "
                           f"{_fmt_idx(i, got.shape)}: got {_v(g)}, expected {_v(w)}{extra}"
                           + (" (subnormals flushed: the backend declares flushes_subnormals())" if flush else "")
+                          + f"\n  rerun: {rerun}")
+
+
+def _sqnr_verdict(got, want, tol, cls, describe, rerun, name, n):
+    """A whole tensor's SQNR against ``want`` (float64), special values matched as everywhere."""
+    gf, wf = got.astype(np.float64), want.astype(np.float64)
+    with np.errstate(all="ignore"):
+        special = ~(np.isfinite(gf) & np.isfinite(wf))
+        mismatched = special & ~((np.isnan(gf) & np.isnan(wf)) | (gf == wf))
+    rec = _record(name, cls, tol, got, want, None, mismatched, n)
+    q = rec.get("sqnr_db")
+    low = q != "inf" and (q is None or q == "-inf" or q < tol.sqnr)
+    if low:
+        rec["out_of_bound"] = rec["elements"]
+    if mismatched.any() or low:
+        raise CaseFailure(f"{describe}\n  {name}: SQNR {q if isinstance(q, str) else f'{q:.2f}'} dB against "
+                          f"{'the interpreter' if 'agree' in cls else 'the float32 network'}, at least {tol.sqnr:g} dB "
+                          f"required (class {cls}, mode {mode(cls)})"
+                          + (f"; {int(mismatched.sum())} special values differ" if mismatched.any() else "")
                           + f"\n  rerun: {rerun}")
 
 

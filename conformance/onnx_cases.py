@@ -214,8 +214,9 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
     """A case over an ONNX model: ``build(rng)`` returns (model, feeds); ``oracle(feeds)`` (a list of arrays)
     replaces ReferenceEvaluator where that is known to be wrong or less precise. Cases with the same ``group``
     are first run merged into one model (one compilation; see ``grouped_outputs``). ``threads``: the compile's
-    ``num_threads`` (case ids of 2 end in /t2); ``options``: more compile options (a flow's recipe), the
-    interpreter's expectation compiled with them too; ``reference_tolerance``: the class on the reference
+    ``num_threads`` (case ids of 2 end in /t2); ``options``: more compile options (a flow's recipe), or a
+    function of the model returning them (made at stage quantize: a calibrated profile), the interpreter's
+    expectation compiled with them too; ``reference_tolerance``: the class on the reference
     backend when it differs (an oracle that is a foreign implementation). Every case also runs on a second
     input and is judged on both."""
     def run(ctx):
@@ -226,15 +227,17 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
         feeds2 = second_feeds(build, second_seed(case_id, ctx.seed), feeds)
         outs = [o.name for o in model.graph.output]
         tol = reference_tolerance if ctx.is_reference and reference_tolerance else tolerance
-        ref = Reference.of(model, ctx, outs, oracle, options)
+        ctx.stage = "quantize"
+        opts = options(model) if callable(options) else options
+        ref = Reference.of(model, ctx, outs, oracle, opts)
         wants = [ref(feeds), ref(feeds2)]
         shapes = ", ".join(f"{k}: {v.dtype}{list(v.shape)}" for k, v in feeds.items())
         attrs = {a.name: helper.get_attribute_value(a) for n in model.graph.node[:1] for a in n.attribute} \
             if len(model.graph.node) == 1 else {}
         desc = (f"{tier} case {subject} dtype {dt}: inputs {shapes or '-'}, attributes {_short(attrs)}, "
-                f"seed {seed}" + (f", options {_short(options)}" if options else ""))
+                f"seed {seed}" + (f", options {_short(opts)}" if opts else ""))
         rr = ctx.rerun(case_id)
-        scale = Scales(model, ctx, outs, tol, options)
+        scale = Scales(model, ctx, outs, tol, opts)
         flush = ctx.flush and tol not in ("op-bitwise",)
 
         def check(got, fds, want, d):
@@ -254,7 +257,7 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
         if outcome == "passed":
             return
         ctx.answers.clear()
-        cm = compile_model(ctx, model, threads=threads, **(options or {}))
+        cm = compile_model(ctx, model, threads=threads, **(opts or {}))
         o1 = run_compiled(ctx, cm, feeds, desc, rr)
         copies = {k: np.array(v, copy=True) for k, v in o1.items()}
         o2 = run_compiled(ctx, cm, feeds2, desc + " [second input]", rr)
@@ -339,6 +342,8 @@ def grouped_outputs(ctx, group, case_id, model):
 def _short(attrs):
     out = {}
     for k, v in attrs.items():
+        if type(v).__name__ == "Profile":
+            v = "calibrated profile"
         if isinstance(v, bytes):
             v = v.decode()
         elif isinstance(v, onnx.TensorProto):

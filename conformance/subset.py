@@ -9,7 +9,7 @@ float32 only (``glowc partition MODEL --backend glow_conformance.subset:conv_mat
 from __future__ import annotations
 
 from glow_core.backend import ACCELERATOR, Backend, Unsupported
-from glow_cpu.backend import CPUBackend
+from glow_core.discovery import get_backend
 
 from .proxy import ProxyBackend
 
@@ -42,5 +42,5 @@ class SubsetBackend(ProxyBackend):
 def conv_matmul_add() -> SubsetBackend:
     """'cma_npu': claims conv, matmul and add in float32, runs them with the cpu backend's generated C, and
     declares an accelerator's cost model (glow_core.backend.ACCELERATOR) so that tiny islands return to the host."""
-    return SubsetBackend(CPUBackend(), ops=("conv", "matmul", "add"), dtypes=("float32",), name="cma_npu",
-                         costs=ACCELERATOR)
+    cpu = type(get_backend("cpu"))()  # a fresh instance of the installed cpu backend, found by name
+    return SubsetBackend(cpu, ops=("conv", "matmul", "add"), dtypes=("float32",), name="cma_npu", costs=ACCELERATOR)

@@ -187,8 +187,12 @@ QDQ = {
 @functools.lru_cache(maxsize=None)
 def _qdq_model(name: str) -> onnx.ModelProto:
     """QDQ[name] quantized by onnxruntime (calibrated on 4 seeded inputs), its output the quantized tensor."""
-    import pytest
-    q = pytest.importorskip("onnxruntime.quantization", reason="no oracle: QDQ models need onnxruntime")
+    try:
+        import onnxruntime.quantization as q
+    except ImportError:
+        from .cases import Unsupported
+        raise Unsupported("no oracle: the QDQ models are made by onnxruntime.quantization, which is not installed",
+                          kind="no-oracle", stage="import") from None
     from onnxruntime.quantization.shape_inference import quant_pre_process
     build, per_channel, act = QDQ[name]
     model = build()
@@ -274,6 +278,67 @@ def cases():
             m = _qdq_model(name)
             return m, _feeds(m, rng)
         out.append(model_case(f"models/{name}/{QDQ[name][2]}/seeded", "models", name, QDQ[name][2], build,
-                              "quantized", profiles=("models", "quantized-int8"),
-                              oracle=lambda feeds, name=name: _ort_run(_qdq_model(name), feeds)))
+                              "quantized", profiles=("models", "quantized-int8"), reference_tolerance="quantized-foreign",
+                              oracle=lambda feeds, name=name: _ort_run(_qdq_model(name), feeds),
+                              flows=("int8-per-channel",) if QDQ[name][1] else ("int8-per-tensor",)))
+    return out + flow_cases()
+
+
+#: The float32 networks every flow but fp32 (whose networks are the float32 cases above) runs under its recipe.
+FLOW_MODELS = {
+    "mlp": lambda: M.mlp(seed=1),
+    "cnn": lambda: example_models.cnn(seed=1),
+    "resnet": lambda: example_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1),
+}
+CALIBRATION_SAMPLES = 4
+
+
+@functools.lru_cache(maxsize=None)
+def _profile(name: str):
+    """A profile of FLOW_MODELS[name] calibrated on seeded inputs (glow_core.quantization.profile)."""
+    from glow_core.quantization import profile
+    model = FLOW_MODELS[name]()
+    rng = np.random.default_rng(11)
+    return profile(model, [_feeds(model, rng) for _ in range(CALIBRATION_SAMPLES)])
+
+
+def _recipe(flow, name):
+    """The compile options of ``flow`` for network ``name`` (its profile calibrated when the recipe quantizes)."""
+    from .flows import PROFILE
+    opts = dict(flow.options)
+    if opts.get("quantize") == PROFILE:
+        opts["quantize"] = _profile(name)
+    return opts
+
+
+def _flow_model(flow, name):
+    """FLOW_MODELS[name] as ``flow`` takes it: int4 weight-only transforms the model itself."""
+    model = FLOW_MODELS[name]()
+    if flow.name == "int4-weight-only":
+        from glow_core.quantization import weight_only
+        model = weight_only(model, bits=4, block_size=32, symmetric=True)
+    return model
+
+
+def flow_cases():
+    """Each network of FLOW_MODELS under each flow's recipe (``models/<network>/<flow>/recipe``): against the
+    interpreter under the same recipe, or (the reference interpreter itself) against the float32 network by
+    ReferenceEvaluator within the flow's SQNR."""
+    from .flows import FLOWS
+    out = []
+    for fname, flow in FLOWS.items():
+        if fname == "fp32":
+            continue
+        for name in FLOW_MODELS:
+            def build(rng, flow=flow, name=name):
+                m = _flow_model(flow, name)
+                return m, _feeds(m, rng)
+
+            def oracle(feeds, name=name):  # the float32 network (for the reference interpreter only)
+                from onnx.reference import ReferenceEvaluator
+                return [np.asarray(r) for r in ReferenceEvaluator(FLOW_MODELS[name]()).run(None, feeds)]
+            cls = f"flow-agree-{fname}" if flow.agreement_db else "model"
+            out.append(model_case(f"models/{name}/{fname}/recipe", "models", name, fname, build, cls,
+                                  profiles=("models",), options=lambda m, flow=flow, name=name: _recipe(flow, name),
+                                  oracle=oracle, reference_tolerance=f"flow-{fname}", flows=(fname,)))
     return out

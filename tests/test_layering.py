@@ -234,8 +234,6 @@ def test_backends_import_no_other_backend_but_through_the_core():
 GENERIC_SUITE_BACKENDS = {"glow_interpreter"}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 26 item 6: the suite's coverage, paths, plugin and subset modules still "
-                   "read the cpu backend's GEMM tiles, sanitizer and coverage builds; they become backend hooks")
 def test_the_generic_suite_imports_no_backend_but_the_interpreter():
     """glow_conformance judges any backend, so it may know only the reference interpreter."""
     backends = PACKAGE_LAYERS[1][1] - GENERIC_SUITE_BACKENDS
