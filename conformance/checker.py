@@ -422,14 +422,17 @@ def float_verdict(got, want, tol: Tol, n=1, magnitude=None, center=None):
 
 def dot_product_statistics(got, center, magnitude, n: int):
     """TOSA's dot-product statistics of a result in its accumulator's own type (float32, float64): with
-    ``err = (got - ref) / (m * 2**-(M + 1))`` over the finite elements with m > 0, (sum err, sum err**2, T) and
-    the limits 2 sqrt(n T) and 0.4 n T."""
+    ``err = (got - ref) / (m * 2**-(M + 1))`` over the finite elements whose unit m * 2**-(M + 1) is at least 16
+    of the type's smallest subnormal (below it, rounding to the subnormal grid is the error), (sum err,
+    sum err**2, T) and the limits 2 sqrt(n T) and 0.4 n T."""
     gf = np.asarray(got, np.float64).reshape(-1)
     cf = np.asarray(center, np.float64).reshape(-1)
     m = np.broadcast_to(np.asarray(magnitude, np.float64), np.shape(center)).reshape(-1)
-    mant = int(finfo(np.asarray(got).dtype).nmant)
-    with np.errstate(all="ignore"):
-        use = np.isfinite(gf) & np.isfinite(cf) & np.isfinite(m) & (m > 0)
+    fi = finfo(np.asarray(got).dtype)
+    mant = int(fi.nmant)
+    unit = m * 2.0 ** -(mant + 1)
+    with np.errstate(all="ignore"):  # elements whose unit is below the subnormal grid are left out (its rounding)
+        use = np.isfinite(gf) & np.isfinite(cf) & np.isfinite(m) & (unit >= 16 * float(fi.tiny) * float(fi.eps))
         err = (gf[use] - cf[use]) / (m[use] * 2.0 ** -(mant + 1))
     t = int(use.sum())
     return {"ks": int(n), "t": t, "err_sum": float(err.sum()), "err_sumsq": float((err * err).sum()),

@@ -60,7 +60,19 @@ def mlp(seed=0, dt="float32", batch=4, sizes=(33, 64, 17, 10)):
     return g.model("mlp", [("input", (batch, sizes[0]))], [g.nodes[-1].output[0]])
 
 
-def mobilenet(seed=0, dt="float32", size=16):
+def many_outputs(seed=0, dt="float32", batch=2, width=17):
+    """Twelve outputs of one function (a backend with 8 output slots loses 4): each a different op of the input
+    (elementwise, a reduction, a matmul, a softmax, a transpose, a slice)."""
+    g = G(seed, dt)
+    x = "input"
+    outs = [g.op("Relu", [x]), g.op("Neg", [x]), g.op("Abs", [x]), g.op("Sigmoid", [x]), g.op("Tanh", [x]),
+            g.op("Add", [x, g.w(width)]), g.op("Mul", [x, g.w(width)]), g.op("Softmax", [x], axis=-1),
+            g.op("ReduceSum", [x, g.const([1], np.int64)], keepdims=0), g.op("MatMul", [x, g.w(width, 5)]),
+            g.op("Transpose", [x], perm=[1, 0]), g.op("Max", [x, g.w(width)])]
+    return g.model("many_outputs", [("input", (batch, width))], outs)
+
+
+def mobilenet(seed=0, dt="float32", size=16, batch=1):
     g = G(seed, dt)
     x = g.op("Conv", ["input", g.w(8, 3, 3, 3), g.w(8, scale=0.1)], kernel_shape=[3, 3], strides=[2, 2],
              pads=[1, 1, 1, 1])
@@ -74,7 +86,7 @@ def mobilenet(seed=0, dt="float32", size=16):
     x = g.op("GlobalAveragePool", [x])
     x = g.op("Flatten", [x], axis=1)
     g.op("Gemm", [x, g.w(10, 24), g.w(10, scale=0.1)], transB=1)
-    return g.model("mobilenet", [("input", (1, 3, size, size))], [g.nodes[-1].output[0]])
+    return g.model("mobilenet", [("input", (batch, 3, size, size))], [g.nodes[-1].output[0]])
 
 
 def bert_encoder(seed=0, dt="float32", batch=2, seq=7, hidden=32, heads=4):

@@ -257,9 +257,11 @@ def engine_conv_geometries() -> dict:
     scalar heads and tails), one of them at 2 threads past the engine's threading threshold."""
     o2 = [1, 1, 1, 1]
     rows = paths.int8_parallel_conv_rows(16, 16, 9, 48)
-    return {"2d_rows40_s1": (((1, 8, 5, 40), (6, 8, 3, 3), [1, 1], [1, 1], o2, 1), 1),
+    return {"2d_rows40_s1": (((2, 8, 5, 40), (6, 8, 3, 3), [1, 1], [1, 1], o2, 1), 1),
             "2d_rows70_s2": (((1, 4, 7, 70), (5, 4, 3, 3), [2, 2], [1, 1], o2, 1), 1),
-            "2d_rows48_parallel": (((1, 16, rows, 48), (16, 16, 3, 3), [1, 1], [1, 1], o2, 1), 2)}
+            "2d_rows48_parallel": (((1, 16, rows, 48), (16, 16, 3, 3), [1, 1], [1, 1], o2, 1), 2),
+            # more than 64 Ki outputs (two images): a tiling bug past 65536 elements
+            "2d_large_2x2x130x128": (((2, 4, 130, 128), (2, 4, 3, 3), [1, 1], [1, 1], o2, 1), 1)}
 
 
 def qconv_cases(geometries):
@@ -352,6 +354,8 @@ def binary_cases():
     for prim in ("qadd", "qmul"):
         for pa, pb, po in pairs:
             shapes = (((7,), 1), ((3, 5, 7), 1), ((2, 3, 4, 17), 1), ((paths.int8_parallel_elements(),), 2))
+            if (pa, pb, po) == pairs[0]:  # more than 64 Ki outputs
+                shapes += (((2, 32821), 1),)
             for shape, threads in shapes:
                 def mk(rng, pa=pa, pb=pb, po=po, shape=shape, prim=prim):
                     out_scale = po[1] * (1 if prim == "qadd" else 40)

@@ -49,6 +49,11 @@ MODELS = {
     "resnet_bn_folded": lambda dt: example_models.resnet(seed=2, size=12, widths=(8, 16), blocks=1, batchnorm=False),
     "mlp": lambda dt: M.mlp(seed=1, dt=dt),
     "mobilenet": lambda dt: M.mobilenet(seed=1, dt=dt),
+    # batch > 1 through a whole network (every kernel's batch loop and image offsets), and a function with more
+    # outputs than 8 (a backend keeping 8 output slots)
+    "mobilenet_batch3": lambda dt: M.mobilenet(seed=2, dt=dt, batch=3),
+    "cnn_batch2": lambda dt: example_models.cnn(seed=2, batch=2),
+    "many_outputs": lambda dt: M.many_outputs(seed=1, dt=dt),
     "bert_encoder": lambda dt: M.bert_encoder(seed=1, dt=dt),
     "lstm_unrolled": lambda dt: M.lstm_unrolled(seed=1, dt=dt),
     "unet": lambda dt: M.unet(seed=1, dt=dt),
@@ -166,6 +171,7 @@ ATTENTION = {
     "refused_scores_read": (dict(batch=1, heads=2, seq=260, also="scores"), 1, None),
 }
 DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "float16"),
+          "many_outputs": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32"),
           "head_transposes": ("float32", "float64", "float16")}

@@ -303,11 +303,11 @@ def _structured():
         "const_winograd4": ((1, 16, 24, 24), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
         "const_winograd2": ((1, 16, 12, 12), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),
         "const_1x1_stride2": ((1, 16, 9, 9), (24, 16, 1, 1), {"strides": [2, 2]}),
-        "const_depthwise": ((1, 16, 10, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
+        "const_depthwise": ((2, 16, 10, 10), (16, 1, 3, 3), {"group": 16, "pads": [1, 1, 1, 1], "strides": [2, 2]}),
         "const_group_dilation": ((1, 8, 11, 11), (8, 2, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2] * 4}),
         "const_1d": ((1, 4, 15), (6, 4, 3), {"pads": [1, 1]}),
         # 1x1, stride 1, unpadded: reads nchw in place; depthwise over rows wider than one strip's budget
-        "const_1x1_in_place": ((1, 24, 9, 11), (16, 24, 1, 1), {}),
+        "const_1x1_in_place": ((2, 24, 9, 11), (16, 24, 1, 1), {}),
         "const_depthwise_strips": ((1, 8, 6, paths.depthwise_strip_width()), (8, 1, 3, 3),
                                    {"group": 8, "pads": [1, 1, 1, 1]}),
         # a row of whole depthwise tiles and a tail tile; the direct kernel over several input-channel chunks
@@ -389,6 +389,8 @@ def _structured():
                                                         {"axis": -1}))
     add("Split", "uneven", mv, lambda r, d: one_node("Split", [rnd(d, (7, 3), r), _c([2, 5])], {"axis": 0}, n_out=2))
     add("Split", "equal3", mv, lambda r, d: one_node("Split", [rnd(d, (2, 9), r)], {"axis": 1}, n_out=3))
+    # more outputs than a backend keeping 8 output slots returns
+    add("Split", "equal12", mv, lambda r, d: one_node("Split", [rnd(d, (2, 36), r)], {"axis": 1}, n_out=12))
     add("Slice", "steps", mv, lambda r, d: one_node("Slice", [rnd(d, (9, 8), r), _c([1, -1]), _c([8, 0]), _c([0, 1]),
                                                               _c([3, -2])]))
     add("Slice", "clamped", mv, lambda r, d: one_node("Slice", [rnd(d, (5, 6), r), _c([-100]), _c([100]), _c([1])]))
@@ -409,6 +411,11 @@ def _structured():
     add("Expand", "broadcast", mv, lambda r, d: one_node("Expand", [rnd(d, (3, 1), r), _c([2, 3, 4])]))
     add("Where", "broadcast", F + ("int32",), lambda r, d: one_node("Where", [rnd("bool", (3, 1), r), rnd(d, (4,), r),
                                                                              rnd(d, (3, 4), r)]))
+    # NaN in either operand of Max and Min, broadcast both ways (the specials cases pair every special value)
+    for op in ("Max", "Min"):
+        add(op, "nan_broadcast", F, lambda r, d, op=op: one_node(op, [
+            np.where(r.random((3, 1, 65)) < 0.1, np.nan, rnd(d, (3, 1, 65), r)).astype(gdtype(d).np),
+            np.where(r.random((4, 65)) < 0.1, np.nan, rnd(d, (4, 65), r)).astype(gdtype(d).np)]))
     add("Clip", "min_max", F + ("int32",), lambda r, d: one_node("Clip", [rnd(d, (4, 5), r), Init(np.array(-1).astype(
         gdtype(d).np)), Init(np.array(2).astype(gdtype(d).np))]))
     for to in ("float32", "float16", "int32", "int8", "uint8", "bool", "float64", "bfloat16"):

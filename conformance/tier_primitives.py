@@ -699,10 +699,143 @@ def index_cases():
     return out
 
 
+# -- the gate's holes (issue 26): large outputs, subnormal results, accumulation stress, NaN in max/min -------
+#: more than 64 Ki elements in one compute output: a tiling bug past 65536 elements shows in every dtype class
+BIG = 65536 + 101
+FLOAT_TYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def _finfo(dt):
+    from .checker import finfo
+    return finfo(gdtype(dt).np)
+
+
+def large_output_cases():
+    """A compute output over 64 Ki elements for every dtype class: elementwise add (and bool and), matmul, conv,
+    pooling, a reduction, a cast; the quantized ones in quantized_cases."""
+    out = []
+    for dt in NUMERIC:
+        out.append(make_case("add", dt, f"large_{BIG}", lambda rng, dt=dt: [full_range(dt, (BIG,), rng)
+                                                                          if gdtype(dt).is_int else
+                                                                          rand(dt, (BIG,), rng),
+                                                                          full_range(dt, (BIG,), rng)
+                                                                          if gdtype(dt).is_int else
+                                                                          rand(dt, (BIG,), rng)], {},
+                             lambda a, at: (O.binary("add", *a), None)))
+    out.append(make_case("and", "bool", f"large_{BIG}", lambda rng: [rand("bool", (BIG,), rng),
+                                                                      rand("bool", (BIG,), rng)], {},
+                         lambda a, at: (O.binary("and", *a), None)))
+    for dt in FLOAT_TYPES + ("int8", "uint8", "int32", "int64"):
+        out.append(_matmul(dt, (257, 6), (6, 260), f"large/257x6@6x260"))
+    for dt in ("float32", "float16", "float64", "int8", "int32"):
+        xs, ws = (2, 2, 132, 130), (2, 2, 3, 3)  # 2 x 2 x 130 x 128 = 66560 outputs
+        out.append(make_case("conv", dt, "large/2x2x130x128", lambda rng, dt=dt, xs=xs, ws=ws: [
+            num_range(dt, rng, xs, True), num_range(dt, rng, ws, True), num_range(dt, rng, (ws[0],), True)],
+            {"strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 0, 0], "group": 1},
+            lambda a, at: O.conv(*a, **at), n_of=lambda a, at: int(np.prod(a[1].shape[1:])) + 1))
+    pool = {"kernel": [2, 2], "strides": [2, 2], "dilations": [1, 1], "pads": [0, 0, 0, 0]}
+    for prim, dts in (("max_pool", ("float32", "float16", "int8", "uint8")), ("avg_pool", ("float32", "float16"))):
+        fn = O.max_pool if prim == "max_pool" else O.avg_pool
+        for dt in dts:
+            out.append(make_case(prim, dt, "large/2x2x260x260_k2s2", lambda rng, dt=dt: [
+                num_range(dt, rng, (2, 2, 260, 260))], pool, lambda a, at, fn=fn: fn(a[0], **at),
+                n_of=lambda a, at: 4))
+    for dt in ("float32", "float16", "int32"):
+        out.append(make_case("reduce_sum", dt, f"large/{BIG}x3/axes1", lambda rng, dt=dt: [
+            _reduce_input("reduce_sum", dt, (BIG, 3), rng)], {"axes": [1], "keepdims": 0},
+            lambda a, at: O.reduce("reduce_sum", a[0], **at), n_of=lambda a, at: 3))
+    for dst in ("float16", "int8", "bfloat16"):
+        out.append(make_case("cast", "float32", f"to_{dst}/large_{BIG}", lambda rng: [rand("float32", (BIG,), rng,
+                                                                                            -100, 100)],
+                             {"to": dst}, lambda a, at: (O.cast(a[0], at["to"]), None)))
+    return out
+
+
+def subnormal_cases():
+    """Results in the subnormal range of their type from matmul, conv, average and max pooling and sums (products
+    of two values near sqrt(smallest normal)): a backend keeps them, or declares flushes_subnormals() and returns
+    zeros of their sign, consistently."""
+    out = []
+    for dt in FLOAT_TYPES:
+        tiny = float(_finfo(dt).tiny)
+        s = float(np.sqrt(tiny))
+
+        def scaled(rng, shape, k, dt=dt):
+            return (rng.uniform(-1, 1, shape) * k).astype(np.float64).astype(np.float32 if gdtype(dt).itemsize < 4
+                                                                              else np.float64).astype(gdtype(dt).np)
+        out.append(_matmul(dt, (9, 16), (16, 7), "subnormal_results/9x16@16x7", make=lambda rng, s=s, sc=scaled: [
+            sc(rng, (9, 16), s / 4), sc(rng, (16, 7), s / 4)]))
+        out.append(make_case("conv", dt, "subnormal_results/2d_pad1_batch2", lambda rng, s=s, sc=scaled, dt=dt: [
+            sc(rng, (2, 3, 6, 6), s / 6), sc(rng, (4, 3, 3, 3), s / 6), np.zeros(4, gdtype(dt).np)],
+            {"strides": [1, 1], "dilations": [1, 1], "pads": [1, 1, 1, 1], "group": 1},
+            lambda a, at: O.conv(*a, **at), n_of=lambda a, at: int(np.prod(a[1].shape[1:])) + 1))
+        pool = {"kernel": [2, 2], "strides": [1, 1], "dilations": [1, 1], "pads": [0, 0, 1, 1]}
+        for prim, fn in (("max_pool", O.max_pool), ("avg_pool", O.avg_pool)):
+            out.append(make_case(prim, dt, "subnormal_results/2x3x5x5", lambda rng, tiny=tiny, sc=scaled: [
+                sc(rng, (2, 3, 5, 5), tiny)], pool, lambda a, at, fn=fn: fn(a[0], **at), n_of=lambda a, at: 4))
+        out.append(make_case("reduce_sum", dt, "subnormal_results/3x4x5x6/axes13", lambda rng, tiny=tiny, sc=scaled: [
+            sc(rng, RANK4, tiny / 8)], {"axes": [1, 3], "keepdims": 1},
+            lambda a, at: O.reduce("reduce_sum", a[0], **at), n_of=lambda a, at: 24))
+    return out
+
+
+def stress_cases():
+    """Data that stresses accumulation, judged against the float64 reference by the sum of |terms|: long
+    reductions, cancellation (the exact result far below the terms), mixed magnitudes (terms over 12 decades)."""
+    out = []
+
+    def cancel(rng, n, dt, cols):
+        half = rng.uniform(-1, 1, (n // 2, cols))
+        b = np.concatenate([half, -half * (1 + rng.uniform(-1e-3, 1e-3, half.shape))])  # pairs cancelling
+        return b.astype(np.float32).astype(gdtype(dt).np)
+
+    def mixed(rng, shape, dt):
+        lo, hi = (-4, 4) if dt in ("float16",) else (-6, 6)
+        return (rng.uniform(-1, 1, shape) * 10.0 ** rng.uniform(lo, hi, shape)).astype(np.float32).astype(
+            gdtype(dt).np)
+    for dt in ("float32", "float16", "bfloat16", "float64"):
+        k = 8192 if dt in ("float32", "float64") else 2048
+        out.append(_matmul(dt, (4, k), (k, 3), f"stress/long_k{k}", make=lambda rng, dt=dt, k=k: [
+            rand(dt, (4, k), rng, 0.0, 1.0), rand(dt, (k, 3), rng, -1.0, 1.0)]))
+        out.append(_matmul(dt, (6, 512), (512, 5), "stress/cancellation", make=lambda rng, dt=dt: [
+            np.ones((6, 512), gdtype(dt).np) + rand(dt, (6, 512), rng, 0, 0.01), cancel(rng, 512, dt, 5)]))
+        out.append(_matmul(dt, (6, 300), (300, 7), "stress/mixed_magnitudes", make=lambda rng, dt=dt: [
+            mixed(rng, (6, 300), dt), mixed(rng, (300, 7), dt)]))
+        for label, mk in ((f"stress/long/3x{k * 8}/axes1", lambda rng, dt=dt, k=k: [rand(dt, (3, k * 8), rng, 0, 1)]),
+                          ("stress/cancellation/5x2048/axes1", lambda rng, dt=dt: [cancel(rng, 2048, dt, 5).T.copy()]),
+                          ("stress/mixed_magnitudes/7x999/axes1", lambda rng, dt=dt: [mixed(rng, (7, 999), dt)])):
+            out.append(make_case("reduce_sum", dt, label, mk, {"axes": [1], "keepdims": 0},
+                                 lambda a, at: O.reduce("reduce_sum", a[0], **at),
+                                 n_of=lambda a, at: int(a[0].shape[1])))
+    for dt in ("float32", "float64"):
+        out.append(_conv(dt, "2d_pad1", "stress/long_c256_3x3", lambda rng, dt=dt: [
+            rand(dt, (2, 256, 5, 5), rng, 0, 1), rand(dt, (4, 256, 3, 3), rng, -1, 1), rand(dt, (4,), rng)]))
+        out.append(_conv(dt, "2d_pad1", "stress/mixed_magnitudes", lambda rng, dt=dt: [
+            mixed(rng, (1, 3, 8, 8), dt), mixed(rng, (5, 3, 3, 3), dt), rand(dt, (5,), rng)]))
+    return out
+
+
+def nan_max_min_cases():
+    """NaN in either operand of elementwise max and min over a vectorized, threaded size (the specials cases
+    take every pair of special values over a few hundred elements): NaN wins (the contract), wherever it is."""
+    out = []
+    for prim in ("max", "min"):
+        for dt in ("float32", "float16", "bfloat16", "float64"):
+            def mk(rng, dt=dt):
+                a, b = rand(dt, LARGE, rng), rand(dt, LARGE, rng)
+                a = np.where(rng.random(LARGE) < 0.05, np.nan, a).astype(a.dtype)
+                b = np.where(rng.random(LARGE) < 0.05, np.nan, b).astype(b.dtype)
+                return [a, b]
+            out.append(make_case(prim, dt, f"nan/{_label(LARGE)}", mk, {},
+                                 lambda a, at, prim=prim: (O.binary(prim, *a), None), threads=2))
+    return out
+
+
 @functools.lru_cache(maxsize=2)
 def _all(lines):
     return tuple(elementwise_cases() + cast_cases() + matmul_cases() + conv_cases() + pool_cases() + reduce_cases()
-                 + line_cases() + index_cases() + quantized_cases(CONV, SMALL_MATMUL, POOL))
+                 + line_cases() + index_cases() + quantized_cases(CONV, SMALL_MATMUL, POOL) + large_output_cases()
+                 + subnormal_cases() + stress_cases() + nan_max_min_cases())
 
 
 def cases():
