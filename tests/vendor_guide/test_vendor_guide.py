@@ -50,6 +50,18 @@ def test_primitives_md_is_up_to_date():
     assert current == docs.render(), "vendor_guide/primitives.md is stale: run  python -m glow_tools.docs"
 
 
+def test_conformance_md_compliance_modes_are_up_to_date():
+    """The table of every primitive's compliance mode in conformance.md is the one the docs generator renders from
+    the records and the suite's tolerance table."""
+    current = (GUIDE / "conformance.md").read_text(encoding="utf-8")
+    assert current == docs.render_conformance(current), \
+        "vendor_guide/conformance.md's compliance modes are stale: run  python -m glow_tools.docs"
+    from glow_core.ops.registry import PRIMITIVES
+    table = current.partition(docs.BEGIN)[2].partition(docs.END)[0]
+    for name, p in PRIMITIVES.items():
+        assert f"| `{name}` | {p.family} | `{p.tolerance}` |" in table, name
+
+
 def test_docs_check_command(tmp_path):
     out = tmp_path / "p.md"
     assert docs.main(["--output", str(out)]) == 0
