@@ -56,6 +56,7 @@ def test_conformance_sanitize_reports_an_out_of_bounds_read(tmp_path):
                                "for (int d = {{ p.outer_rank }}; d >= 0; --d)")
     env = dict(os.environ, **env)
     env.pop("GLOW_SANITIZE_LOG_DIR", None)
+    env.pop("GLOW_CONFORMANCE_SANITIZE_LOG", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "conformance", f"--backend={spec}", "--sanitize",
                         "-p", "no:cacheprovider", "-q", "--case", "primitives/transpose/float32/*"],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
