@@ -72,7 +72,8 @@ def out_types(prim: str, arrays, attrs) -> list[TensorType]:
 def node_info(prim: str, arrays, attrs) -> NodeInfo:
     outs = out_types(prim, arrays, attrs)
     return NodeInfo(prim, tuple(tensor_type_of(np.asarray(a)).dtype.name for a in arrays),
-                    tuple(t.dtype.name for t in outs), dict(attrs), "case")
+                    tuple(t.dtype.name for t in outs), dict(attrs), "case",
+                    tuple(np.shape(a) for a in arrays), tuple(tuple(t.shape) for t in outs))
 
 
 def check_supported(backend, prim: str, arrays, attrs):

@@ -21,23 +21,28 @@ from .passes import DEFAULT_PIPELINE
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """What ``is_op_supported`` is asked about: an op with its input/output dtypes and attributes."""
+    """What ``is_op_supported`` is asked about: an op with its input/output dtypes and attributes (and, when known,
+    the operands' shapes: ``in_shapes`` / ``out_shapes``, empty when the asker does not know them)."""
 
     op: str
     in_dtypes: tuple[str, ...]
     out_dtypes: tuple[str, ...]
     attrs: dict = field(default_factory=dict, compare=False, hash=False)
     name: str = ""
+    in_shapes: tuple = field(default=(), compare=False, hash=False)
+    out_shapes: tuple = field(default=(), compare=False, hash=False)
 
     @classmethod
     def of(cls, node_or_instr) -> "NodeInfo":
         if isinstance(node_or_instr, Node):
             n = node_or_instr
             return cls(n.op, tuple(v.dtype.name for v in n.inputs if v is not None),
-                       tuple(v.dtype.name for v in n.outputs), dict(n.attrs), n.name)
+                       tuple(v.dtype.name for v in n.outputs), dict(n.attrs), n.name,
+                       tuple(tuple(v.shape) for v in n.inputs if v is not None), tuple(tuple(v.shape) for v in n.outputs))
         ins = node_or_instr
         return cls(ins.op, tuple(b.type.dtype.name for b in ins.ins), tuple(b.type.dtype.name for b in ins.outs),
-                   dict(ins.attrs), ins.name)
+                   dict(ins.attrs), ins.name, tuple(tuple(b.type.shape) for b in ins.ins),
+                   tuple(tuple(b.type.shape) for b in ins.outs))
 
 
 class Unsupported:

@@ -248,7 +248,8 @@ class Partitioning:
                 if d == main:
                     continue
                 probe = NodeInfo(info.op, tuple(d if x == main else x for x in info.in_dtypes),
-                                 tuple(d if x == main else x for x in info.out_dtypes), info.attrs, info.name)
+                                 tuple(d if x == main else x for x in info.out_dtypes), info.attrs, info.name,
+                                 info.in_shapes, info.out_shapes)
                 try:
                     ok = b.is_op_supported(probe)
                 except Exception:  # noqa: BLE001  (a probe with a dtype the vendor never expected: a refusal)
