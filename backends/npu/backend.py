@@ -71,13 +71,13 @@ class NpuBackend(Backend):
         if op == "qconv":
             if ins[1:2] and ins[1] != "int8":
                 return Unsupported(f"qconv with {ins[1]} weights: the NPU takes int8 weights")
-            if len(a.get("strides", ())) != 2:
-                return Unsupported("qconv over 1 or 3 spatial dimensions: the NPU runs 2-D convolutions")
-        if op in ("qavg_pool", "max_pool") and len(a.get("kernel", ())) != 2:
-            return Unsupported(f"{op} over 1 or 3 spatial dimensions: the NPU pools 2-D windows")
-        if op == "qmatmul" and node_info.in_shapes and len(node_info.in_shapes[0]) not in (2, 3):
-            return Unsupported(f"qmatmul of rank {len(node_info.in_shapes[0])}: the NPU multiplies matrices and "
-                               f"batches of them (rank 2 or 3; rank-4 tensors are channels-last on the device)")
+            if len(a.get("strides", ())) not in (1, 2, 3):
+                return Unsupported("qconv over more than 3 spatial dimensions")
+        if op in ("qavg_pool", "max_pool") and len(a.get("kernel", ())) not in (1, 2, 3):
+            return Unsupported(f"{op} over more than 3 spatial dimensions")
+        if op == "qmatmul" and node_info.in_shapes and len(node_info.in_shapes[0]) != 2:
+            return Unsupported(f"qmatmul of rank {len(node_info.in_shapes[0])}: the NPU multiplies matrices (rank "
+                               f"2; tensors of rank 3 and more are channels-last on the device)")
         return True
 
     def compile(self, function: IRFunction, options) -> CompiledFunction:
@@ -101,8 +101,18 @@ class NpuBackend(Backend):
 
 # -- compilation ---------------------------------------------------------------------------------------------
 def nhwc_order(shape):
-    """The device order of a tensor's axes: channels-last for rank 4."""
-    return (0, 2, 3, 1) if len(shape) == 4 else tuple(range(len(shape)))
+    """The device order of a tensor's axes: channels-last ([N, *spatial, C]) for rank 3 and more."""
+    r = len(shape)
+    return (0, *range(2, r), 1) if r >= 3 else tuple(range(r))
+
+
+def geometry3(sp, k, strides, dilations, pads):
+    """1-, 2- or 3-D window geometry as 3-D: ((D, H, W), (kd, kh, kw), (sd, sh, sw), (dd, dh, dw), (pf, pt, pl)),
+    missing leading dimensions of extent 1."""
+    n = len(sp)
+    lead = 3 - n
+    return ((1,) * lead + tuple(sp), (1,) * lead + tuple(k), (1,) * lead + tuple(strides),
+            (1,) * lead + tuple(dilations), (0,) * lead + tuple(pads[:n]))
 
 
 def to_device(a: np.ndarray) -> np.ndarray:
@@ -190,8 +200,8 @@ class NpuFunction(CompiledFunction):
         return at
 
     def device_const(self, b):
-        """A constant data operand of rank 4: its bytes rewritten channels-last in the DRAM image."""
-        if b.region == "constant" and len(b.type.shape) == 4 and id(b) not in self._device_consts:
+        """A constant data operand of rank 3 or more: its bytes rewritten channels-last in the DRAM image."""
+        if b.region == "constant" and len(b.type.shape) >= 3 and id(b) not in self._device_consts:
             self._device_consts[id(b)] = (b, to_device(const_value(b)))
 
     def _need_const(self, ins, b, what):
@@ -292,18 +302,21 @@ class NpuFunction(CompiledFunction):
         a = ins.attrs
         x, w, bias, ws, wo = ins.ins
         y = ins.outs[0]
-        N, C, H, W = x.type.shape
-        F, Cg, kh, kw = self._need_const(ins, w, "the weights").shape
+        N, C = x.type.shape[:2]
         wv = self._need_const(ins, w, "the weights")
+        F, Cg = wv.shape[:2]
+        (D, H, W), (kd, kh, kw), (sd, sh, sw), (dd, dh, dw), (pf, pt, pl) = geometry3(
+            x.type.shape[2:], wv.shape[2:], a["strides"], a["dilations"], a["pads"])
+        wv = wv.reshape(F, Cg, kd, kh, kw)
         wsv = self._need_const(ins, ws, "the weight scales").reshape(-1)
         wov = np.broadcast_to(self._need_const(ins, wo, "the weight offsets").reshape(-1), (F,)).astype(np.int64)
         if wov.min() < -128 or wov.max() > 127:
             raise UnsupportedOpError(f"instruction '{ins.name}' (qconv): weight offsets outside int8 "
                                      f"[{wov.min()}, {wov.max()}]")
-        _, _, OH, OW = y.type.shape
+        OD, OH, OW = (1,) * (5 - len(y.type.shape)) + tuple(y.type.shape[2:])
         g = a["group"]
         Fg = F // g
-        layer.macs = N * F * OH * OW * Cg * kh * kw
+        layer.macs = N * F * OD * OH * OW * Cg * kd * kh * kw
         # merge gb groups into one block-diagonal GEMM when a group is narrower than the array
         best = None
         for gb in (d for d in range(1, g + 1) if g % d == 0):
@@ -333,30 +346,30 @@ class NpuFunction(CompiledFunction):
         jobs = []
         for blk in range(g // gb):
             g0 = blk * gb
-            packed = np.empty((kh, kw, Kb, Nb), np.int8)
-            packed[...] = wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int8)[None, None, None, :]  # (w - zp) = 0
+            packed = np.empty((kd, kh, kw, Kb, Nb), np.int8)
+            packed[...] = wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int8)  # off the diagonal blocks (w - zp) = 0
             for q in range(gb):
                 fs = slice((g0 + q) * Fg, (g0 + q + 1) * Fg)
-                packed[:, :, q * Cg:(q + 1) * Cg, q * Fg:(q + 1) * Fg] = np.transpose(wv[fs], (2, 3, 1, 0))
+                packed[:, :, :, q * Cg:(q + 1) * Cg, q * Fg:(q + 1) * Fg] = np.transpose(wv[fs], (2, 3, 4, 1, 0))
             w_addr = self.pack(packed)
             zp_addr = self.pack(wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int32))
             f0 = g0 * Fg
             ex = 4 if i32 else 1
+            sp_in, sp_out = D * H * W * C, OD * OH * OW * F
             job = ConvJob(
-                name=ins.name, images=N, H=H, W=W, K=Kb, N=Nb, OH=OH, OW=OW, kh=kh, kw=kw,
-                sh=a["strides"][0], sw=a["strides"][1], dh=a["dilations"][0], dw=a["dilations"][1],
-                pt=a["pads"][0], pl=a["pads"][1],
-                x_addr=[self.addr(x) + img * H * W * C + g0 * Cg for img in range(N)], x_row=W * C, x_pix=C,
+                name=ins.name, images=N, H=H, W=W, K=Kb, N=Nb, OH=OH, OW=OW, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
+                dw=dw, pt=pt, pl=pl, D=D, OD=OD, kd=kd, sd=sd, dd=dd, pf=pf, x_plane=H * W * C, y_plane=OH * OW * F,
+                x_addr=[self.addr(x) + img * sp_in + g0 * Cg for img in range(N)], x_row=W * C, x_pix=C,
                 xdt=DT[x.type.dtype.name], xzp=int(a["x_offset"]), w_addr=[w_addr] * N, w_row=Nb, wdt="i8",
                 w_zp=zp_addr, bias=bias_addr + 4 * f0, table=None if i32 else table_all + 8 * f0,
-                y_addr=[self.addr(y) + ex * (img * OH * OW * F + f0) for img in range(N)], y_row=OW * F, y_pix=F,
+                y_addr=[self.addr(y) + ex * (img * sp_out + f0) for img in range(N)], y_row=OW * F, y_pix=F,
                 ydt=ydt, out_zp=int(a["out_offset"]), lo=a.get("clamp_min"), hi=a.get("clamp_max"),
-                macs=N * Fg * gb * OH * OW * Cg * kh * kw, cfg=cfg)
+                macs=N * Fg * gb * OD * OH * OW * Cg * kd * kh * kw, cfg=cfg)
             if r is not None:
                 rr = dict(r)
-                rr["addr"] = [self.addr(other) + img * OH * OW * F + f0 for img in range(N)]
+                rr["addr"] = [self.addr(other) + img * sp_out + f0 for img in range(N)]
                 rr["row"], rr["pix"] = OW * F, F
-                rr["y_addr"] = [self.addr(fused.outs[0]) + img * OH * OW * F + f0 for img in range(N)]
+                rr["y_addr"] = [self.addr(fused.outs[0]) + img * sp_out + f0 for img in range(N)]
                 job.residual = rr
             jobs.append(job)
         return jobs
@@ -367,9 +380,12 @@ class NpuFunction(CompiledFunction):
         y = ins.outs[0]
         at = ins.attrs
         shape = a_.type.shape
-        M, K = shape[-2], shape[-1]
+        if len(shape) != 2:
+            raise UnsupportedOpError(f"instruction '{ins.name}' (qmatmul): rank {len(shape)} (the NPU multiplies "
+                                     f"matrices)")
+        M, K = shape
         Nn = b_.type.shape[-1]
-        batch = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
+        batch = 1
         layer.macs = batch * M * K * Nn
         bsv = self._need_const(ins, bs, "the scales of B").reshape(-1)
         bov = np.broadcast_to(self._need_const(ins, bo, "the offsets of B").reshape(-1), (Nn,)).astype(np.int64)
@@ -398,24 +414,26 @@ class NpuFunction(CompiledFunction):
     def _pool(self, ins):
         a = ins.attrs
         x, y = ins.ins[0], ins.outs[0]
-        N, C, H, W = x.type.shape
-        _, _, OH, OW = y.type.shape
-        kh, kw = a["kernel"]
+        N, C = x.type.shape[:2]
+        (D, H, W), (kd, kh, kw), (sd, sh, sw), (dd, dh, dw), (pf, pt, pl) = geometry3(
+            x.type.shape[2:], a["kernel"], a["strides"], a["dilations"], a["pads"])
+        OD, OH, OW = (1,) * (5 - len(y.type.shape)) + tuple(y.type.shape[2:])
         scales = None
         kind = "max" if ins.op == "max_pool" else "avg"
         if kind == "avg":
-            _, cnt = window_sums(np.ones((1, 1, H, W)), a["kernel"], a["strides"], a["dilations"], a["pads"],
-                                 a["count_include_pad"])
-            cnt = cnt.reshape(OH, OW)
+            _, cnt = window_sums(np.ones((1, 1) + tuple(x.type.shape[2:])), a["kernel"], a["strides"],
+                                 a["dilations"], a["pads"], a["count_include_pad"])
+            cnt = cnt.reshape(OD, OH, OW)
             cache = {}
-            scales = [[cache.setdefault(c, fixed_point_multiplier(real_multiplier(
-                a["x_scale"], out_scale=float(a["out_scale"]) * c))) for c in row] for row in cnt.tolist()]
+            scales = [[[cache.setdefault(c, fixed_point_multiplier(real_multiplier(
+                a["x_scale"], out_scale=float(a["out_scale"]) * c))) for c in row] for row in plane]
+                for plane in cnt.tolist()]
         dt = DT[x.type.dtype.name]
         return PoolJob(
-            name=ins.name, images=N, H=H, W=W, C=C, OH=OH, OW=OW, kh=kh, kw=kw, sh=a["strides"][0],
-            sw=a["strides"][1], dh=a["dilations"][0], dw=a["dilations"][1], pt=a["pads"][0], pl=a["pads"][1],
-            x_addr=[self.addr(x) + i * H * W * C for i in range(N)], x_row=W * C, x_pix=C, xdt=dt,
-            y_addr=[self.addr(y) + i * OH * OW * C for i in range(N)], y_row=OW * C, y_pix=C,
+            name=ins.name, images=N, H=H, W=W, C=C, OH=OH, OW=OW, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt,
+            pl=pl, D=D, OD=OD, kd=kd, sd=sd, dd=dd, pf=pf, x_plane=H * W * C, y_plane=OH * OW * C,
+            x_addr=[self.addr(x) + i * D * H * W * C for i in range(N)], x_row=W * C, x_pix=C, xdt=dt,
+            y_addr=[self.addr(y) + i * OD * OH * OW * C for i in range(N)], y_row=OW * C, y_pix=C,
             ydt=DT[y.type.dtype.name], kind=kind, xzp=int(a.get("x_offset", 0)), out_zp=int(a.get("out_offset", 0)),
             scales=scales, cfg=self.cfg)
 

@@ -16,6 +16,7 @@ content changes during the kernel has two slots (double buffering), used alterna
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from glow_core.ops.primitives.quantized import qadd_multipliers, qadd_shift
@@ -65,6 +66,30 @@ def req(n, src, sstr, dst, dstr, dt, in_zp=0, lshift=0, scale=None, table=0, out
     return Insn("REQ", **fields)
 
 
+def tile_loads(spm, dt, sram, x_addr, zs, H, W, x_plane, x_row, x_pix, r0, ih, q0, iw, c0, tc_, strides, pad):
+    """The LOADs of an input tile [planes][ih][iw][tc_] (scratchpad strides ``strides`` = (plane, row, pixel)):
+    plane p holds input depth ``zs[p]`` (None: outside the input, all padding), rows r0.. and columns q0.. of it
+    with everything outside the input set to ``pad``."""
+    a_lo, a_hi = max(r0, 0), min(r0 + ih, H)
+    b_lo, b_hi = max(q0, 0), min(q0 + iw, W)
+    nr, nc = max(a_hi - a_lo, 0), max(b_hi - b_lo, 0)
+    out = []
+    for p, z in enumerate(zs):
+        n2, n1 = (nr, nc) if nr and nc and z is not None else (0, 0)
+        p2 = min(max(-r0, 0), ih) if n2 else ih
+        p1 = min(max(-q0, 0), iw) if n1 else iw
+        out.append(Insn("LOAD", spm=spm, dt=dt, sram=sram + p * strides[0] * (4 if spm == "ACC" else 1),
+                        dram=x_addr + z * x_plane + a_lo * x_row + b_lo * x_pix + c0 if n2 else 0,
+                        n2=n2, n1=n1, n0=tc_, ds2=x_row, ds1=x_pix, ss2=strides[1], ss1=strides[2],
+                        pad2_lo=p2, pad2_hi=ih - p2 - n2, pad1_lo=p1, pad1_hi=iw - p1 - n1, pad_value=pad))
+    return out
+
+
+def planes(od, sd, pf, kd, dd, D):
+    """The input depths output depth ``od`` reads (None where the window is in the padding)."""
+    return [z if 0 <= z < D else None for z in (od * sd - pf + a * dd for a in range(kd))]
+
+
 # -- convolution and matrix product --------------------------------------------------------------------------
 @dataclass
 class ConvJob:
@@ -75,7 +100,9 @@ class ConvJob:
     elements, a pixel ``x_pix``; ``K`` channels per pixel are reduced (the group block's). w: ``w_addr[img]`` is
     [kh][kw][K][N] 8-bit, row stride ``w_row`` (N when packed), ``w_zp`` the DRAM address of N int32 zero points.
     Per output channel: ``bias`` (N int32 or None) and ``table`` ((m, shift) int32 pairs; None for an int32 result).
-    y: ``y_addr[img]`` of output pixel (0, 0), channel ``f_base``; rows ``y_row``, pixels ``y_pix``."""
+    y: ``y_addr[img]`` of output pixel (0, 0), channel ``f_base``; rows ``y_row``, pixels ``y_pix``. A 3-D
+    convolution adds depth (``D``, ``OD``, ``kd``, ``sd``, ``dd``, ``pf``; planes ``x_plane`` / ``y_plane``
+    elements apart): each output plane sums ``kd`` input planes, as one more loop of taps."""
 
     name: str
     images: int
@@ -116,6 +143,14 @@ class ConvJob:
     #: lo, hi, ydt) or None
     residual: "dict | None" = None
     cfg: NpuConfig = field(default_factory=NpuConfig)
+    D: int = 1
+    OD: int = 1
+    kd: int = 1
+    sd: int = 1
+    dd: int = 1
+    pf: int = 0
+    x_plane: int = 0
+    y_plane: int = 0
 
     # taps packed into the reduction when a row of kw taps is contiguous in the input tile
     @property
@@ -137,8 +172,8 @@ class ConvJob:
         ih, iw = self.in_extent(t["oh"], t["ow"])
         pix = t["oh"] * t["ow"] * t["f"]
         i32out = self.ydt == "i32"
-        bufs = [TileBuffer("in", "INP", ih * iw * t["c"]),
-                TileBuffer("w", "WGT", self.kh * self.kw * t["c"] * t["f"]),
+        bufs = [TileBuffer("in", "INP", self.kd * ih * iw * t["c"]),
+                TileBuffer("w", "WGT", self.kd * self.kh * self.kw * t["c"] * t["f"]),
                 TileBuffer("acc", "ACC", 4 * pix, double=i32out),
                 TileBuffer("par", "ACC", 16 * t["f"])]
         if not i32out:
@@ -150,9 +185,9 @@ class ConvJob:
     def gemm_cycles(self, toh, tow, tc, tf) -> int:
         cfg = self.cfg
         if self.packed:
-            sl = self.kh * cdiv(self.kw * tc, cfg.mac_rows)
+            sl = self.kd * self.kh * cdiv(self.kw * tc, cfg.mac_rows)
         else:
-            sl = self.kh * self.kw * cdiv(tc, cfg.mac_rows)
+            sl = self.kd * self.kh * self.kw * cdiv(tc, cfg.mac_rows)
         return toh * tow * sl * cdiv(tf, cfg.mac_cols) + cfg.mac_rows + cfg.mac_cols
 
     def epilogue_ops(self) -> int:
@@ -165,10 +200,10 @@ class ConvJob:
         plus the first step's loads and the last step's stores (the pipeline's fill and drain)."""
         cfg = self.cfg
         toh, tow, tf, tc = t["oh"], t["ow"], t["f"], t["c"]
-        n_sp = self.images * cdiv(self.OH, toh) * cdiv(self.OW, tow)
+        n_sp = self.images * self.OD * cdiv(self.OH, toh) * cdiv(self.OW, tow)
         n_f, n_c = cdiv(self.N, tf), cdiv(self.K, tc)
         ih, iw = self.in_extent(toh, tow)
-        in_b, w_b = ih * iw * tc, self.kh * self.kw * tc * tf
+        in_b, w_b = self.kd * ih * iw * tc, self.kd * self.kh * self.kw * tc * tf
         pix = toh * tow * tf
         ws = order[0] == "f"
         steps = n_sp * n_f * n_c
@@ -184,7 +219,7 @@ class ConvJob:
         out_b = pix * (4 if self.ydt == "i32" else 1)
         res_b = pix if self.residual is not None else 0
         load_bytes = in_loads * in_b + w_loads * w_b + par_loads * 16 * tf + n_sp * n_f * res_b
-        n_load = in_loads + w_loads * w_dmas + par_loads * 3 + (n_sp * n_f if res_b else 0)
+        n_load = in_loads * self.kd + w_loads * w_dmas + par_loads * 3 + (n_sp * n_f if res_b else 0)
         load_time = n_load * cfg.dma_latency_cycles + cdiv(load_bytes, cfg.dma_bytes_per_cycle)
         store_bytes = n_sp * n_f * out_b
         store_time = n_sp * n_f * cfg.dma_latency_cycles + cdiv(store_bytes, cfg.dma_bytes_per_cycle)
@@ -204,7 +239,8 @@ class ConvJob:
         toh, tow, tf, tc = (t.tile[k] for k in ("oh", "ow", "f", "c"))
         off = t.offsets
         ih_full, iw_full = self.in_extent(toh, tow)
-        sp = [(img, oh, ow) for img in range(self.images) for oh in tiles(self.OH, toh) for ow in tiles(self.OW, tow)]
+        sp = [((img, od), oh, ow) for img in range(self.images) for od in range(self.OD) for oh in tiles(self.OH, toh)
+              for ow in tiles(self.OW, tow)]
         ft, ct = tiles(self.N, tf), tiles(self.K, tc)
         if t.order[0] == "f":
             seq = [(s, f, c) for f in ft for s in sp for c in ct]
@@ -216,30 +252,24 @@ class ConvJob:
         for k in ("in", "w", "par", "tile", "res"):
             count.setdefault(k, -1)
         i32out = self.ydt == "i32"
-        for (img, (oh0, toh_), (ow0, tow_)), (f0, tf_), (c0, tc_) in seq:
+        plane = ih_full * iw_full * tc
+        for ((img, od), (oh0, toh_), (ow0, tow_)), (f0, tf_), (c0, tc_) in seq:
             step = Step()
             last_c = c0 + tc_ == self.K
             first_c = c0 == 0
-            # input tile: rows/cols of the input this output tile reads, padded with the zero point
+            # input tile: the planes, rows and columns of the input this output tile reads, padded with the zero point
             r0 = oh0 * self.sh - self.pt
             ih = (toh_ - 1) * self.sh + (self.kh - 1) * self.dh + 1
             q0 = ow0 * self.sw - self.pl
             iw = (tow_ - 1) * self.sw + (self.kw - 1) * self.dw + 1
-            key = (img, oh0, ow0, c0)
+            key = (img, od, oh0, ow0, c0)
             if keys["in"] != key:
                 keys["in"] = key
                 count["in"] += 1
-                a_lo, a_hi = max(r0, 0), min(r0 + ih, self.H)
-                b_lo, b_hi = max(q0, 0), min(q0 + iw, self.W)
-                nr, nc = max(a_hi - a_lo, 0), max(b_hi - b_lo, 0)
-                pad2_lo = min(max(-r0, 0), ih) if nr else ih
-                pad1_lo = min(max(-q0, 0), iw) if nc else iw
-                step.loads.append(Insn(
-                    "LOAD", spm="INP", dt=self.xdt, sram=off[("in", count["in"] % 2)],
-                    dram=self.x_addr[img] + (a_lo * self.x_row + b_lo * self.x_pix + c0) if nr and nc else 0,
-                    n2=nr if nc else 0, n1=nc if nr else 0, n0=tc_, ds2=self.x_row, ds1=self.x_pix,
-                    ss2=iw_full * tc, ss1=tc, pad2_lo=pad2_lo, pad2_hi=ih - pad2_lo - (nr if nc else 0),
-                    pad1_lo=pad1_lo, pad1_hi=iw - pad1_lo - (nc if nr else 0), pad_value=self.xzp))
+                step.loads += tile_loads("INP", self.xdt, off[("in", count["in"] % 2)], self.x_addr[img],
+                                         planes(od, self.sd, self.pf, self.kd, self.dd, self.D), self.H, self.W,
+                                         self.x_plane, self.x_row, self.x_pix, r0, ih, q0, iw, c0, tc_,
+                                         (plane, iw_full * tc, tc), self.xzp)
             wkey = (img if len(set(self.w_addr)) > 1 else 0, f0, c0)
             if keys["w"] != wkey:
                 keys["w"] = wkey
@@ -249,7 +279,7 @@ class ConvJob:
                 # [kh][kw][c-block][f-block]: kernel rows and columns are one dimension (stride K * w_row)
                 step.loads.append(Insn(
                     "LOAD", spm="WGT", dt=self.wdt, sram=wslot, dram=base + c0 * self.w_row + f0,
-                    n2=self.kh * self.kw, n1=tc_, n0=tf_, ds2=self.K * self.w_row, ds1=self.w_row, ss2=tc_ * tf_,
+                    n2=self.kd * self.kh * self.kw, n1=tc_, n0=tf_, ds2=self.K * self.w_row, ds1=self.w_row, ss2=tc_ * tf_,
                     ss1=tf_))
             if keys["par"] != f0:
                 keys["par"] = f0
@@ -269,24 +299,27 @@ class ConvJob:
             cs = (tow * tf, tf)
             inp = off[("in", count["in"] % 2)]
             a_str = (self.sh * iw_full * tc, self.sw * tc)
-            if self.packed:
-                taps = dict(t2=self.kh, t1=1, k=self.kw * tc_, at2=self.dh * iw_full * tc, at1=0)
+            first_mode = "bias" if self.bias is not None else "overwrite"
+            common = dict(adt=self.xdt, bdt=self.wdt, bzp_vec=1, azp=self.xzp, m2=toh_, m1=tow_, n=tf_, as2=a_str[0],
+                          as1=a_str[1], c=acc, cs2=cs[0], cs1=cs[1], bias=pslot, bzp_addr=pslot + 4 * tf)
+            wb = off[("w", count["w"] % 2)]
+            if self.packed and (tc_ == tc or self.kw == 1):
+                # a row of kw taps is kw * tc contiguous bytes of the tile: one reduction; planes and rows are taps
+                step.computes.append(Insn("GEMM", mode=first_mode if first_c else "accumulate", a=inp, b=wb,
+                                          t2=self.kd, t1=self.kh, k=self.kw * tc_, at2=plane, at1=self.dh * iw_full * tc,
+                                          **common))
             else:
-                taps = dict(t2=self.kh, t1=self.kw, k=tc_, at2=self.dh * iw_full * tc, at1=self.dw * tc)
-            if tc_ != tc and self.packed and self.kw > 1:
-                # a narrower last channel block: its taps are tc apart in the tile, not tc_
-                taps = dict(t2=self.kh, t1=self.kw, k=tc_, at2=self.dh * iw_full * tc, at1=self.dw * tc)
-            mode = "accumulate" if not first_c else ("bias" if self.bias is not None else "overwrite")
-            step.computes.append(Insn(
-                "GEMM", mode=mode, adt=self.xdt, bdt=self.wdt, bzp_vec=1, azp=self.xzp,
-                m2=toh_, m1=tow_, n=tf_, a=inp, as2=a_str[0], as1=a_str[1], b=off[("w", count["w"] % 2)],
-                c=acc, cs2=cs[0], cs1=cs[1], bias=pslot, bzp_addr=pslot + 4 * tf, **taps))
+                for a in range(self.kd):  # one GEMM per input plane, its taps the kernel's rows and columns
+                    step.computes.append(Insn(
+                        "GEMM", mode=first_mode if first_c and a == 0 else "accumulate", a=inp + a * plane,
+                        b=wb + a * self.kh * self.kw * tc_ * tf_, t2=self.kh, t1=self.kw, k=tc_,
+                        at2=self.dh * iw_full * tc, at1=self.dw * tc, **common))
             if last_c:
                 n = (toh_, tow_, tf_)
-                dram = self.y_addr[img] + oh0 * self.y_row + ow0 * self.y_pix + f0
+                dram = self.y_addr[img] + od * self.y_plane + oh0 * self.y_row + ow0 * self.y_pix + f0
                 if i32out:
                     step.stores.append(Insn("STORE", spm="ACC", dt="i32", sram=acc, dram=self.y_addr[img] +
-                                            4 * (oh0 * self.y_row + ow0 * self.y_pix + f0),
+                                            4 * (od * self.y_plane + oh0 * self.y_row + ow0 * self.y_pix + f0),
                                             n2=n[0], n1=n[1], n0=n[2], ds2=self.y_row, ds1=self.y_pix,
                                             ss2=cs[0], ss1=cs[1]))
                 else:
@@ -300,8 +333,8 @@ class ConvJob:
                         count["res"] += 1
                         res = off[("res", count["res"] % 2)]
                         step.loads.append(Insn(
-                            "LOAD", spm="ACC", dt=r["dt"], sram=res, dram=r["addr"][img] + oh0 * r["row"] +
-                            ow0 * r["pix"] + f0, n2=n[0], n1=n[1], n0=n[2], ds2=r["row"], ds1=r["pix"],
+                            "LOAD", spm="ACC", dt=r["dt"], sram=res, dram=r["addr"][img] + od * self.y_plane +
+                            oh0 * r["row"] + ow0 * r["pix"] + f0, n2=n[0], n1=n[1], n0=n[2], ds2=r["row"], ds1=r["pix"],
                             ss2=cs[0], ss1=cs[1]))
                         # the conv's own result (its type: conv_dt, out_zp, clamp), kept in ACC as int32
                         lo, hi = RANGES[r["conv_dt"]]
@@ -318,7 +351,7 @@ class ConvJob:
                                                  tstr=cs))
                         step.computes.append(req(n, acc, cs, outb, os_, r["ydt"], scale=r["mo"], out_zp=r["out_zp"],
                                                  lo=r["lo"], hi=r["hi"]))
-                        dram = r["y_addr"][img] + oh0 * self.y_row + ow0 * self.y_pix + f0
+                        dram = r["y_addr"][img] + od * self.y_plane + oh0 * self.y_row + ow0 * self.y_pix + f0
                     step.stores.append(Insn("STORE", spm="INP", dt=self.ydt if r is None else r["ydt"], sram=outb,
                                             dram=dram, n2=n[0], n1=n[1], n0=n[2], ds2=self.y_row, ds1=self.y_pix,
                                             ss2=os_[0], ss1=os_[1]))
@@ -358,8 +391,16 @@ class PoolJob:
     kind: str
     xzp: int = 0
     out_zp: int = 0
-    scales: "list | None" = None  # [OH][OW] of (m, shift) (avg)
+    scales: "list | None" = None  # [OD][OH][OW] of (m, shift) (avg)
     cfg: NpuConfig = field(default_factory=NpuConfig)
+    D: int = 1
+    OD: int = 1
+    kd: int = 1
+    sd: int = 1
+    dd: int = 1
+    pf: int = 0
+    x_plane: int = 0
+    y_plane: int = 0
 
     def in_extent(self, toh, tow):
         return (toh - 1) * self.sh + (self.kh - 1) * self.dh + 1, (tow - 1) * self.sw + (self.kw - 1) * self.dw + 1
@@ -371,17 +412,18 @@ class PoolJob:
     def buffers(self, t):
         ih, iw = self.in_extent(t["oh"], t["ow"])
         pix = t["oh"] * t["ow"] * t["c"]
-        return [TileBuffer("in", "ACC", 4 * ih * iw * t["c"]), TileBuffer("acc", "ACC", 4 * pix, double=False),
+        return [TileBuffer("in", "ACC", 4 * self.kd * ih * iw * t["c"]), TileBuffer("acc", "ACC", 4 * pix, double=False),
                 TileBuffer("out", "INP", pix)]
 
     def cost(self, t, order):
         cfg = self.cfg
         toh, tow, tc = t["oh"], t["ow"], t["c"]
-        n = self.images * cdiv(self.OH, toh) * cdiv(self.OW, tow) * cdiv(self.C, tc)
+        n = self.images * self.OD * cdiv(self.OH, toh) * cdiv(self.OW, tow) * cdiv(self.C, tc)
         ih, iw = self.in_extent(toh, tow)
+        ih *= self.kd
         pix = toh * tow * tc
         reqs = 1 if self.kind == "max" else toh * 3
-        comp = n * ((self.kh * self.kw + 1) * cdiv(pix, cfg.vector_lanes) + reqs * cdiv(tow * tc, cfg.vector_lanes)
+        comp = n * ((self.kd * self.kh * self.kw + 1) * cdiv(pix, cfg.vector_lanes) + reqs * cdiv(tow * tc, cfg.vector_lanes)
                     + (cdiv(ih * iw * tc, cfg.vector_lanes) if self.kind == "avg" else 0))
         lb, sb = n * ih * iw * tc, n * pix
         load = n * cfg.dma_latency_cycles + cdiv(lb, cfg.dma_bytes_per_cycle)
@@ -400,64 +442,62 @@ class PoolJob:
         ihf, iwf = self.in_extent(toh, tow)
         k = -1
         lo_v = RANGES[self.xdt][0]
-        for img in range(self.images):
-            for oh0, toh_ in tiles(self.OH, toh):
-                for ow0, tow_ in tiles(self.OW, tow):
-                    for c0, tc_ in tiles(self.C, tc):
-                        k += 1
-                        step = Step()
-                        r0, q0 = oh0 * self.sh - self.pt, ow0 * self.sw - self.pl
-                        ih = (toh_ - 1) * self.sh + (self.kh - 1) * self.dh + 1
-                        iw = (tow_ - 1) * self.sw + (self.kw - 1) * self.dw + 1
-                        a_lo, a_hi = max(r0, 0), min(r0 + ih, self.H)
-                        b_lo, b_hi = max(q0, 0), min(q0 + iw, self.W)
-                        nr, nc = max(a_hi - a_lo, 0), max(b_hi - b_lo, 0)
-                        if not (nr and nc):
-                            nr = nc = 0
-                        p2 = min(max(-r0, 0), ih) if nr else ih
-                        p1 = min(max(-q0, 0), iw) if nc else iw
-                        inb = off[("in", k % 2)]
-                        pad = lo_v if self.kind == "max" else self.xzp
-                        istr = (iwf * tc, tc)
-                        step.loads.append(Insn(
-                            "LOAD", spm="ACC", dt=self.xdt, sram=inb,
-                            dram=self.x_addr[img] + a_lo * self.x_row + b_lo * self.x_pix + c0 if nr else 0,
-                            n2=nr, n1=nc, n0=tc_, ds2=self.x_row, ds1=self.x_pix, ss2=istr[0], ss1=istr[1],
-                            pad2_lo=p2, pad2_hi=ih - p2 - nr, pad1_lo=p1, pad1_hi=iw - p1 - nc, pad_value=pad))
-                        acc, outb = off[("acc", 0)], off[("out", k % 2)]
-                        n = (toh_, tow_, tc_)
-                        astr = (tow * tc, tc)
-                        vstr = (self.sh * iwf * tc, self.sw * tc)
-                        if self.kind == "avg" and self.xzp:
-                            step.computes.append(vec(cfg, "sub", (ih, iw, tc_), inb, istr, inb, istr, src2=self.xzp))
-                        op = "max" if self.kind == "max" else "add"
-                        for i in range(self.kh):
-                            for j in range(self.kw):
-                                tap = inb + 4 * (i * self.dh * iwf * tc + j * self.dw * tc)
-                                if i == 0 and j == 0:
-                                    step.computes.append(vec(cfg, "add", n, acc, astr, tap, vstr, src2=0))
-                                else:
-                                    step.computes.append(vec(cfg, op, n, acc, astr, acc, astr, src2=tap,
-                                                             src2_mode="tile", tstr=vstr))
-                        ostr = (tow * tc, tc)
-                        if self.kind == "max":
-                            step.computes.append(req(n, acc, astr, outb, ostr, self.ydt))
+        plane = ihf * iwf * tc
+        grid = itertools.product(range(self.images), range(self.OD), tiles(self.OH, toh), tiles(self.OW, tow),
+                                 tiles(self.C, tc))
+        for img, od, (oh0, toh_), (ow0, tow_), (c0, tc_) in grid:
+            k += 1
+            step = Step()
+            r0, q0 = oh0 * self.sh - self.pt, ow0 * self.sw - self.pl
+            ih = (toh_ - 1) * self.sh + (self.kh - 1) * self.dh + 1
+            iw = (tow_ - 1) * self.sw + (self.kw - 1) * self.dw + 1
+            inb = off[("in", k % 2)]
+            pad = lo_v if self.kind == "max" else self.xzp
+            istr = (iwf * tc, tc)
+            step.loads += tile_loads("ACC", self.xdt, inb, self.x_addr[img],
+                                     planes(od, self.sd, self.pf, self.kd, self.dd, self.D), self.H,
+                                     self.W, self.x_plane, self.x_row, self.x_pix, r0, ih, q0, iw, c0,
+                                     tc_, (plane, istr[0], istr[1]), pad)
+            acc, outb = off[("acc", 0)], off[("out", k % 2)]
+            n = (toh_, tow_, tc_)
+            astr = (tow * tc, tc)
+            vstr = (self.sh * iwf * tc, self.sw * tc)
+            if self.kind == "avg" and self.xzp:
+                for a in range(self.kd):
+                    step.computes.append(vec(cfg, "sub", (ih, iw, tc_), inb + 4 * a * plane, istr,
+                                             inb + 4 * a * plane, istr, src2=self.xzp))
+            op = "max" if self.kind == "max" else "add"
+            first = True
+            for a in range(self.kd):
+                for i in range(self.kh):
+                    for j in range(self.kw):
+                        tap = inb + 4 * (a * plane + i * self.dh * iwf * tc + j * self.dw * tc)
+                        if first:
+                            step.computes.append(vec(cfg, "add", n, acc, astr, tap, vstr, src2=0))
+                            first = False
                         else:
-                            for r in range(toh_):
-                                run0 = 0
-                                row = self.scales[oh0 + r]
-                                for q in range(1, tow_ + 1):
-                                    if q == tow_ or row[ow0 + q] != row[ow0 + run0]:
-                                        step.computes.append(req(
-                                            (1, q - run0, tc_), acc + 4 * (r * astr[0] + run0 * tc), astr,
-                                            outb + r * ostr[0] + run0 * tc, ostr, self.ydt,
-                                            scale=row[ow0 + run0], out_zp=self.out_zp))
-                                        run0 = q
-                        step.stores.append(Insn("STORE", spm="INP", dt=self.ydt, sram=outb,
-                                                dram=self.y_addr[img] + oh0 * self.y_row + ow0 * self.y_pix + c0,
-                                                n2=n[0], n1=n[1], n0=n[2], ds2=self.y_row, ds1=self.y_pix,
-                                                ss2=ostr[0], ss1=ostr[1]))
-                        stream.add(step, layer)
+                            step.computes.append(vec(cfg, op, n, acc, astr, acc, astr, src2=tap,
+                                                     src2_mode="tile", tstr=vstr))
+            ostr = (tow * tc, tc)
+            if self.kind == "max":
+                step.computes.append(req(n, acc, astr, outb, ostr, self.ydt))
+            else:
+                for r in range(toh_):
+                    run0 = 0
+                    row = self.scales[od][oh0 + r]
+                    for q in range(1, tow_ + 1):
+                        if q == tow_ or row[ow0 + q] != row[ow0 + run0]:
+                            step.computes.append(req(
+                                (1, q - run0, tc_), acc + 4 * (r * astr[0] + run0 * tc), astr,
+                                outb + r * ostr[0] + run0 * tc, ostr, self.ydt,
+                                scale=row[ow0 + run0], out_zp=self.out_zp))
+                            run0 = q
+            step.stores.append(Insn("STORE", spm="INP", dt=self.ydt, sram=outb,
+                                    dram=self.y_addr[img] + od * self.y_plane + oh0 * self.y_row +
+                                    ow0 * self.y_pix + c0,
+                                    n2=n[0], n1=n[1], n0=n[2], ds2=self.y_row, ds1=self.y_pix,
+                                    ss2=ostr[0], ss1=ostr[1]))
+            stream.add(step, layer)
 
 
 # -- elementwise ---------------------------------------------------------------------------------------------
