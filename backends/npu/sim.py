@@ -174,9 +174,9 @@ class Simulator:
 
     def _hazard(self, where, mine, other, program):
         opc, _, theirs = other
-        for space, lo, hi, w in mine:
-            for space2, lo2, hi2, w2 in theirs:
-                if space == space2 and (w or w2) and lo < hi2 and lo2 < hi:
+        for space, lo, hi, w, box in mine:
+            for space2, lo2, hi2, w2, box2 in theirs:
+                if space == space2 and (w or w2) and lo < hi2 and lo2 < hi and _runs_overlap(box, box2):
                     raise Fault(f"hazard: {where} {'writes' if w else 'reads'} {space} bytes [{lo}, {hi}) while pc "
                                 f"{opc} ({program[opc].op}) on the {program[opc].engine} engine still "
                                 f"{'writes' if w2 else 'reads'} [{lo2}, {hi2}): no token orders them")
@@ -203,7 +203,7 @@ class Simulator:
         if addr < 0 or hi > size:
             raise Fault(f"{where}: {what} reaches {space} bytes [{addr}, {hi}), outside the {size} bytes of "
                         f"{space}" + (" (scratchpad overflow)" if space != "DRAM" else " (out-of-bounds DMA)"))
-        return (space, addr, hi)
+        return (space, addr, hi, (addr, esize, tuple(n), tuple(strides)))
 
     def _accesses(self, insn: Insn, where):
         """[(space, lo, hi, writes)] of the bytes the instruction touches (also checks every bound)."""
@@ -212,7 +212,7 @@ class Simulator:
 
         def add(r, w):
             if r is not None:
-                out.append(r + (w,))
+                out.append(r[:3] + (w, r[3]))
         if insn.op in ("LOAD", "STORE"):
             spm = SPM[f["spm"]]
             dt = DTYPE[f["dt"]]
@@ -241,7 +241,7 @@ class Simulator:
             add(self._range("ACC", f["c"], 4, rows + (f["n"],), (f["cs2"], f["cs1"], 1), where, "C"),
                 True)
             if GEMM_MODE_NAME[f["mode"]] == "accumulate":
-                out.append(out[-1][:3] + (False,))
+                out.append(out[-1][:3] + (False, out[-1][4]))
             if GEMM_MODE_NAME[f["mode"]] == "bias":
                 add(self._range("ACC", f["bias"], 4, (f["n"],), (1,), where, "the bias"), False)
             if f["bzp_vec"]:
@@ -414,3 +414,23 @@ class Simulator:
 
 
 GEMM_MODE_NAME = {0: "overwrite", 1: "accumulate", 2: "bias"}
+
+
+def _runs(box):
+    """The sorted start bytes of a strided box's contiguous runs (its innermost dimension), and their length."""
+    addr, esize, n, strides = box
+    starts = np.array([addr], np.int64)
+    for extent, stride in zip(n[:-1], strides[:-1]):
+        starts = (starts[:, None] + np.arange(extent, dtype=np.int64)[None, :] * stride * esize).reshape(-1)
+    return np.sort(starts), n[-1] * esize if strides[-1] == 1 else esize
+
+
+def _runs_overlap(a, b) -> bool:
+    """Whether two strided boxes share a byte (their bounding ranges overlap: compare their runs)."""
+    if a[3][-1] != 1 or b[3][-1] != 1:
+        return True  # not run-structured: the bounding ranges decide
+    sa, la = _runs(a)
+    sb, lb = _runs(b)
+    idx = np.searchsorted(sb, sa - lb + 1)
+    ok = idx < sb.size
+    return bool(np.any(sb[idx[ok]] < sa[ok] + la))
