@@ -287,11 +287,11 @@ def encode(insn: Insn, where: str = "") -> bytes:
 def decode(word: bytes, where: str = "") -> Insn:
     """The instruction of a 64-byte word; GlowError (illegal instruction) for an unknown opcode or field value."""
     if len(word) != WORD_BYTES:
-        raise GlowError(f"illegal instruction {where}: {len(word)} bytes, an instruction is {WORD_BYTES}")
+        raise GlowError(f"illegal instruction {where}{len(word)} bytes, an instruction is {WORD_BYTES}")
     v = int.from_bytes(word, "little")
     d = BY_OPCODE.get(v & 0xFF)
     if d is None:
-        raise GlowError(f"illegal instruction {where}: opcode {v & 0xFF} (known: "
+        raise GlowError(f"illegal instruction {where}opcode {v & 0xFF} (known: "
                         f"{', '.join(f'{x.opcode}={x.name}' for x in ISA.values())})")
     fl = {n: bool(v >> (8 + i) & 1) for i, n in enumerate(FLAGS)}
     pos = HEADER_BITS
