@@ -550,5 +550,11 @@ class NpuFunction(CompiledFunction):
                 lines.append(f"  {l.name} ({l.op}): {type(job).__name__} {t.describe()}")
         return "\n".join(lines)
 
+    @property
+    def source(self) -> str:
+        """What ``glowc dump --source`` prints: each layer's kernel and its tiling."""
+        return self.describe()
+
     def asm(self) -> str:
+        """The program as assembly text (``glowc dump --asm``)."""
         return isa.disassemble(self.program)
