@@ -9,7 +9,7 @@
    limits it (cycles above the MAC bound, split by cause).
 2. End to end: ResNet-18 and MobileNetV2, from the kit's flow and from onnxruntime's quantize_static (QDQ), on
    the NPU with cpu fallback: outputs identical to the interpreter's fixed-point int8 run, share of MACs on the NPU.
-3. A scratchpad sweep (64 KiB .. 1 MiB for each of the three scratchpads): cycles, DRAM traffic and utilization as
+3. A scratchpad sweep (16 KiB .. 1 MiB for each of the three scratchpads): cycles, DRAM traffic and utilization as
    the tiling adapts, each size run functionally (bit-exact, no overflow).
 4. Simulator speed: one functional + timed simulation of ResNet-18 (process time, one core), beside onnxruntime's
    own int8 run of the same QDQ model (medians, alternating) for scale.
@@ -99,7 +99,7 @@ def end_to_end(size, classes, rng):
 def sweep(model, opts, x, ref_out):
     print("\nscratchpad sweep (each of INP, WGT, ACC at the size):")
     print(f"{'size':>8s} {'cycles':>10s} {'DRAM MB':>8s} {'MAC util':>8s} {'identical':>9s}")
-    for kib in (64, 128, 256, 512, 1024):
+    for kib in (16, 32, 64, 128, 256, 512, 1024):
         cfg = NpuConfig(input_spm_bytes=kib * KIB, weight_spm_bytes=kib * KIB, acc_spm_bytes=kib * KIB)
         cm = compile_npu(model, opts, cfg)
         out = cm.run(x)

@@ -21,7 +21,7 @@ class NpuConfig:
     - ``mac_rows`` x ``mac_cols``: the weight-stationary MAC array; a GEMM retires one ``mac_rows``-deep slice of
       the reduction for ``mac_cols`` output columns of one row per cycle (8-bit operands minus their zero points,
       int32 accumulation);
-    - ``vector_lanes``: int32 elements the vector unit (VEC, REQ) processes per cycle;
+    - ``vector_lanes``: int32 elements of one contiguous row the vector unit (VEC, REQ) processes per cycle;
     - ``input_spm_bytes``, ``weight_spm_bytes``, ``acc_spm_bytes``: the input (8-bit activations, also the
       staging of 8-bit results), weight (8-bit) and accumulator (int32) scratchpads;
     - ``dram_bytes``: device DRAM (the memory plan's three regions plus the packed weights must fit);

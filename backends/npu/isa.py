@@ -169,7 +169,7 @@ _def(InstrDef(
     "Vector ALU over int32 tiles in ACC: dst[i, j, k] = src[i, j, k] (op) second[i, j, k], each operand 3-D "
     "strided (n2 x n1 x n0, inner dimension contiguous), wrapping int32 arithmetic. Operands may overlap "
     "the result when they are the same elements (in place).",
-    "ceil(n2 * n1 * n0 / vector_lanes)"))
+    "n2 * n1 * ceil(n0 / vector_lanes): one row of up to vector_lanes contiguous elements per cycle"))
 
 _def(InstrDef(
     "REQ", 5, "compute", (
@@ -193,7 +193,7 @@ _def(InstrDef(
     ),
     "Requantization (TOSA RESCALE, scale32): v = (src - in_zp) << lshift in 64 bits; scaled: v = (v * m + 2^(shift "
     "- 1)) >> shift; then clamp(v + out_zp, lo, hi) stored as dt. With scale_mode none it narrows or copies.",
-    "ceil(n2 * n1 * n0 / vector_lanes)"))
+    "n2 * n1 * ceil(n0 / vector_lanes)"))
 
 BY_OPCODE = {d.opcode: d for d in ISA.values()}
 

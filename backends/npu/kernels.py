@@ -224,7 +224,8 @@ class ConvJob:
         store_bytes = n_sp * n_f * out_b
         store_time = n_sp * n_f * cfg.dma_latency_cycles + cdiv(store_bytes, cfg.dma_bytes_per_cycle)
         port = cdiv(load_bytes + store_bytes, cfg.dma_bytes_per_cycle)
-        comp = steps * self.gemm_cycles(toh, tow, tc, tf) + n_sp * n_f * self.epilogue_ops() * cdiv(pix, cfg.vector_lanes)
+        comp = steps * self.gemm_cycles(toh, tow, tc, tf) + n_sp * n_f * self.epilogue_ops() * toh * tow * cdiv(
+            tf, cfg.vector_lanes)
         ramp = dma_cycles(cfg, in_b + w_b) + dma_cycles(cfg, out_b)
         return max(load_time, store_time, port, comp) + ramp
 
@@ -422,9 +423,8 @@ class PoolJob:
         ih, iw = self.in_extent(toh, tow)
         ih *= self.kd
         pix = toh * tow * tc
-        reqs = 1 if self.kind == "max" else toh * 3
-        comp = n * ((self.kd * self.kh * self.kw + 1) * cdiv(pix, cfg.vector_lanes) + reqs * cdiv(tow * tc, cfg.vector_lanes)
-                    + (cdiv(ih * iw * tc, cfg.vector_lanes) if self.kind == "avg" else 0))
+        row = cdiv(tc, cfg.vector_lanes)
+        comp = n * ((self.kd * self.kh * self.kw + 1) * toh * tow * row + (ih * iw * row if self.kind == "avg" else 0))
         lb, sb = n * ih * iw * tc, n * pix
         load = n * cfg.dma_latency_cycles + cdiv(lb, cfg.dma_bytes_per_cycle)
         store = n * cfg.dma_latency_cycles + cdiv(sb, cfg.dma_bytes_per_cycle)
@@ -542,7 +542,7 @@ class EltJob:
         load = n * (2 if self.b is not None else 1) * cfg.dma_latency_cycles + cdiv(lb, cfg.dma_bytes_per_cycle)
         store = n * cfg.dma_latency_cycles + cdiv(self.count, cfg.dma_bytes_per_cycle)
         return max(load, store, cdiv(lb + self.count, cfg.dma_bytes_per_cycle),
-                   cdiv(self.count, cfg.vector_lanes) * ops) + dma_cycles(cfg, e * 2)
+                   cdiv(self.count, ROW) * cdiv(ROW, cfg.vector_lanes) * ops) + dma_cycles(cfg, e * 2)
 
     def plan(self) -> Tiling:
         return plan(self.loops, memories(self.cfg), self.buffers, self.cost).best

@@ -10,7 +10,7 @@ hazard) instead of computing a lucky right answer.
 
 Costs (``isa.ISA[...].cycles``): a DMA takes the shared DRAM port for ceil(bytes / dma_bytes_per_cycle) cycles and
 ends ``dma_latency_cycles`` later; a GEMM retires one mac_rows-deep slice for mac_cols columns of one row per
-cycle; VEC and REQ process vector_lanes elements per cycle. Instructions with zero extents are no-ops (0
+cycle; VEC and REQ process up to vector_lanes contiguous elements (of one innermost row) per cycle. Instructions with zero extents are no-ops (0
 cycles) that only carry tokens.
 
 Faults are GlowErrors naming the pc and instruction: an access outside a scratchpad or DRAM, a misaligned ACC
@@ -146,9 +146,8 @@ class Simulator:
                 work = rows * slices
                 end = start + (work + cfg.mac_rows + cfg.mac_cols if work else 0)
                 st.array_macs += rows * f["t2"] * f["t1"] * f["k"] * f["n"]
-            else:
-                n = insn.f["n2"] * insn.f["n1"] * insn.f["n0"]
-                end = start + -(-n // cfg.vector_lanes)
+            else:  # the vector unit takes vector_lanes contiguous elements of one row per cycle
+                end = start + insn.f["n2"] * insn.f["n1"] * -(-insn.f["n0"] // cfg.vector_lanes)
             for fl in PUSHES:
                 if getattr(insn, fl):
                     tokens[QUEUES[(e, fl)]].append(end)
