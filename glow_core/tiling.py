@@ -82,7 +82,8 @@ def candidate_sizes(extent: int, quantum: int = 1, limit: int = 24) -> list[int]
     """Tile sizes worth trying for a loop of ``extent`` iterations: the distinct ceil(extent / n) for n = 1, 2,
     ... (each leaves the fewest remainder iterations for its tile count), rounded up to a multiple of
     ``quantum`` (capped at the extent), at most ``limit`` of them, largest first; then, for memories too small
-    for one quantum, the quantum halved down to 1 (the cost callback judges what the narrower tile loses)."""
+    for those, the smallest (or the quantum) halved down to 1 (the cost callback judges what a narrower tile
+    loses)."""
     if extent <= 0:
         return [1]
     out: list[int] = []
@@ -96,8 +97,8 @@ def candidate_sizes(extent: int, quantum: int = 1, limit: int = 24) -> list[int]
         if t <= max(1, min(quantum, extent)):
             break
         n += 1 if n < 16 else max(1, n // 4)
-    q = min(quantum, extent) // 2
-    while q >= 1 and quantum > 1:
+    q = min(min(out), quantum) // 2 if quantum > 1 else min(out) // 2
+    while q >= 1:
         if q not in out:
             out.append(q)
         q //= 2
