@@ -229,7 +229,8 @@ def compile_for(model, backends: list[Backend], input_shapes=None, constants=Non
             raise
     res = compile_partitioned(model, list(backends) + list(fallbacks), input_shapes, constants, options)
     moved = res.placement().offloaded()
-    names = ", ".join(f"'{n.origin}' ({n.origin_op}) -> {n.backend}" for n in moved[:10])
+    names = ", ".join(f"'{n.origin}' ({n.origin_op}{'' if n.op == n.origin_op else ': its ' + n.op}) -> {n.backend}"
+                      for n in moved[:10])
     warnings.warn(FallbackWarning(
         f"backend '{backends[0].name}' does not run {len(moved)} node(s) of model '{res.graph.name}': {names}"
         + (f" and {len(moved) - 10} more" if len(moved) > 10 else "")

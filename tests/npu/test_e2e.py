@@ -113,3 +113,22 @@ def test_npu_config_option_trace_and_requant_conflict(tmp_path):
     assert {t for t in tracks if t.endswith((": load", ": compute", ": store"))}, tracks
     with pytest.raises(GlowError, match="requires the compile option requant='fixed_point'"):
         glow_core.compile(m, "npu", quantize=prof, requant="float32")
+
+
+def test_glowc_dump_asm_prints_tilings_and_program(tmp_path, capsys):
+    from glow_core.cli import main
+    m = example_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1)
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    prof = quantization.profile(m, [_feeds(m, np.random.default_rng(2))])
+    prof.save(str(tmp_path / "p.json"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(["dump", str(path), "--backend", "npu", "--quantize", str(tmp_path / "p.json"), "--asm"]) == 0
+    out = capsys.readouterr().out
+    assert "npu program for" in out and "ConvJob tile oh=" in out
+    assert "order f>sp>c" in out or "order sp>f>c" in out
+    lines = [ln for ln in out.splitlines() if ln.strip()[:1].isdigit() and " GEMM " in ln]
+    assert lines and "; conv" in lines[0]
+    from glow_npu.isa import assemble
+    assert assemble("\n".join(ln for ln in out.splitlines() if ln.strip()[:1].isdigit()))
