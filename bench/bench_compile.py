@@ -4,7 +4,7 @@
                                   [--rounds 3] [--cold-rounds 1] [--cpu-chains]
 
 Every measurement runs in a fresh process that builds the model with ``onnx.helper``
-(glow_core.example_models), then times ``glow_core.compile`` on its serialized bytes: the seconds of each stage
+(glow_conformance.example_models), then times ``glow_core.compile`` on its serialized bytes: the seconds of each stage
 (``stats["times"]``), the total, and the rest ("other": what a process does once, on its first compile: loading
 the op registry and finding the backend). Tables show the median over ``--rounds`` processes (``--cold-rounds``
 for cold CPU compiles) next to the median time onnxruntime takes to create an InferenceSession from the same
@@ -14,7 +14,7 @@ Backends: ``interpreter``; ``cpu`` cold (GLOW_CACHE_DIR a fresh temporary folder
 cached (the same folder again, in a new process). Then the activations each model's memory plan needs before
 and after scheduling, and how the chains' compile time grows.
 
-Models: cnn, linear_sigmoid, resnet, mlp, resnet18, mobilenetv2, bert_encoder (glow_core.example_models), bert12
+Models: cnn, linear_sigmoid, resnet, mlp, resnet18, mobilenetv2, bert_encoder (glow_conformance.example_models), bert12
 (12 post-LN layers, hidden 384, 6 heads, seq 128, FFN 1536), vit_tiny (patch-16 stem at 224, 12 layers, hidden
 192, 3 heads), and chainN: N elementwise nodes (example_models.elementwise_chain; 2500, 5000 and 10000 by
 default; the CPU backend compiles chains only with --cpu-chains, as it builds one C kernel per node).
@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.bench_cpu import ORT_IR_VERSION, ort_session  # noqa: E402
-from glow_core import example_models  # noqa: E402
+from glow_conformance import example_models  # noqa: E402
 
 MODELS = {
     "cnn": example_models.cnn,

@@ -22,7 +22,7 @@ and 2 threads the 2-vs-1 speedups follow.
 
 --clock cpu times the calling thread's CPU time instead of wall time (1 thread only: steadier on a loaded
 machine). --layout-study also runs the direct kernel with NHWC in and out (ResNet-18 layers): the measurement
-behind the choice of NCHWc. Correctness is not checked here (tests/test_conv_engine.py does).
+behind the choice of NCHWc. Correctness is not checked here (tests/cpu/test_conv_engine.py does).
 """
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ REASONS = [
      "(a defensive zero fill)"),
     ("conv_macros.c.j2", r"if s == \"residual\"", "another configuration: codegen's conv engine epilogue "
      "(codegen._engine_epilogue) holds one activation (relu, clip, sigmoid, silu); a residual step is rendered only "
-     "for direct callers of conv_engine.plan_conv (tests/test_conv_engine.py, bench/bench_conv.py)"),
+     "for direct callers of conv_engine.plan_conv (tests/cpu/test_conv_engine.py, bench/bench_conv.py)"),
     ("*", r"fprintf\(stderr|abort\(\)|return -\d", "error exits (a failing allocation or a bad run-time index: "
      "the negative tier checks those that can happen; the rest guard what the memory plan rules out)"),
 ]

@@ -14,11 +14,11 @@
 4. The per-call latency of linear_sigmoid against ort ``session.run`` (target: faster than ort).
 5. A per-layer table of the slowest model against onnxruntime (the highest cpu/ort ratio at the first thread
    count, or --layers MODEL): per ONNX node, glow's time, GFLOP/s and share of the run beside onnxruntime's
-   profiled time of the same node (glow_core.bench.format_layers).
+   profiled time of the same node (glow_tools.bench.format_layers).
 6. The cold compile time (empty GLOW_CACHE_DIR, C compiler included; target < 15 s) and cached compile time
    (target < 1 s) of the ResNet-18-style model, each in a fresh process.
 
-Models (glow_core.example_models, seeded weights), the families of issue 13: cnn, linear_sigmoid, mlp
+Models (glow_conformance.example_models, seeded weights), the families of issue 13: cnn, linear_sigmoid, mlp
 (784-512-512-10, batch 64), resnet_small64 (the small ResNet at 64x64), resnet18 and resnet50 (224x224, BatchNorm
 kept), mobilenetv2 and efficientnet (224x224; EfficientNet-B0-style with SiLU and squeeze-excite), vit_tiny
 (224x224, patch 16, 12 layers, hidden 192), bert_encoder (2 layers, hidden 256, 4 heads, seq 128), bert12
@@ -48,7 +48,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
-from glow_core import example_models as models  # noqa: E402
+from glow_conformance import example_models as models  # noqa: E402
 
 #: name: (builder, seconds of timed runs per process, min runs, max runs)
 MODELS = {
@@ -121,9 +121,9 @@ def worker_latency(runtime, name, threads, options=None):
 
 
 def worker_layers(name, threads):
-    """The per-layer table of ``name`` (glow_core.bench: glow's per-instruction timing by ONNX node beside
+    """The per-layer table of ``name`` (glow_tools.bench: glow's per-instruction timing by ONNX node beside
     onnxruntime's profiler), as text."""
-    from glow_core.bench import format_layers, ort_layer_times, ort_node_times, profile_layers
+    from glow_tools.bench import format_layers, ort_layer_times, ort_node_times, profile_layers
     model = build(name)
     feed = feed_of(model)
     cm = glow_compile(model, threads)

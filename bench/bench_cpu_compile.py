@@ -12,7 +12,7 @@ machine than wall time), and counts (instructions, distinct kernels, kernels com
 same model is timed in the same run for comparison.
 
 Models (built here with onnx.helper): bert12, a 12-layer BERT-style encoder (hidden 384, 6 heads, FFN 1536,
-sequence 128: ``glow_core.example_models.bert_encoder``); vit_tiny, a ViT-Tiny-style model (224x224 input, 16x16 patches
+sequence 128: ``glow_conformance.example_models.bert_encoder``); vit_tiny, a ViT-Tiny-style model (224x224 input, 16x16 patches
 by a strided Conv, hidden 192, 3 heads, MLP 768, 12 pre-LN layers, class token, learned position embedding,
 a 1000-way head).
 """
@@ -99,7 +99,7 @@ def vit_tiny(seed: int = 0, size: int = 224, patch: int = 16, hidden: int = 192,
 
 
 def bert12(ffn: int = 1536):
-    from glow_core import example_models
+    from glow_conformance import example_models
     return example_models.bert_encoder(seed=0, layers=12, hidden=384, heads=6, ffn=ffn, seq=128)
 
 

@@ -1,6 +1,6 @@
 """Transposes folded into batched matmuls (backends/cpu/strided_operands.py) against the unfolded program
 (``transpose_folding=False``), both compiled in one process and timed in alternating rounds (bench/alternate.py):
-latency medians, their ratio, and the transpose layers' share of the per-layer profile (glow_core.bench).
+latency medians, their ratio, and the transpose layers' share of the per-layer profile (glow_tools.bench).
 
     python bench/bench_folding.py --models vit_tiny,bert_encoder,bert12 --threads 1,2 --rounds 5
 """
@@ -15,7 +15,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import glow_core  # noqa: E402
-from glow_core.bench import profile_layers  # noqa: E402
+from glow_tools.bench import profile_layers  # noqa: E402
 
 from alternate import alternating_rounds, timed_runs  # noqa: E402
 from bench_cpu import MODELS, build, feed_of  # noqa: E402

@@ -1,4 +1,4 @@
-"""End-to-end int8 latency: a ResNet-18-style network (glow_core.example_models.resnet18, 224x224, batch 1).
+"""End-to-end int8 latency: a ResNet-18-style network (glow_conformance.example_models.resnet18, 224x224, batch 1).
 
     python bench/bench_int8_e2e.py [--threads 1,2] [--rounds 7] [--seconds 1.0] [--size 224] [--json FILE]
 
@@ -44,7 +44,7 @@ sys.path.insert(0, ROOT)
 
 import glow_core  # noqa: E402
 from bench.alternate import alternating_rounds  # noqa: E402
-from glow_core import example_models  # noqa: E402
+from glow_conformance import example_models  # noqa: E402
 
 IMPLS = ("glow-int8", "glow-fp32", "ort-int8", "ort-fp32")
 

@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 
 import glow_core  # noqa: E402
 from bench.bench_int8_e2e import models  # noqa: E402
-from glow_core.bench import ort_kernel_times  # noqa: E402
+from glow_tools.bench import ort_kernel_times  # noqa: E402
 
 
 def profile(qdq, feed, threads: int, runs: int):

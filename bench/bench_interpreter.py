@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import glow_core  # noqa: E402
-from glow_core import example_models as models  # noqa: E402
+from glow_conformance import example_models as models  # noqa: E402
 
 MODELS = {
     # name: (builder, input shape)

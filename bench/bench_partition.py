@@ -22,7 +22,7 @@ import numpy as np
 import glow_core
 from glow_conformance.checker import compare
 from glow_conformance.subset import conv_matmul_add
-from glow_core import example_models as models
+from glow_conformance import example_models as models
 from glow_core.placement import REASONS
 
 MODELS = {"resnet18": models.resnet18, "mobilenetv2": models.mobilenetv2, "bert_encoder": models.bert_encoder}

@@ -3,7 +3,7 @@
     python bench/bench_quant_accuracy.py [--size 64] [--models resnet18,mobilenetv2] [--calib 16] [--test 32]
                                          [--quick] [--json out.json]
 
-For each network (glow_core.example_models, seeded weights, input [1, 3, size, size], 1000 classes), with
+For each network (glow_conformance.example_models, seeded weights, input [1, 3, size, size], 1000 classes), with
 ``--calib`` seeded standard-normal calibration inputs and ``--test`` other ones:
 
 1. Glow Kit: ``quantization.profile`` over the calibration inputs, then, for each schema (asymmetric, symmetric,
@@ -44,7 +44,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import glow_core  # noqa: E402
-from glow_core import example_models, quantization  # noqa: E402
+from glow_conformance import example_models  # noqa: E402
+from glow_core import quantization  # noqa: E402
 
 
 class _Reader(CalibrationDataReader):

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import glow_core
-from glow_core import example_models as models
+from glow_conformance import example_models as models
 from glow_core.runtime import Host
 
 

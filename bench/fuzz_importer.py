@@ -1,11 +1,11 @@
 """Importer fuzzing, long run: structure-aware mutants of the repository's models and of ONNX's node-suite
-models must compile and run or raise a GlowError (glow_core/fuzz/importer.py).
+models must compile and run or raise a GlowError (tools/fuzz/importer.py).
 
     python bench/fuzz_importer.py [--seconds 600] [--seed 0] [--backend interpreter] [--out DIR]
 
 Prints the mutants tried, the outcome classes (ok, glow-error:<class>, and the bugs: exception:<type>,
 crash:<signal>, hang) and the mutation kinds; mutants of a bug class are written to --out. Exit status 1 when
-a bug was found. CI runs a fixed budget of the same loop (tests/test_fuzz_importer.py).
+a bug was found. CI runs a fixed budget of the same loop (tests/tools/test_fuzz_importer.py).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from glow_core.fuzz.importer import fuzz_importer, node_suite_models, repository_models  # noqa: E402
+from glow_tools.fuzz.importer import fuzz_importer, node_suite_models, repository_models  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from glow_core.fuzz.driver import fuzz  # noqa: E402
+from glow_tools.fuzz.driver import fuzz  # noqa: E402
 
 RUNS = {"cpu": ("cpu", "interpreter"), "onnxruntime": ("interpreter", "onnxruntime")}
 

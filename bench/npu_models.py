@@ -1,4 +1,4 @@
-"""Int8 networks for the NPU's benchmarks: ResNet-18 and MobileNetV2 (glow_core.example_models), quantized by the
+"""Int8 networks for the NPU's benchmarks: ResNet-18 and MobileNetV2 (glow_conformance.example_models), quantized by the
 kit's profile flow or by onnxruntime's ``quantize_static`` (QDQ), and the MAC share of a compiled model."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import tempfile
 import numpy as np
 import onnx
 
-from glow_core import example_models, quantization
+from glow_conformance import example_models
+from glow_core import quantization
 
 
 def feeds(model, rng, n=1):

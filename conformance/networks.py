@@ -2,7 +2,7 @@
 depthwise-separable CNN, BERT-style encoder layer, LSTM-style recurrence unrolled over time steps, and a
 U-Net-style encoder/decoder with Resize and Concat skip connections, and the elementwise tails a backend may
 fuse (adds followed by activations, broadcast operands). ResNet, the CNN of Glow's docs and
-Linear+Sigmoid come from ``glow_core.example_models``.
+Linear+Sigmoid come from ``glow_conformance.example_models``.
 """
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from glow_core.storage_formats import numeric_cast as cast  # noqa: F401 (the oracle of Cast)
-from glow_core.storage_formats import wrap
+from glow_conformance.storage_formats import numeric_cast as cast  # noqa: F401 (the oracle of Cast)
+from glow_conformance.storage_formats import wrap
 from glow_core.types import dtype as gdtype
 
 F64 = np.float64

@@ -14,7 +14,7 @@ import tempfile
 import numpy as np
 import onnx
 
-from glow_core import example_models
+from glow_conformance import example_models
 from glow_core.types import dtype as gdtype
 
 from . import networks as M
@@ -63,7 +63,7 @@ MODELS = {
     "squeeze_excite_c40_large": lambda dt: M.squeeze_excite(seed=4, dt=dt, channels=40, size=40),
     "squeeze_excite_c32_large_specials": lambda dt: M.squeeze_excite(seed=5, dt=dt, channels=32, size=40,
                                                                      specials=True),
-    # the bench families of glow_core.example_models at small sizes
+    # the bench families of glow_conformance.example_models at small sizes
     "resnet50_small": lambda dt: example_models.resnet50(seed=1, size=16, classes=10, blocks=(1, 1), widths=(4, 8)),
     "efficientnet_small": lambda dt: example_models.efficientnet(
         seed=1, size=16, classes=10, stages=((1, 8, 1, 1, 3), (6, 16, 2, 2, 5)), head=32),

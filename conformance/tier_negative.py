@@ -143,7 +143,7 @@ def _external_model(tmp, length):
     return path
 
 
-#: Minimal models of what importer and differential fuzzing (glowc fuzz, glow_core/fuzz/importer.py) found
+#: Minimal models of what importer and differential fuzzing (glowc fuzz, tools/fuzz/importer.py) found
 #: escaping as other exceptions: (label, must be named in the error, () -> model or path, feeds).
 def _qlinear_matmul(yz_type, y_type):
     """An int8 2x4 by 4x3 QLinearMatMul whose output zero point has type ``yz_type`` and output ``y_type``."""

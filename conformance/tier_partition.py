@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from glow_core import example_models as core_models
+from glow_conformance import example_models as core_models
 from glow_core.api import plan_partitions
 from glow_core.backend import DeviceCosts
 from glow_core.discovery import get_backend

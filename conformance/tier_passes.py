@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from glow_core import example_models
+from glow_conformance import example_models
 from glow_core.passes import PASSES
 
 from . import networks as M

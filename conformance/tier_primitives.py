@@ -24,7 +24,7 @@ from glow_core.types import FLOATS, INTS, NUMERIC, dtype as gdtype
 
 from . import oracles as O
 from . import paths
-from glow_core import storage_formats as SF
+from glow_conformance import storage_formats as SF
 from .cases import profiles_for
 from .primitive_cases import acc_specials, full_range, make_case, num_range, pairs, rand, specials, sprinkle
 from .quantized_cases import cases as quantized_cases
@@ -706,7 +706,7 @@ def _all(lines):
 
 
 def cases():
-    return list(_all(len(LINES)))  # a line added at run time (tests/test_extend.py) makes new cases
+    return list(_all(len(LINES)))  # a line added at run time (tests/core/test_adding_a_primitive.py) makes new cases
 from .quantized_cases import cases as quantized_cases
 
 

@@ -374,7 +374,7 @@ def winograd_choice(geom: ConvGeometry):
     direct kernel at 56x56 and 28x28), F(2x2) on 12+ (1.2x at 14x14 with 256 channels), the direct kernel below
     (7x7: its weights are read once instead of 16/9 or 4 times as many transformed ones). Not below 16 channels
     in or out: F(4x4)'s rounding error grows with the dynamic range inside a tile, and few channels do not
-    average it out (tests/test_conv_engine.py measures it against the conformance bound)."""
+    average it out (tests/cpu/test_conv_engine.py measures it against the conformance bound)."""
     oh, ow = geom.out_spatial
     if geom.channels < WINOGRAD_MIN_CHANNELS or geom.filters < WINOGRAD_MIN_CHANNELS:
         return None

@@ -1,8 +1,8 @@
 """Casts from and to the storage-only 1-byte types (float8, float6, float4, int4/uint4, int2/uint2, float8e8m0).
 
-Every such cast is derived from the ONNX specification as written, bit by bit, in
-``glow_core.storage_formats`` (not from the reference interpreter, which the suite checks against the
-same specification):
+Every such cast is derived, bit by bit, from the specification's own kernel: the reference kernel of the
+``cast`` primitive (its record in ``glow_core.ops.primitives.casts``). The conformance suite checks both that
+kernel and this backend against an independent oracle of the ONNX text (``glow_conformance.storage_formats``):
 - from any 1-byte type: a 256-entry lookup table of the results for every byte;
 - float/int -> a storage float type: rounding is monotone within each binade of the input, so each output code
   is produced by contiguous ranges of input bit patterns; the ranges' starts are found by bisection between
@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from glow_core.storage_formats import cast as spec_cast
+from glow_core.ops.primitives.casts import cast as spec_cast
 from glow_core.types import STORAGE_ONLY
 from glow_core.types import dtype as to_dtype
 

@@ -14,7 +14,8 @@ import onnx
 import pytest
 
 import glow_core
-from glow_core import example_models, quantization
+from glow_conformance import example_models
+from glow_core import quantization
 from glow_core.errors import GlowError
 
 
@@ -116,7 +117,7 @@ def test_npu_config_option_trace_and_requant_conflict(tmp_path):
 
 
 def test_glowc_dump_asm_prints_tilings_and_program(tmp_path, capsys):
-    from glow_core.cli import main
+    from glow_tools.cli import main
     m = example_models.resnet(seed=1, size=16, widths=(8, 16), blocks=1)
     path = tmp_path / "m.onnx"
     onnx.save(m, str(path))

@@ -8,7 +8,7 @@ import pytest
 
 import glow_core
 from glow_conformance.checker import compare
-from glow_core import example_models
+from glow_conformance import example_models
 from glow_core.api import FallbackWarning
 from glow_core.discovery import available_backends, get_backend
 
@@ -18,7 +18,7 @@ NAME = "{{ cookiecutter.backend_name }}"
 def test_discovered():
     assert NAME in available_backends(), "pip install -e . registers the glow_core.backends entry point"
     assert get_backend(NAME).name == NAME
-    out = subprocess.run([sys.executable, "-m", "glow_core.cli", "backends"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "glow_tools.cli", "backends"], capture_output=True, text=True)
     assert out.returncode == 0 and NAME in out.stdout.split(), out.stderr
 
 
