@@ -59,7 +59,8 @@ def one_node(op, operands, attrs=None, n_out=1, opset=OPSET, domain=""):
 
 
 def reference_answer(model, feeds, out_names, options=None):
-    """The reference interpreter's outputs for ``model`` (the expectation for any other backend)."""
+    """The reference interpreter's outputs for ``model`` (the expectation for any other backend), compiled with
+    ``options`` (the backend's ``required_options()``: the same arithmetic)."""
     return Reference.interpreter(model, options)(feeds)
 
 
@@ -113,7 +114,8 @@ class Reference:
                     raise _no_oracle(e) from None
                 return dict(zip(out_names, [np.asarray(r) for r in res]))
             return cls(run)
-        ref = cls.interpreter(model, options)
+        # the interpreter with the backend's required options (its arithmetic: requant="fixed_point") and the case's
+        ref = cls.interpreter(model, {**ctx.backend.required_options(), **(options or {})})
         return cls(lambda feeds: ref(_flushed(ctx, feeds)))
 
 

@@ -26,7 +26,8 @@ from glow_core.types import dtype as gdtype
 from . import oracles as O
 from .cases import Case, CaseFailure, Unsupported, case_seed, profiles_for
 from .checker import compare
-from .harness import compile_function, execute_pair, feed, reference_primitive, run_primitive, second_operands
+from .harness import (backend_attrs, compile_function, execute_pair, feed, reference_primitive, run_primitive,
+                      second_operands)
 
 
 def tolerance_class(prim: str) -> str:
@@ -205,7 +206,8 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
         seed = case_seed(case_id, ctx.seed)
         arrays = make(np.random.default_rng(seed))
         second = second_operands(make, second_seed(case_id, ctx.seed), arrays, consts)
-        desc, rr = describe(prim, dt, arrays, attrs, seed, threads), ctx.rerun(case_id)
+        at = backend_attrs(ctx.backend, prim, attrs)
+        desc, rr = describe(prim, dt, arrays, at, seed, threads), ctx.rerun(case_id)
 
         def check_both(got):
             check(ctx, arrays, got[0], desc, rr)
@@ -215,7 +217,7 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
         if outcome == "passed":
             return
         ctx.answers.clear()  # the group's is_op_supported answers are not this case's
-        check_both(run_primitive(ctx, prim, arrays, attrs, desc, rr, threads, consts, second=second))
+        check_both(run_primitive(ctx, prim, arrays, at, desc, rr, threads, consts, second=second))
         if outcome is not None:
             group_verdict(outcome, desc, rr)
 
@@ -230,8 +232,8 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
             r = oracle(ops, attrs)
             wants, mags = ([r[0]], [r[1]]) if not isinstance(r, list) else ([x[0] for x in r], [x[1] for x in r])
             refs64 = None
-        else:
-            wants, mags, refs64 = reference_primitive(prim, ops, attrs), None, None
+        else:  # the interpreter with the backend's required options that are attributes (requant="fixed_point")
+            wants, mags, refs64 = reference_primitive(prim, ops, backend_attrs(ctx.backend, prim, attrs)), None, None
         n = n_of(arrays, attrs) if n_of else 1
         if len(got) != len(wants):
             raise CaseFailure(f"{desc}\n  {len(got)} output(s) returned, {len(wants)} expected\n  rerun: {rr}",
@@ -265,6 +267,7 @@ def grouped_outputs(ctx, key, case_id):
             fn = Function(f"conformance_{prim}_{dt}")
             feeds, feeds2, names = {}, {}, {}
             for k, (cid, (mk, at)) in enumerate(GROUPS.get(key, {}).items()):
+                at = backend_attrs(ctx.backend, prim, at)
                 arrays = mk(np.random.default_rng(case_seed(cid, ctx.seed)))
                 try:
                     check_supported(ctx.backend, prim, arrays, at)

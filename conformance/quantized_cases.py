@@ -22,7 +22,7 @@ from . import oracles as O
 from . import paths
 from .cases import Case, case_seed
 from .checker import compare
-from .harness import reference_primitive, run_primitive, second_operands
+from .harness import backend_attrs, reference_primitive, run_primitive, second_operands
 from .primitive_cases import second_seed
 
 F32 = np.float32
@@ -171,6 +171,7 @@ def case(prim, dt, variant, make, consts=(), profiles=None, threads=1):
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         arrays, attrs = make(np.random.default_rng(seed))
+        attrs = backend_attrs(ctx.backend, prim, attrs)  # the backend's requantization (requant="fixed_point")
         second = second_operands(lambda rng: make(rng)[0], second_seed(case_id, ctx.seed), arrays, consts)
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
         desc = (f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs}, seed {seed}"

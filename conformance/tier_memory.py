@@ -21,7 +21,7 @@ from . import tier_primitives as P
 from .cases import Case, CaseFailure, Unsupported, case_seed
 from .checker import compare
 from .guards import regions_of
-from .harness import compile_function, compile_primitive, execute, execute_pair, feed, second_operands
+from .harness import backend_attrs, compile_function, compile_primitive, execute, execute_pair, feed, second_operands
 from .primitive_cases import describe
 
 #: Primitive cases run under the memory tier (fnmatch patterns over primitive case ids: the first match each).
@@ -56,9 +56,10 @@ def memory_case(base: Case) -> Case:
     def run(ctx):
         seed = case_seed(base.id, ctx.seed)
         arrays = info["make"](np.random.default_rng(seed))
-        desc = describe(prim, base.dtype, arrays, attrs, seed, threads) + " [guarded memory plan]"
+        at = backend_attrs(ctx.backend, prim, attrs)
+        desc = describe(prim, base.dtype, arrays, at, seed, threads) + " [guarded memory plan]"
         rr = ctx.rerun(case_id)
-        res = compile_primitive(ctx, prim, arrays, attrs, threads)
+        res = compile_primitive(ctx, prim, arrays, at, threads)
         other = second_operands(info["make"], seed + 1, arrays)
         out1, out_other = execute_pair(ctx, res, feed(arrays), feed(other), desc, rr)
         out2 = execute(ctx, res, feed(arrays), desc, rr)
