@@ -484,6 +484,9 @@ class Results:
         data["required"] = {}
         for p in config.getoption("glow_require"):
             v = data["profiles"].get(p)
+            if flows:  # a --flow run: the profile over each flow's cases, the worst verdict
+                per = [data["flows"][f]["profiles"][p] for f in flows if p in data["flows"][f]["profiles"]]
+                v = max(per, key=lambda x: {"pass": 0, "partial": 1, "fail": 2}[x["verdict"]]) if per else None
             if filt:
                 data["required"][p] = ("fail", f"not judged: the run was filtered ({'; '.join(filt)})")
             elif v is None or v["verdict"] != "pass":

@@ -128,7 +128,9 @@ def summarize(records, info: dict, filtered: bool = False, expected: dict | None
     threads = {}
     for r in recs:
         threads[str(r.get("threads", 1))] = threads.get(str(r.get("threads", 1)), 0) + 1
-    profiles = {} if filtered else _profile_verdicts(recs, expected)
+    flow_run = bool(info.get("flows_requested")) and info.get("flows_requested") != ["all"]
+    # a --flow run judges each profile per flow (over the flow's cases, all of which ran), not over the run
+    profiles = {} if filtered or flow_run else _profile_verdicts(recs, expected)
     stages = {st: sum(r.get("stage") == st for r in recs) for st in STAGES}
     flow_data = _flow_summary(recs, flows or [], filtered)
     modes, plain = _modes(recs)
@@ -204,6 +206,8 @@ def summary_lines(data: dict) -> list[str]:
         out.append("memory: " + data["memory"])
     if data["filtered"]:
         out.append("profiles: no verdicts (a filtered run judges no profile)")
+    elif not data["profiles"] and data.get("flows_requested", ["all"]) != ["all"]:
+        out.append("profiles: judged per flow (above), over each flow's cases")
     for p, v in data["profiles"].items():
         out.append(f"  profile {p:16s} {v['verdict']:8s} {v['why']}")
     for p, (verdict, why) in data.get("required", {}).items():
