@@ -294,7 +294,8 @@ def _bound(cls, tol, n, with_ref):
     if tol.lsb:
         parts.append(f"<= {tol.lsb} in the last place")
     if tol.sqnr:
-        parts.append(f"SQNR >= {tol.sqnr:g} dB against {'the interpreter' if 'agree' in cls else 'the float32 network'}")
+        against = "the interpreter" if "agree" in cls else "the float32 network"
+        parts.append(f"SQNR >= {tol.sqnr:g} dB against {against}")
     return " or ".join(parts)
 
 

@@ -21,7 +21,8 @@ element; quantized networks are held to the ``model`` class (their integer parts
 Cases of float64, integer, bool and storage types, and the negative tier, belong to no flow: they run in every
 full run.
 
-A flow whose recipe the kit does not have yet (``requires``: a glow_core name) is declared and its cases are
+Each flow has its own profiles (``Flow.profiles``): the report judges each over the flow's cases, one column per
+flow. A flow whose recipe the kit does not have yet (``requires``: a glow_core name) is declared and its cases are
 skipped with that reason (kind ``flow-unavailable``).
 """
 from __future__ import annotations
@@ -46,6 +47,7 @@ class Flow:
     sqnr_db: float | None = None
     requires: str | None = None
     agreement_db: float | None = None  # other backends against the interpreter under the recipe (None: "model")
+    profiles: tuple[str, ...] = ("models",)  # the profiles judged over the flow's cases (its report column)
 
     def unavailable(self) -> str | None:
         """Why this flow cannot run yet (its recipe is missing from glow_core), or None."""
@@ -61,17 +63,19 @@ class Flow:
 
 
 FLOWS = {f.name: f for f in (
-    Flow("fp32", "float32 as trained", ("float32",)),
+    Flow("fp32", "float32 as trained", ("float32",),
+         profiles=("fp32-core", "models", "memory", "passes", "partition")),
     Flow("fp16", "float16: the float32 network converted (convert_to=float16)", ("float16",),
-         {"convert_to": "float16"}, sqnr_db=40.0, agreement_db=45.0),
+         {"convert_to": "float16"}, sqnr_db=40.0, agreement_db=45.0, profiles=("fp16", "models", "memory")),
     Flow("bf16", "bfloat16: the float32 network converted (convert_to=bfloat16)", ("bfloat16",),
-         {"convert_to": "bfloat16"}, sqnr_db=30.0, agreement_db=30.0),
+         {"convert_to": "bfloat16"}, sqnr_db=30.0, agreement_db=30.0, profiles=("bf16", "models", "memory")),
     Flow("int8-per-tensor", "int8 activations and weights, one scale per weight tensor (quantize=profile)", (),
-         {"quantize": PROFILE, "per_channel": False}, sqnr_db=5.0),
+         {"quantize": PROFILE, "per_channel": False}, sqnr_db=5.0, profiles=("quantized-int8", "models")),
     Flow("int8-per-channel", "int8 activations, int8 weights with a scale per output channel (per_channel=True)",
-         (), {"quantize": PROFILE, "per_channel": True}, sqnr_db=5.0),
+         (), {"quantize": PROFILE, "per_channel": True}, sqnr_db=5.0, profiles=("quantized-int8", "models")),
     Flow("int16", "int16 activations and weights (precision=int16)", (), {"quantize": PROFILE,
-                                                                          "precision": "int16"}, sqnr_db=5.0),
+                                                                          "precision": "int16"}, sqnr_db=5.0,
+         profiles=("quantized-int16", "models")),
     Flow("int4-weight-only", "int4 weights in blocks of 32, float activations (MatMulNBits semantics: "
          "glow_core.quantization.weight_only)", (), {}, sqnr_db=12.0,
          requires="glow_core.quantization.weight_only"),

@@ -19,6 +19,7 @@ import platform
 import time
 
 from .cases import PROFILES, SKIP_KINDS, STAGES
+from .flows import FLOWS
 
 OUTCOMES = ("pass", "fail", "skip", "xfail", "xpass")
 DTYPE_ORDER = {d: i for i, d in enumerate(("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16",
@@ -93,8 +94,12 @@ def _flow_summary(recs, flows, filtered):
         counts = {o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}
         counts["total"] = len(rs)
         stages = {st: sum(r.get("stage") == st for r in rs) for st in STAGES}
+        unjudged = rs and all(r.get("skip") in ("flow", "flow-unavailable") for r in rs)
+        own = FLOWS[f].profiles if f in FLOWS else PROFILES
+        verdicts = {} if filtered or unjudged else _profile_verdicts(rs, None)
         out[f] = {"counts": counts, "stages": {k: v for k, v in stages.items() if v},
-                  "profiles": {} if filtered else _profile_verdicts(rs, None)}
+                  "profiles": {p: v for p, v in verdicts.items() if p in own},
+                  "note": (rs[0]["detail"].split(": ", 1)[-1] if unjudged else "")}
     rs = [r for r in recs if not r.get("flows")]
     out["(no flow)"] = {"counts": dict({o: sum(r["outcome"] == o for r in rs) for o in OUTCOMES}, total=len(rs)),
                         "stages": {k: v for k, v in {st: sum(r.get("stage") == st for r in rs)
@@ -194,7 +199,8 @@ def summary_lines(data: dict) -> list[str]:
         fc = v["counts"]
         verdicts = ", ".join(f"{p} {pv['verdict']}" for p, pv in v["profiles"].items())
         out.append(f"  flow {f:17s} {fc['total']:6d} cases: {fc['pass']} passed, {fc['fail']} failed, {fc['skip']} "
-                   f"skipped, {fc['xfail']} known failures" + (f"; profiles: {verdicts}" if verdicts else ""))
+                   f"skipped, {fc['xfail']} known failures" + (f"; profiles: {verdicts}" if verdicts else "")
+                   + (f"; not judged: {v['note']}" if v.get("note") else ""))
     if data.get("modes"):
         out.append("outputs compared per compliance mode: " + ", ".join(f"{m} {n}" for m, n in data["modes"].items()))
     for cls, why in data.get("plain", {}).items():
@@ -386,6 +392,9 @@ def _flows_html(data) -> str:
     for label, get in rows:
         out.append(f"<tr><td class='row'>{label}</td>" + "".join(f"<td>{get(data['flows'][f])}</td>" for f in flows)
                    + "</tr>")
+    out.append("<tr><td class='row'>not judged</td>" + "".join(
+        f"<td class='skip'>{e(data['flows'][f].get('note', ''))}</td>" if data["flows"][f].get("note") else "<td></td>"
+        for f in flows) + "</tr>")
     profiles = sorted({p for f in flows for p in data["flows"][f]["profiles"]},
                       key=lambda p: PROFILES.index(p) if p in PROFILES else len(PROFILES))
     for p in profiles:

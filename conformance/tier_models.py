@@ -284,7 +284,8 @@ def cases():
             m = _qdq_model(name)
             return m, _feeds(m, rng)
         out.append(model_case(f"models/{name}/{QDQ[name][2]}/seeded", "models", name, QDQ[name][2], build,
-                              "quantized", profiles=("models", "quantized-int8"), reference_tolerance="quantized-foreign",
+                              "quantized", profiles=("models", "quantized-int8"),
+                              reference_tolerance="quantized-foreign",
                               oracle=lambda feeds, name=name: _ort_run(_qdq_model(name), feeds),
                               flows=("int8-per-channel",) if QDQ[name][1] else ("int8-per-tensor",)))
     return out + flow_cases()

@@ -333,8 +333,8 @@ def test_int8_saturating_at_minus_127_is_caught(tmp_path):
 
 def test_zeroed_tails_of_large_outputs_are_caught_in_every_dtype_class(tmp_path):
     failed, _ = _caught("ZeroesTailOfLargeOutputs", ["primitives/*/*/large*", "primitives/*/*/large/*",
-                                                     "primitives/qconv/int8/2d_large*", "primitives/qadd/int8/*2x32821"],
-                        tmp_path)
+                                                     "primitives/qconv/int8/2d_large*",
+                                                     "primitives/qadd/int8/*2x32821"], tmp_path)
     dtypes = {c["dtype"] for c in failed.values()}
     assert {"float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64", "bool"} <= dtypes
     assert {"add", "matmul", "conv", "max_pool", "avg_pool", "reduce_sum", "qconv", "qadd"} <= \
