@@ -15,7 +15,7 @@ from ...errors import ShapeError
 from ..registry import REQUIRED, onnx_op
 from .attention import _band_allowed, _neg_inf_bias, rotate, sdpa
 from .linalg import matmul
-from .normalization import _check_float, mean
+from .normalization import _check_float, _stash, mean
 
 MS = "com.microsoft"
 FLOATS = ("float32", "float16", "bfloat16")
@@ -129,16 +129,17 @@ def rms(b, x, scale, axis, epsilon, dt):
 
 
 @onnx_op("SimplifiedLayerNormalization")
-def simplified_layer_normalization(b, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
-    """onnxruntime's RMS normalization in the ai.onnx domain: RMSNormalization's lowering (in float32 with
-    stash_type 1), with the second output inv_std_var (float32, the normalized dims kept as 1)."""
+def simplified_layer_normalization(b, x, scale, *, axis=-1, epsilon=float(np.float32(1e-5)), stash_type=1):
+    """onnxruntime's RMS normalization in the ai.onnx domain: RMSNormalization's lowering (16-bit floats in
+    float32 with stash_type 1), with the second output inv_std_var (the normalized dims kept as 1; float32
+    with stash_type 1)."""
     _check_float(b, x)
     axis = b.norm_axis(axis, x.rank)
-    xs = b.cast_(x, "float32") if stash_type == 1 else x
-    return rms(b, xs, scale, axis, epsilon, x.dtype)
+    y, inv = rms(b, _stash(b, x, stash_type), scale, axis, epsilon, x.dtype)
+    return y, b.cast_(inv, "float32") if stash_type == 1 else inv
 
 
-@onnx_op("SkipSimplifiedLayerNormalization", domain=MS, attrs={"epsilon": 1e-12})
+@onnx_op("SkipSimplifiedLayerNormalization", domain=MS, attrs={"epsilon": float(np.float32(1e-12))})
 def skip_simplified_layer_normalization(b, x, skip, gamma, bias=None, *, epsilon):
     """RMS normalization of input + skip (+ bias) over the last axis, in float32: outputs the normalized
     tensor * gamma, the mean (zeros: the simplified form has none; onnxruntime returns zeros), 1 / rms
