@@ -1,7 +1,8 @@
 """ONNX importer: ModelProto -> Function of high-level nodes with static types.
 
 Handles the ai.onnx domain from opset 7 to the newest the installed onnx knows
-(and the custom domains registered with ``glow_core.ops.custom_op``),
+(and the custom domains registered with ``glow_core.ops.custom_op``, and onnxruntime's com.microsoft ops that
+lower, registered as ``com.microsoft.<op>``),
 initializers and Constant nodes, attribute defaults from ONNX's schema for the
 model's opset, symbolic dimensions (given concrete values) and inputs that feed
 shape operands (given as constants: *specialization*). Every node, in the main

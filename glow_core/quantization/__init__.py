@@ -7,7 +7,9 @@
   activations': ``schema="asymmetric", weight_schema="symmetric"`` are onnxruntime's defaults);
 - a model that is already quantized (QDQ: QuantizeLinear/DequantizeLinear around float ops, or QOperator:
   QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger) runs as quantized primitives (``rewrite.ModelSource``);
-- ``convert_to="float16" | "bfloat16"`` converts the float32 parts.
+- ``convert_to="float16" | "bfloat16"`` converts the float32 parts;
+- ``weight_only(model, bits=4, block_size=32, symmetric=True) -> onnx.ModelProto``: MatMul/Gemm with constant
+  weights become com.microsoft MatMulNBits (block-wise 4- or 8-bit weights, the format onnxruntime runs).
 
 ``run(fn, options, ask)`` is the pass ``glow_core.api.compile_graph`` runs after lowering: the quantizer or the
 QDQ fusion, the conversion, then the emulation of quantized primitives the backend refuses (``emulate``). The
@@ -30,13 +32,14 @@ from .report import Report, quantize_report
 from .rewrite import quantize_graph, quantized
 from .schema import PRECISIONS, SCHEMAS, QParams
 from .schema import check as check_schema
+from .weight_only import weight_only
 
 #: compile options of this package, with their defaults
 OPTIONS = {"quantize": None, "schema": "asymmetric", "precision": "int8", "per_channel": False,
            "calibration": "minmax", "keep_float": (), "convert_to": None, "weight_schema": None}
 
 __all__ = ["profile", "Profile", "TensorStats", "QParams", "SCHEMAS", "PRECISIONS", "CALIBRATIONS", "TARGETS",
-           "OPTIONS", "prepare", "run", "lowered_graph", "quantize_graph", "quantize_report", "Report"]
+           "OPTIONS", "prepare", "run", "lowered_graph", "quantize_graph", "quantize_report", "Report", "weight_only"]
 
 
 def prepare(options: dict) -> dict:
