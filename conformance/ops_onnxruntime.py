@@ -149,8 +149,11 @@ def _gqa(r, d, bsz, s, h, hk, hd, past, seqlens, total, attrs, extra):
         ops = [_f(r, d, (bsz, s, (h + 2 * hk) * hd)), None, None]
     else:
         ops = [_f(r, d, (bsz, s, h * hd)), _f(r, d, (bsz, s, hk * hd)), _f(r, d, (bsz, s, hk * hd))]
-    ops += [_f(r, d, (bsz, hk, past, hd)), _f(r, d, (bsz, hk, past, hd)), np.array(seqlens, np.int32),
-            Init(np.array(total, np.int32))]
+    caches = [_f(r, d, (bsz, hk, past, hd)) for _ in "kv"]
+    for b, n in enumerate(seqlens):  # a cache holds zeros after its tokens (the rows the op leaves unspecified)
+        for c in caches:
+            c[b, :, 0 if s == total else n + 1 - s:] = 0
+    ops += caches + [np.array(seqlens, np.int32), Init(np.array(total, np.int32))]
     cols = hd // 2 if "rotary" in extra else hd // 4 if "rotary_partial" in extra else 0
     if cols:
         theta = r.uniform(0, 6, (max(total, past) + 4, cols))

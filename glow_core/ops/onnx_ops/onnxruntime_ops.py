@@ -14,6 +14,7 @@ import numpy as np
 from ...errors import ShapeError
 from ..registry import REQUIRED, onnx_op
 from .attention import _band_allowed, _neg_inf_bias, rotate, sdpa
+from .indexing import tensor_scatter
 from .linalg import matmul
 from .normalization import _check_float, _stash, mean
 
@@ -227,11 +228,12 @@ def group_query_attention(b, query, key=None, value=None, past_key=None, past_va
 
     Per batch b, T = seqlens_k[b] + 1 keys are valid after this step; the S new tokens sit at positions
     P .. P + S - 1 with P = T - S (P = 0 for a first prompt, S == total_sequence_length). present (length
-    max(total_sequence_length, past length)) holds past rows [0, P), the new K/V rows [P, P + S) and zeros
-    after; query row i attends key j iff j <= P + i (bottom-right causal alignment per batch) and, with a
+    max(total_sequence_length, past length)) is past, zero-padded, with the new K/V rows written at [P, P + S)
+    (TensorScatter's lowering: a cache as long as present is updated, as onnxruntime does when past and present
+    share a buffer; rows after P + S are the op's unspecified region, which onnxruntime's kernel zeroes
+    otherwise); query row i attends key j iff j <= P + i (bottom-right causal alignment per batch) and, with a
     local window W, j > P + i - W. Rotary (do_rotary) rotates Q and K at positions P + i (or position_ids).
-    Lowered to gather_nd/select for the cache, attention.sdpa for the rest (+ attention_bias, head_sink or
-    smooth_softmax as an extra softmax logit)."""
+    The rest is attention.sdpa (+ attention_bias, head_sink or smooth_softmax as an extra softmax logit)."""
     _float_input(b, query, "query")
     dt = query.dtype
     for what, value_, default in (("causal", causal, 1), ("qk_output", qk_output, 0),
@@ -313,25 +315,16 @@ def group_query_attention(b, query, key=None, value=None, past_key=None, past_va
         q = rotate(b, q, cos, sin, rd, rotary_interleaved)
         k = rotate(b, k, cos, sin, rd, rotary_interleaved)
 
-    # present: past rows [0, P), the new rows [P, P + S), zeros after
-    t = b.const(np.arange(cap, dtype=np.int64).reshape(1, cap))
-    st = b.reshape_(start, (bsz, 1))
-    rel = b.binary("sub", t, st)  # [B, cap]: t - P
-    is_new = b.and_(b.binary("ge", rel, b.scalar_like(0, rel, shape=())),
-                    b.binary("lt", rel, b.scalar_like(s, rel, shape=())))
-    is_past = b.binary("lt", rel, b.scalar_like(0, rel, shape=()))
-    row = b.reshape_(b.binary("max", b.binary("min", rel, b.scalar_like(s - 1, rel, shape=())),
-                              b.scalar_like(0, rel, shape=())), (bsz, cap, 1))
-
+    # present: the cache (past, zero-padded to the present length) with the new rows written at [P, P + S)
     def present(new, past):
-        rows = b.transpose_(b.gather_nd(new, row, batch_dims=1), (0, 2, 1, 3))  # [B, Hk, cap, D]
         shape = (bsz, kv_num_heads, cap, d)
-        out = b.where_(b.reshape_(is_new, (bsz, 1, cap, 1)), rows, b.scalar_like(0, rows, shape=()))
-        if past is not None and past_s:
-            if past_s < cap:
-                past = b.pad(past, pads=[0, 0, 0, 0, 0, 0, cap - past_s, 0], value=0.0, interior=[0] * 4)
-            out = b.where_(b.reshape_(is_past, (bsz, 1, cap, 1)), past, out)
-        return b.broadcast_to(out, shape)
+        if past is None or not past_s:
+            cache = b.const(np.zeros(shape, dtype=dt.np))
+        elif past_s < cap:
+            cache = b.pad(past, pads=[0, 0, 0, 0, 0, 0, cap - past_s, 0], value=0.0, interior=[0] * 4)
+        else:
+            cache = past
+        return tensor_scatter(b, cache, b.transpose_(new, (0, 2, 1, 3)), start, axis=2)
     present_k, present_v = present(k, past_key), present(v, past_value)
 
     # the additive bias: causal from each batch's P, the local window, attention_bias
