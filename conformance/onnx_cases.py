@@ -89,6 +89,8 @@ class Reference:
         once (an accumulation's expectation: ReferenceEvaluator would accumulate in the 16-bit type)."""
         if ctx.flush:
             model = flushed_model(model)
+        if ctx.is_reference and oracle == ONNXRUNTIME:
+            return cls(lambda feeds: dict(zip(out_names, onnxruntime_answer(model, _flushed(ctx, feeds)))))
         if ctx.is_reference and oracle is not None:
             return cls(lambda feeds: dict(zip(out_names, oracle(_flushed(ctx, feeds)))))
         if ctx.is_reference and wide and _narrow_floats(model):
@@ -175,6 +177,31 @@ def flushed_model(model):
     return m
 
 
+#: ``oracle=ONNXRUNTIME``: the case's expectation is onnxruntime's CPU kernels on the model (the oracle of
+#: onnxruntime's own ops, com.microsoft's, which onnx.reference does not know)
+ONNXRUNTIME = "onnxruntime"
+
+
+def onnxruntime_answer(model, feeds):
+    """onnxruntime's outputs for ``model`` (one thread, CPU kernels, no graph optimizations: the ops as written)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from .cases import Unsupported
+        raise Unsupported("no oracle: this case's oracle is onnxruntime, which is not installed",
+                          kind="no-oracle") from None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return s.run(None, feeds)
+    except Exception as e:  # noqa: BLE001  (onnxruntime refuses the case: no oracle, never a guess)
+        from .cases import Unsupported
+        raise Unsupported(f"no oracle: onnxruntime cannot run this case ({type(e).__name__}: {str(e)[:160]})",
+                          kind="no-oracle") from None
+
+
 def expected(model, feeds, ctx, out_names, oracle=None):
     return Reference.of(model, ctx, out_names, oracle)(feeds)
 
@@ -192,13 +219,14 @@ def _abs_model(model, feeds):
 
 class Scales:
     """(n, per-output magnitude) of each input for the tolerance classes that scale per element; (1, {}) for the
-    others (the model on |operands| built once: op-acc)."""
+    others (the model on |operands| built once: op-acc). ``magnitude(model, feeds) -> {output: array}`` gives
+    op-acc's per-element sums of |terms| where making the operands non-negative does not (weights stored packed)."""
 
-    def __init__(self, model, ctx, out_names, tolerance, options=None):
+    def __init__(self, model, ctx, out_names, tolerance, options=None, magnitude=None):
         self.model, self.ctx, self.outs, self.tolerance = model, ctx, out_names, tolerance
         self.sizes = [int(np.prod(t.dims)) for t in model.graph.initializer]
-        self.abs_ref = None
-        if tolerance == "op-acc":
+        self.abs_ref, self.magnitude = None, magnitude
+        if tolerance == "op-acc" and magnitude is None:
             am, _ = _abs_model(model, {})
             self.abs_ref = Reference.of(am, ctx, out_names, options=options, wide=True)
 
@@ -221,6 +249,8 @@ class Scales:
         n = max([v.size for v in feeds.values()] + self.sizes + [1])
         if tol in ("op-rel", "op-exp"):
             return n, {}
+        if tol == "op-acc" and self.magnitude is not None:
+            return n, self.magnitude(model, feeds)
         if tol == "op-acc":
             _, af = _abs_model(model, feeds)
             absw = self.abs_ref(af)
@@ -228,9 +258,9 @@ class Scales:
         return 1, {}
 
 
-def scales(model, feeds, ctx, out_names, tolerance, want):
+def scales(model, feeds, ctx, out_names, tolerance, want, magnitude=None):
     """(n, per-output magnitude) for tolerance classes that scale per element; (1, {}) for the others."""
-    return Scales(model, ctx, out_names, tolerance)(feeds, want)
+    return Scales(model, ctx, out_names, tolerance, magnitude=magnitude)(feeds, want)
 
 
 def second_feeds(build, seed: int, feeds: dict) -> dict:
@@ -254,9 +284,10 @@ def second_feeds(build, seed: int, feeds: dict) -> dict:
 
 
 def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info=None, oracle=None, group=None,
-               threads=1, options=None, flows=None, reference_tolerance=None):
+               threads=1, options=None, flows=None, reference_tolerance=None, magnitude=None):
     """A case over an ONNX model: ``build(rng)`` returns (model, feeds); ``oracle(feeds)`` (a list of arrays)
-    replaces ReferenceEvaluator where that is known to be wrong or less precise. Cases with the same ``group``
+    replaces ReferenceEvaluator where that is known to be wrong or less precise (``ONNXRUNTIME``: onnxruntime
+    on the model); ``magnitude``: see ``Scales``. Cases with the same ``group``
     are first run merged into one model (one compilation; see ``grouped_outputs``). ``threads``: the compile's
     ``num_threads`` (case ids of 2 end in /t2); ``options``: more compile options (a flow's recipe), or a
     function of the model returning them (made at stage quantize: a calibrated profile), the interpreter's
@@ -281,7 +312,7 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
         desc = (f"{tier} case {subject} dtype {dt}: inputs {shapes or '-'}, attributes {_short(attrs)}, "
                 f"seed {seed}" + (f", options {_short(opts)}" if opts else ""))
         rr = ctx.rerun(case_id)
-        scale = Scales(model, ctx, outs, tol, opts)
+        scale = Scales(model, ctx, outs, tol, opts, magnitude)
         flush = ctx.flush and tol not in ("op-bitwise",)
 
         def check(got, fds, want, d):
