@@ -14,7 +14,7 @@ against the float32 network by ONNX's ReferenceEvaluator within the flow's SQNR 
 independent oracle of a network under a reduced-precision recipe exists, so the report says that bound is plain;
 the floors sit below what the kit's recipes give on these networks with 4 calibration samples over seeds 0-2:
 int8 9.5 dB and int16 10.3 at worst (inputs outside the calibrated range clip: that, not the precision,
-dominates), bfloat16 43, float16 58: they catch a broken recipe, not a weak one). A network converted to float16
+dominates), int4 weight-only 15.4, bfloat16 43, float16 58: they catch a broken recipe, not a weak one). A network converted to float16
 or bfloat16 rounds every intermediate in that type, and a backend may keep one in float32 (a fused epilogue), so
 other backends agree with the interpreter under that recipe within ``Flow.agreement_db`` of SQNR, not per
 element; quantized networks are held to the ``model`` class (their integer parts are exact).

@@ -100,13 +100,23 @@ def test_flows_select_cases_and_backends_claim_them(tmp_path):
     assert r.returncode != 0 and "does not claim this flow" in r.stdout + r.stderr
 
 
-def test_an_unavailable_recipe_is_a_declared_flow_skipped_with_its_reason(tmp_path):
-    from glow_conformance.flows import FLOWS
-    if FLOWS["int4-weight-only"].unavailable() is None:
-        pytest.skip("glow_core.quantization.weight_only exists: the flow runs")
-    rc, data = run_suite("interpreter", ["models/mlp/int4-weight-only/recipe"], tmp_path / "r.html")
-    c = data["cases"][0]
-    assert c["skip"] == "flow-unavailable" and c["stage"] == "quantize" and "weight_only" in c["detail"]
+def test_an_unavailable_recipe_is_a_declared_flow_skipped_with_its_reason(tmp_path, monkeypatch):
+    """A flow whose recipe glow_core lacks (as int4-weight-only before glow_core.quantization.weight_only) is
+    declared, and its cases skip at stage quantize saying why."""
+    import dataclasses
+
+    from glow_conformance import flows
+    assert flows.FLOWS["int4-weight-only"].unavailable() is None  # weight_only exists now: the flow runs
+    missing = dataclasses.replace(flows.FLOWS["int4-weight-only"], requires="glow_core.quantization.no_such_recipe")
+    assert "no glow_core.quantization.no_such_recipe" in missing.unavailable()
+    monkeypatch.setitem(flows.FLOWS, "int4-weight-only", missing)
+    rc, data = run_suite("interpreter", ["models/mlp/int4-weight-only/recipe", "models/mlp/int16/recipe"],
+                         tmp_path / "r.html")
+    got = {c["id"]: c for c in data["cases"]}
+    c = got["models/mlp/int4-weight-only/recipe"]
+    assert c["skip"] == "flow-unavailable" and c["stage"] == "quantize" and "no_such_recipe" in c["detail"]
+    assert got["models/mlp/int16/recipe"]["outcome"] == "pass" and rc == 0
+    assert data["flows"]["int4-weight-only"]["note"] and not data["flows"]["int4-weight-only"]["profiles"]
 
 
 def test_stages_and_statistics_in_json_junit_and_html(tmp_path):
