@@ -37,8 +37,9 @@ back as NaN and only there, an infinity as the same infinity. Subnormals: a back
 subnormals. Never both.
 
 Every comparison appends its statistics to ``RECORD`` (the runner of a case empties it before and reports it
-after): the compliance mode and the bound, max abs error, max ULP error, mean abs error, SQNR, the elements out
-of bound, and for DOT_PRODUCT the statistical test's sums.
+after): the compliance mode and the bound, the elements out of bound, the max abs error, mean abs error (MAE) and
+SQNR against the float64 reference where there is one (DOT_PRODUCT; else the expected value), the max ULP error
+against the expected value in the result type, and for DOT_PRODUCT the statistical test's sums.
 """
 from __future__ import annotations
 
