@@ -319,11 +319,24 @@ def compare(got, want, tolerance_class: str, describe: str, rerun: str, n: int =
         center = np.asarray(ref64, np.float64).reshape(want.shape)
         with np.errstate(all="ignore"):
             want = center.astype(want.dtype)
+    zeros = None
     if is_float and flush:
         flushed = flush_subnormals(want)
+        zeros = (flushed != want) & ~np.isnan(want.astype(np.float64))  # subnormals expected as signed zeros
         if center is not None:  # a result flushed to zero is measured from that zero
-            center = np.where(flushed != want, flushed.astype(np.float64), center)
+            center = np.where(zeros, flushed.astype(np.float64), center)
         want = flushed
+        if zeros.any():
+            gz = got.astype(np.float64)[zeros]
+            wrong = (gz != 0) | (np.signbit(gz) != np.signbit(want.astype(np.float64)[zeros]))
+            if wrong.any():
+                i = int(np.flatnonzero(zeros.reshape(-1))[np.flatnonzero(wrong)[0]])
+                _record(name, tolerance_class, tol, got, want, center, None, n,
+                        {"out_of_bound": int(wrong.sum())})
+                raise CaseFailure(f"{describe}\n  {name}: {int(wrong.sum())} subnormal result(s) not flushed to a zero "
+                                  f"of their sign, as a backend declaring flushes_subnormals() must (FTZ); first at "
+                                  f"index {_fmt_idx(i, got.shape)}: got {_v(got.reshape(-1)[i])}, expected "
+                                  f"{_v(want.reshape(-1)[i])}\n  rerun: {rerun}")
     if got.size == 0:
         _record(name, tolerance_class, tol, got, want, center, None, n)
         return

@@ -69,18 +69,24 @@ def test_checker_ulps_nan_and_exactness():
         compare(np.array([1.0], np.float32), np.array([np.nan], np.float32), "elementwise", "d", "r")
 
 
-def test_checker_float16_in_its_own_ulps_and_the_subnormal_rule():
+def test_checker_float16_in_its_own_ulps_and_the_declared_subnormal_rule():
     want = np.array([5e-4], np.float16)
     off = (want.astype(np.float64) * 1.08).astype(np.float16)  # 8 % off: inside the old 6.1e-5 allowance
     with pytest.raises(AssertionError, match="out of tolerance"):
         compare(off, want, "elementwise", "d", "r")
     compare(np.nextafter(want, np.float16(1)), want, "elementwise", "d", "r")  # 1 float16 ULP
     sub = np.array([3e-6, -3e-6], np.float16)  # subnormal in float16
-    compare(np.array([0.0, -0.0], np.float16), sub, "elementwise", "d", "r")  # flushed, same sign: allowed
+    flushed = np.array([0.0, -0.0], np.float16)
+    with pytest.raises(AssertionError):  # flushing is a declared property (flushes_subnormals), never a leniency
+        compare(flushed, sub, "elementwise", "d", "r")
+    compare(flushed, sub, "elementwise", "d", "r", flush=True)  # declared: flushed, same sign
     with pytest.raises(AssertionError):
-        compare(np.array([-0.0, 0.0], np.float16), sub, "elementwise", "d", "r")  # sign lost
+        compare(sub, sub, "elementwise", "d", "r", flush=True)  # declared, and not done: inconsistent
     with pytest.raises(AssertionError):
-        compare(np.array([0.0], np.float16), np.array([6.2e-5], np.float16), "elementwise", "d", "r")  # normal
+        compare(np.array([-0.0, 0.0], np.float16), sub, "elementwise", "d", "r", flush=True)  # sign lost
+    with pytest.raises(AssertionError):
+        compare(np.array([0.0], np.float16), np.array([6.2e-5], np.float16), "elementwise", "d", "r",
+                flush=True)  # normal
 
 
 def test_checker_float64_accumulation_in_float64_eps():
