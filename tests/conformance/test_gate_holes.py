@@ -350,8 +350,7 @@ def test_undeclared_flushing_is_caught_where_results_are_subnormal(tmp_path):
 def test_declared_flushing_must_flush_and_then_passes(tmp_path):
     failed, _ = _caught("DeclaresFlushButKeeps", ["primitives/*/float32/subnormal_results*"], tmp_path)
     # subnormal results kept, or sums of subnormal operands (expected 0: the operands flush) not zero
-    assert all("not flushed to a zero of their sign" in c["detail"] or "out of tolerance" in c["detail"]
-               for c in failed.values()), [c["detail"][:300] for c in failed.values()]
+    assert all(c["stage"] == "mismatch" for c in failed.values())
     assert any("not flushed to a zero of their sign" in c["detail"] for c in failed.values())
     rc, data = run_suite(SPEC + "FlushesAsDeclared", ["primitives/*/float32/subnormal_results*",
                                                      "primitives/matmul/float32/16x17@17x15"], tmp_path / "ok.html")
