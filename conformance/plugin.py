@@ -180,10 +180,13 @@ def _reload_tiers():
     from . import onnx_cases, primitive_cases
     primitive_cases.GROUPS.clear()
     onnx_cases.GROUPS.clear()
+    lines = getattr(sys.modules.get("glow_conformance.tier_primitives"), "LINES", None)
     for name in ("quantized_cases", "tier_primitives", "tier_ops", "tier_models", "tier_memory", "tier_negative"):
         mod = sys.modules.get(f"glow_conformance.{name}")
         if mod is not None:
             importlib.reload(mod)
+    if lines is not None:  # lines added at run time (a new primitive's, adding_a_primitive.md) stay
+        sys.modules["glow_conformance.tier_primitives"].LINES[:] = lines
 
 
 def _coverage_backend(backend, config):
