@@ -124,6 +124,20 @@ def _write_inputs(outs, inputs, fn):
     return outs
 
 
+def _first_image_only(outs, inputs, fn):
+    out = {}
+    for k, v in outs.items():
+        v = np.array(v, copy=True)
+        if v.ndim >= 2 and v.shape[0] > 1:
+            v[1:] = v[0]  # a kernel that ignores the batch offset: every image gets the first one's result
+        out[k] = v
+    return out
+
+
+class IgnoresBatch(_Broken):
+    transform, label = staticmethod(_first_image_only), "ignores_batch"
+
+
 class StaleOutputs(_Broken):
     transform, label = staticmethod(_stale), "stale_outputs"
 
@@ -370,3 +384,12 @@ def test_the_interpreter_behind_a_proxy_passes_all_those_cases(tmp_path):
                                             "primitives/qconv/int8/2d_pad1/*", "primitives/add/int64/scalar"],
                          tmp_path / "r.html")
     assert rc == 0 and data["counts"]["fail"] == 0 and data["counts"]["pass"] > 20
+
+
+def test_a_backend_ignoring_the_batch_is_caught_in_every_family(tmp_path):
+    failed, _ = _caught("IgnoresBatch", ["primitives/conv/float32/*batch*", "primitives/qconv/int8/2d_rows40_s1/*",
+                                         "primitives/max_pool/float32/2d_k3s2_pad1", "primitives/avg_pool/float32/3d",
+                                         "primitives/matmul/float32/2x9x33@2x33x5", "models/mobilenet_batch3/*",
+                                         "models/cnn_batch2/*", "primitives/qavg_pool/int8/2d_k3s2_pad1/*"], tmp_path)
+    assert {"conv", "qconv", "max_pool", "matmul", "mobilenet_batch3", "cnn_batch2", "qavg_pool"} <= \
+        {c["subject"] for c in failed.values()}
