@@ -78,9 +78,15 @@ class Reference:
             return self.run(feeds)
 
     @classmethod
-    def interpreter(cls, model, options=None):
+    def interpreter(cls, model, options=None, backend=None):
+        """The interpreter's answers; with ``backend`` (the one under test) and a quantization recipe, the
+        interpreter takes that backend's answers about the quantized primitives, so that the quantizer keeps in
+        float (or emulates) the nodes the backend refuses, as it does for the backend: the same plan."""
         import glow_core
-        cm = glow_core.compile(model, "interpreter", **(options or {}))
+        target = "interpreter"
+        if backend is not None and (options or {}).get("quantize") is not None:
+            target = _SamePlan(backend)
+        cm = glow_core.compile(model, target, **(options or {}))
         return cls(cm.run)
 
     @classmethod
@@ -117,8 +123,24 @@ class Reference:
                 return dict(zip(out_names, [np.asarray(r) for r in res]))
             return cls(run)
         # the interpreter with the backend's required options (its arithmetic: requant="fixed_point") and the case's
-        ref = cls.interpreter(model, {**ctx.backend.required_options(), **(options or {})})
+        ref = cls.interpreter(model, {**ctx.backend.required_options(), **(options or {})}, ctx.backend)
         return cls(lambda feeds: ref(_flushed(ctx, feeds)))
+
+
+def _SamePlan(tested):
+    """The interpreter answering is_op_supported for the quantized primitives as the backend under test does."""
+    from glow_core.discovery import get_backend
+    from glow_core.ops.registry import get_primitive
+
+    from .proxy import ProxyBackend
+
+    class SamePlan(ProxyBackend):
+        def is_op_supported(self, node_info):
+            p = get_primitive(node_info.op)
+            if p is not None and p.quantized == "own":
+                return tested.is_op_supported(node_info)
+            return self.inner.is_op_supported(node_info)
+    return SamePlan(type(get_backend("interpreter"))(), "interpreter")
 
 
 _NARROW = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
