@@ -102,7 +102,7 @@ class Guard:
         if self.constant is not None and bytes(_bytes(self.regions["constant"])) != self.constant:
             changed = np.flatnonzero(_bytes(self.regions["constant"]) != np.frombuffer(self.constant, np.uint8))
             raise CaseFailure(f"{describe}\n  write into the constant region: {changed.size} byte(s) changed, "
-                              f"first at byte {int(changed[0])}\n  rerun: {rerun}")
+                              f"first at byte {int(changed[0])}\n  rerun: {rerun}", stage="run")
 
     def _fail(self, region, first, end, count, describe, rerun):
         irf = self.irf
@@ -112,4 +112,5 @@ class Guard:
                           if kind != "in" and prev and b.root.name == prev[-1]})
         raise CaseFailure(f"{describe}\n  out-of-bounds write: {count} guard byte(s) changed in the {region} region "
                           f"at bytes [{first}, {end}) {where}"
-                          + (f" (written by {', '.join(writers)})" if writers else "") + f"\n  rerun: {rerun}")
+                          + (f" (written by {', '.join(writers)})" if writers else "") + f"\n  rerun: {rerun}",
+                          stage="run")
