@@ -1,7 +1,7 @@
 """ONNX importer: ModelProto -> Function of high-level nodes with static types.
 
 Handles the ai.onnx domain from opset 7 to the newest the installed onnx knows
-(and the custom domains registered with ``glow_core.ops.custom_op``),
+(older models are upgraded first: ``legacy.py``) (and the custom domains registered with ``glow_core.ops.custom_op``),
 initializers and Constant nodes, attribute defaults from ONNX's schema for the
 model's opset, symbolic dimensions (given concrete values) and inputs that feed
 shape operands (given as constants: *specialization*). Every node, in the main
@@ -21,11 +21,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..builder import build_node
-from ..errors import (GlowError, ImportError_, InternalError, MemoryLimitError, ModelLoadError, ShapeError,
-                      UnsupportedOpError)
+from ..errors import (GlowError, ImportError_, InternalError, MemoryLimitError, ModelLoadError,
+                      NeedsSpecialization, ShapeError, UnsupportedOpError)
 from ..graph import OUTER, Function, Node, Value
 from ..ops.registry import OPS, REQUIRED, get_op
 from ..types import TensorType, dtype
+from . import legacy
 from .subgraph import all_nodes, node_reads, outer_scope_names
 
 #: What to do with a file that is not an ONNX model.
@@ -340,7 +341,24 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
 
     ``input_shapes`` gives concrete shapes for inputs with symbolic dims; ``constants`` gives values for
     inputs to specialize (those feeding shape operands). Raises a ``GlowError`` naming the element at fault.
+    A model of an ai.onnx opset older than ``legacy.NATIVE_MIN_OPSET`` is first upgraded (``legacy.upgrade``);
+    one the version converter cannot upgrade is imported at its own opset, its errors saying why.
     """
+    if legacy.needs_upgrade(m):
+        upgraded, why = legacy.upgrade(m)
+        if upgraded is None:
+            try:
+                return _import(m, input_shapes, constants, name)
+            except GlowError as e:
+                if isinstance(e, NeedsSpecialization):
+                    raise
+                e.args = (f"{e} ({why})",) + e.args[1:]
+                raise
+        m = upgraded
+    return _import(m, input_shapes, constants, name)
+
+
+def _import(m: onnx.ModelProto, input_shapes, constants, name) -> Function:
     input_shapes = input_shapes or {}
     constants = constants or {}
     opset = model_opset(m)
