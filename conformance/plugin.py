@@ -21,7 +21,7 @@ import pytest
 from .cases import PROFILES, CaseFailure, Context
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition")
+TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition", "device")
 PROP = "glow_case"
 DEFAULT_SEED = 0
 
