@@ -148,8 +148,8 @@ def wrap(case: Case, out_dir: str) -> Case:
         outcome = "pass"
         try:
             inner(ctx)
-        except Unsupported:
-            outcome = None  # refused: nothing to replay
+        except Unsupported as e:
+            outcome = None if e.kind == "refused" else f"skip:{e.kind}"  # refused: nothing ran, nothing to replay
             raise
         except CaseFailure:
             outcome = "fail"
