@@ -163,3 +163,101 @@ def test_a_backend_without_bundles_exports_data_only(tmp_path):
     assert case["artifact"] is None and "cannot emit bundles" in case["no_artifact"]
     assert case["outputs"][0]["check"] == "exact" and len(case["sets"]) == 1
     assert (tmp_path / "g" / "golden.txt").read_text() == "glow-golden 1\n"
+
+
+# -- the runner's checks against the checker's, element by element ----------------------------------------------
+IDENTITY_H = """#include <stdint.h>
+#define {up}_CONSTANT_MEM_SIZE 0
+#define {up}_MUTABLE_MEM_SIZE {mutable}
+#define {up}_ACTIVATIONS_MEM_SIZE 0
+#define {up}_MEM_ALIGN 64
+/* input x */
+#define {up}_x_OFFSET 0
+#define {up}_x_SIZE {size}
+/* output y */
+#define {up}_y_OFFSET {out}
+#define {up}_y_SIZE {size}
+int {name}(uint8_t *constant_weights, uint8_t *mutable_weights, uint8_t *activations);
+"""
+IDENTITY_C = """#include <string.h>
+#include "{name}.h"
+int {name}(uint8_t *C, uint8_t *M, uint8_t *A) {{ (void)C; (void)A; memcpy(M + {out}, M, {size}); return 0; }}
+"""
+
+
+def _adversarial(dt, rng, n=4000):
+    """(got, want): values around every rule of the checker: NaN, infinities, signed zeros, subnormals flushed or
+    not, the largest value, and answers k ULPs away or just inside and outside an accumulation bound."""
+    from glow_conformance.checker import finfo
+    fi = finfo(dt)
+    tiny, big = float(fi.tiny), float(fi.max)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, tiny / 4, -tiny / 4, tiny, big, -big, 1.0, -3.5])
+    want = np.where(rng.random(n) < 0.3, rng.choice(specials, n), rng.standard_normal(n) * 10).astype(dt)
+    bits = want.view(f"u{want.itemsize}").copy()
+    kind = rng.integers(0, 6, n)
+    step = rng.integers(-4, 5, n).astype(np.int64)
+    stepped = (bits.astype(np.int64) + step).astype(bits.dtype).view(dt)  # k ULPs along the bit order
+    got = np.where(kind == 0, want, stepped)
+    got = np.where(kind == 1, rng.choice(specials, n).astype(dt), got)  # another special value
+    got = np.where(kind == 2, -want, got)  # the sign flipped (zeros, NaN, infinities too)
+    got = np.where(kind == 3, np.zeros(n, dt) * np.sign(want.astype(np.float64) + 0.0).astype(dt), got)
+    return got.astype(dt), want
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="no make or cc")
+def test_runner_checks_agree_with_the_checker_element_by_element(tmp_path):
+    """Hand-made identity bundles (output = input) carry adversarial answers to the runner: for every float type
+    and check, it counts the same bad elements as the checker and reports the same first one."""
+    from glow_conformance import golden
+    from glow_conformance.checker import BITWISE, EXACT, Tol, float_verdict, _equal_bits
+    rng = np.random.default_rng(0)
+    expect = {}
+    for dt in ("float16", "bfloat16", "float32", "float64"):
+        import ml_dtypes
+        npdt = np.dtype(ml_dtypes.bfloat16) if dt == "bfloat16" else np.dtype(dt)
+        for tol_name, tol in (("bitwise", BITWISE), ("exact", EXACT), ("ulp2", Tol(ulp=2)),
+                              ("acc", Tol(acc=2.0)), ("tensor", Tol(ulp=1, tensor=64.0))):
+            got, want = _adversarial(npdt, rng)
+            cid = f"synthetic/{dt}/{tol_name}"
+            entry = golden.entry_name(cid)
+            d = tmp_path / "g" / "cases" / entry
+            (d / "set0").mkdir(parents=True)
+            size, out = got.nbytes, -(-got.nbytes // 64) * 64
+            (d / f"{entry}.h").write_text(IDENTITY_H.format(up=entry.upper(), name=entry, size=size, out=out,
+                                                            mutable=2 * out + 64))
+            (d / f"{entry}.c").write_text(IDENTITY_C.format(name=entry, size=size, out=out))
+            got.tofile(d / "set0" / "in0.bin")
+            want.tofile(d / "set0" / "out0.bin")
+            magnitude = np.abs(rng.standard_normal(want.shape)) * 50
+            files = {"expected": "set0/out0.bin"}
+            if tol in (BITWISE, EXACT):
+                check, param = ("bitwise" if tol.bitwise else "exact"), 0
+                gf, wf = got.astype(np.float64), want.astype(np.float64)
+                bad = ~_equal_bits(got, want) if tol.bitwise else ~((gf == wf) | (np.isnan(gf) & np.isnan(wf)))
+            else:
+                check, param = "bound", tol.ulp
+                bad, _, _, allowed = float_verdict(got, want, tol, 8, magnitude if tol.acc else None)
+                np.broadcast_to(allowed, want.shape).astype("<f8").tofile(d / "set0" / "bound0.f64")
+                files["bound"] = "set0/bound0.f64"
+            assert bad.any() and not bad.all()
+            expect[cid] = (int(bad.sum()), int(np.flatnonzero(bad)[0]))
+            meta = {"id": cid, "tier": "synthetic", "entry": entry, "host_outcome": "pass",
+                    "artifact": {"kind": "bundle", "replayable": True, "weights": None,
+                                 "inputs": [dict(name="x", macro=f"{entry.upper()}_x", offset=0, size=size)],
+                                 "outputs": [dict(name="y", macro=f"{entry.upper()}_y", offset=out, size=size)]},
+                    "inputs": [dict(name="x", dtype=dt, shape=[got.size])],
+                    "outputs": [dict(name="y", index=0, dtype=dt, shape=[got.size], check=check, param=param,
+                                     flush=True)],
+                    "sets": [{"inputs": ["set0/in0.bin"], "outputs": {"0": files}}]}
+            (d / "case.json").write_text(json.dumps(meta))
+    counts = golden.finish(str(tmp_path / "g"))
+    assert counts["replayable"] == len(expect)
+    _make(tmp_path / "g")
+    r = _replay([], tmp_path / "g")
+    assert r.returncode == 1 and f"0 passed, {len(expect)} failed" in r.stdout, r.stdout
+    for line in r.stdout.splitlines():
+        if line.startswith("FAIL "):
+            cid = line.split()[1].rstrip(":")
+            n_bad, first = expect.pop(cid)
+            assert f": {n_bad} of 4000 elements differ; first at index {first}:" in line, (line, n_bad, first)
+    assert not expect
