@@ -9,11 +9,15 @@ replay it without Python:
   ``ENTRY`` the case's entry-point name (``g_`` and 12 hex digits of the case id's SHA-1);
 - for every run the case compared with an expectation (an input set): the inputs and the expected outputs as
   raw little-endian files (``setN/inK.bin``, ``setN/outK.bin``), and for outputs held to an error bound the bound
-  of each element as float64 (``setN/boundK.f64``);
-- ``case.json``: the case, the host's outcome, and per output its dtype, shape, tolerance class, the checker's
-  tolerance (``Tol``) and the replay check: ``bitwise``, ``exact``, ``lsb K`` or ``bound K`` (within K ULPs of the
-  result type, or within the element's bound; NaN only where NaN is expected, infinities matching; ``flush``: an
-  expected subnormal may come back as a zero of its sign).
+  of each element as float64 (``setN/boundK.f64``); when the checker measured an accumulation from a float64
+  reference (``ref64``), that reference (``setN/centerK.f64``) and the sums of |a * b| (``setN/magnitudeK.f64``)
+  for TOSA's dot-product statistics;
+- ``case.json``: the case, the host's outcome, and per output its dtype, shape, tolerance class (and the
+  checker's compliance mode when it names one), the checker's tolerance (``Tol``) and the replay check:
+  ``bitwise``, ``exact``, ``lsb K`` or ``bound K`` (within K ULPs of the result type, or within the element's
+  bound from the expected value or the reference; NaN only where NaN is expected, infinities matching;
+  ``flush``: an expected subnormal may come back as a zero of its sign; ``statistics``: TOSA's dot-product
+  tests over the tensor).
 
 Everything is recorded where the suite already is: the compiled functions a case runs (``harness.execute``,
 ``harness.run_compiled``) and the comparisons it makes (``checker.compare``), matched by the output arrays, so
@@ -174,30 +178,52 @@ def _match(rec: Recording, got):
     return None, None
 
 
-def _check_of(args: dict):
-    """(replay check, its parameter, flush, the checker's Tol, bound array or None) of one comparison."""
+def _check_of(args: dict) -> dict:
+    """How the checker judged one output, for the runner: ``check`` (bitwise, exact, lsb, bound), ``param``
+    (ULPs or LSBs), ``flush`` (an expected subnormal may come back as a signed zero), the checker's ``tol``, the
+    expected array as the checker compared it (``want``), and for ``bound`` the per-element ``bound``, the float64
+    ``center`` it is measured from (a DOT_PRODUCT's reference, when the checker was given one) and, for TOSA's
+    dot-product statistics, the ``magnitude`` (sums of |a * b|)."""
     from . import checker
     from glow_core.types import dtype as gdtype
     want = np.asarray(args["want"])
     tol = checker.tolerance(args["tolerance_class"], want.dtype)
-    flush = bool(args.get("flush", True))  # the checker lets an expected subnormal come back as a signed zero
+    out = dict(tol=tol, want=want, param=0, flush=False, bound=None, center=None, magnitude=None, statistics=False)
     if not gdtype(want.dtype).is_float:
-        return ("lsb", int(tol.lsb), False, tol, None) if getattr(tol, "lsb", 0) else ("exact", 0, False, tol, None)
+        lsb = int(getattr(tol, "lsb", 0))
+        return dict(out, check="lsb" if lsb else "exact", param=lsb)
+    # a checker that takes the float64 reference (ref64) measures accumulations from it, and one that takes
+    # ``flush`` judges flushing devices against flushed expectations instead of letting any subnormal go
+    center = None
+    if args.get("ref64") is not None and tol.acc:
+        center = np.asarray(args["ref64"], np.float64).reshape(want.shape)
+        with np.errstate(all="ignore"):
+            want = center.astype(want.dtype)
+    flush_rule = "flush" not in args
+    if not flush_rule and args["flush"]:
+        flushed = checker.flush_subnormals(want)
+        if center is not None:
+            center = np.where(flushed != want, flushed.astype(np.float64), center)
+        want = flushed
+    out["want"] = want
     if tol.bitwise:
-        return "bitwise", 0, False, tol, None
+        return dict(out, check="bitwise")
     if tol == checker.EXACT:
-        return "exact", 0, False, tol, None
+        return dict(out, check="exact")
     if getattr(tol, "sqnr", 0):
         raise ValueError(f"tolerance class {args['tolerance_class']} ({tol}) is judged over the whole tensor (SQNR): "
-                         f"the replay runner has no such check yet")
-    verdict = checker.float_verdict
-    params = inspect.signature(verdict).parameters
-    kw = {"center": args.get("ref64")} if "center" in params and args.get("ref64") is not None else {}
-    allowed = verdict(want, want, tol, args.get("n", 1), args.get("magnitude"), **kw)[3]
-    if kw:
-        raise ValueError("a DOT_PRODUCT comparison against a float64 reference: the replay runner has no such "
-                         "check yet")
-    return "bound", int(tol.ulp), flush, tol, np.broadcast_to(np.asarray(allowed, np.float64), want.shape)
+                         f"the replay runner has no such check")
+    kw = {"center": center} if center is not None else {}
+    allowed = checker.float_verdict(want, want, tol, args.get("n", 1), args.get("magnitude"), **kw)[3]
+    stats = center is not None and args.get("magnitude") is not None and want.dtype in (np.float32, np.float64)
+    return dict(out, check="bound", param=int(tol.ulp), flush=flush_rule, center=center, statistics=stats,
+                bound=np.broadcast_to(np.asarray(allowed, np.float64), want.shape),
+                magnitude=np.broadcast_to(np.asarray(args["magnitude"], np.float64), want.shape) if stats else None)
+
+
+def _checker():
+    from . import checker
+    return checker
 
 
 def _raw(a: np.ndarray) -> bytes:
@@ -295,20 +321,24 @@ def _export(case, rec, folder, entry, meta):
             if name not in irf.outputs:
                 continue  # an output the compiled function does not compute (an input or a constant)
             k = list(irf.outputs).index(name)
-            want = np.asarray(args["want"])
-            check, param, flush, tol, bound = _check_of(args)
+            c = _check_of(args)
+            want = c["want"]
             spec = dict(name=name, dtype=gdtype(want.dtype).name, shape=list(want.shape),
-                        tolerance_class=args["tolerance_class"], tolerance=str(tol), check=check, param=param,
-                        flush=flush, n=int(args.get("n", 1) or 1))
-            if outputs.setdefault(k, spec) != spec and (outputs[k]["check"], outputs[k]["param"]) != (check, param):
+                        tolerance_class=args["tolerance_class"], tolerance=str(c["tol"]), check=c["check"],
+                        param=c["param"], flush=c["flush"], n=int(args.get("n", 1) or 1), statistics=c["statistics"])
+            if hasattr(_checker(), "mode"):  # the checker's compliance mode of the class (EXACT, ULP, ...)
+                spec["mode"] = _checker().mode(args["tolerance_class"])
+            if outputs.setdefault(k, spec) != spec and \
+                    (outputs[k]["check"], outputs[k]["param"]) != (c["check"], c["param"]):
                 raise ValueError(f"output {name} is checked in two ways by the case")
             files = {"expected": os.path.join(d, f"out{k}.bin")}
             with open(files["expected"], "wb") as f:
                 f.write(_raw(want))
-            if bound is not None:
-                files["bound"] = os.path.join(d, f"bound{k}.f64")
-                with open(files["bound"], "wb") as f:
-                    f.write(_raw(np.ascontiguousarray(bound, np.float64)))
+            for kind in ("bound", "center", "magnitude"):
+                if c[kind] is not None:
+                    files[kind] = os.path.join(d, f"{kind}{k}.f64")
+                    with open(files[kind], "wb") as f:
+                        f.write(_raw(np.ascontiguousarray(c[kind], np.float64)))
             st["outputs"][str(k)] = {t: os.path.relpath(p, folder) for t, p in files.items()}
         meta["sets"].append(st)
     if not outputs:
@@ -347,9 +377,10 @@ def finish(out_dir: str, info: dict | None = None) -> dict:
 
 
 def golden_text(metas) -> str:
-    """The runner's manifest: per case ``case ENTRY ID WEIGHTS``, ``in NAME DTYPE BYTES`` per input, ``out NAME
-    DTYPE BYTES CHECK PARAM FLUSH`` per output (CHECK ``-`` for an output not compared), then per input set
-    ``set``, ``file in|out|bound K PATH`` lines and ``run``; ``end``. Paths are relative to the golden folder."""
+    """The runner's manifest: per case ``case ENTRY ID WEIGHTS``, ``in NAME DTYPE BYTES ITEM`` per input, ``out
+    NAME DTYPE BYTES ITEM CHECK PARAM FLUSH N STATISTICS`` per output (CHECK ``-`` for an output not compared; N
+    the reduction length; STATISTICS 1 for TOSA's dot-product tests), then per input set ``set``, ``file
+    in|out|bound|center|magnitude K PATH`` lines and ``run``; ``end``. Paths are relative to the golden folder."""
     from glow_core.types import dtype as gdtype
     lines = [FORMAT]
     for m in metas:
@@ -364,14 +395,13 @@ def golden_text(metas) -> str:
             dt = spec.get("dtype") or "raw"
             lines.append(f"out {_token(spec['name'])} {_dt(dt)} {io['size']} "
                          f"{gdtype(dt).itemsize if dt != 'raw' else 1} {check} {spec.get('param', 0)} "
-                         f"{int(bool(spec.get('flush')))}")
+                         f"{int(bool(spec.get('flush')))} {spec.get('n', 1)} {int(bool(spec.get('statistics')))}")
         for st in m["sets"]:
             lines.append("set")
             lines += [f"file in {k} {base}/{p}" for k, p in enumerate(st["inputs"])]
             for k, files in st["outputs"].items():
                 lines.append(f"file out {k} {base}/{files['expected']}")
-                if "bound" in files:
-                    lines.append(f"file bound {k} {base}/{files['bound']}")
+                lines += [f"file {t} {k} {base}/{files[t]}" for t in ("bound", "center", "magnitude") if t in files]
             lines.append("run")
         lines.append("end")
     return "\n".join(lines) + "\n"

@@ -17,7 +17,13 @@
  *   lsb K    integers at most K apart
  *   bound K  floats: within K ULPs of the expected value in the result type (float16/bfloat16 in their own
  *            ULPs), or |got - expected| <= the element's bound (the setN/boundK.f64 file); NaN only where NaN is
- *            expected, infinities equal; with flush, an expected subnormal may come back as a zero of its sign. */
+ *            expected, infinities equal; with flush, an expected subnormal may come back as a zero of its sign.
+ *            With a center file (a dot product's float64 reference, setN/centerK.f64) the bound is measured from
+ *            it: |got - center| <= bound. With statistics (float32/float64 accumulations; a magnitude file of the
+ *            sums of |a * b|, setN/magnitudeK.f64, and the reduction length N), an output whose elements all pass
+ *            must also pass TOSA's dot-product tests: with err = (got - center) / (m * 2^-(M+1)) over the T
+ *            finite elements whose unit m * 2^-(M+1) is at least 16 times the smallest subnormal (M the type's
+ *            mantissa bits), |sum err| <= 2 sqrt(N T) and sum err^2 <= 0.4 N T. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +41,9 @@ struct io {
   size_t size, item;
   enum check check;
   unsigned long long param;
-  int flush;
-  char file[LINE], bound[LINE];
+  int flush, stats;
+  unsigned long long n;  /* the reduction length (statistics) */
+  char file[LINE], bound[LINE], center[LINE], magnitude[LINE];
 };
 
 struct state {
@@ -144,9 +151,39 @@ static void describe(char *buf, size_t n, const char *dt, uint64_t b, size_t ite
   else snprintf(buf, n, "%llu", (unsigned long long)b);
 }
 
+/* TOSA's dot-product statistics of an output of n elements (float32 or float64): 0 when they pass. */
+static int dot_product_statistics(const struct io *o, const uint8_t *got, const double *center,
+                                  const double *magnitude, size_t n, char *why) {
+  int mant = !strcmp(o->dtype, "float64") ? 52 : 23;
+  double tiny = float_tiny(o->dtype), eps = ldexp(1, -mant), sum = 0, sumsq = 0, ks = o->n ? (double)o->n : 1;
+  size_t t = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double g = float_value(o->dtype, load_bits(got + i * o->item, o->item)), unit = magnitude[i] * ldexp(1, -(mant + 1));
+    if (!isfinite(g) || !isfinite(center[i]) || !isfinite(magnitude[i]) || !(unit >= 16 * tiny * eps)) continue;
+    double e = (g - center[i]) / unit;
+    sum += e;
+    sumsq += e * e;
+    t++;
+  }
+  double limit_sum = 2 * sqrt(ks * (double)t), limit_sumsq = 0.4 * ks * (double)t;
+  if (fabs(sum) > limit_sum) {
+    snprintf(why, LINE, "output %s (%s): every element within its bound but the errors are biased: they sum to "
+             "%.4g units of m * 2^-(M+1) over %zu elements, more than 2 sqrt(n T) = %.4g", o->name, o->dtype, sum, t,
+             limit_sum);
+    return 1;
+  }
+  if (sumsq > limit_sumsq) {
+    snprintf(why, LINE, "output %s (%s): every element within its bound but the errors are too spread: the squared "
+             "errors sum to %.4g units over %zu elements, more than 0.4 n T = %.4g", o->name, o->dtype, sumsq, t,
+             limit_sumsq);
+    return 1;
+  }
+  return 0;
+}
+
 /* Check one output; 0 when every element passes, else a message in why. */
 static int check_output(const struct io *o, const uint8_t *got, const uint8_t *want, const double *bound,
-                        char *why) {
+                        const double *center, const double *magnitude, char *why) {
   size_t n = o->item ? o->size / o->item : 0, bad = 0, first = 0;
   int fl = is_float(o->dtype);
   for (size_t i = 0; i < n; ++i) {
@@ -174,13 +211,15 @@ static int check_output(const struct io *o, const uint8_t *got, const uint8_t *w
         ok = g == w;
       } else {  /* bound K */
         int inf_mismatch = (isinf(g) || isinf(w)) && g != w;
-        ok = ulp_distance(o->dtype, gb, wb) <= (double)o->param || fabs(g - w) <= bound[i];
+        double from = center ? center[i] : w;
+        ok = ulp_distance(o->dtype, gb, wb) <= (double)o->param || fabs(g - from) <= bound[i];
         int flushed = o->flush && w != 0 && fabs(w) < float_tiny(o->dtype) && g == 0 && !signbit(g) == !signbit(w);
         ok = (ok || flushed) && !inf_mismatch;
       }
     }
     if (!ok && bad++ == 0) first = i;
   }
+  if (!bad && o->stats && center && magnitude) return dot_product_statistics(o, got, center, magnitude, n, why);
   if (!bad) return 0;
   char g[64], w[64], b[64] = "";
   describe(g, sizeof g, o->dtype, load_bits(got + first * o->item, o->item), o->item);
@@ -217,6 +256,11 @@ static int prepare(struct state *s) {
   return 1;
 }
 
+static void clear_files(struct state *s) {
+  for (int k = 0; k < s->n_out; ++k)
+    s->out[k].file[0] = s->out[k].bound[0] = s->out[k].center[0] = s->out[k].magnitude[0] = 0;
+}
+
 static void run_set(struct state *s) {
   s->sets++;
   if (!prepare(s)) return;
@@ -247,16 +291,28 @@ static void run_set(struct state *s) {
       err = !bound || !o->bound[0] || read_exact(s, o->bound, (uint8_t *)bound, nb, why);
       if (err && !o->bound[0]) snprintf(why, sizeof why, "output %s has no bound file", o->name);
     }
+    double *center = NULL, *magnitude = NULL;
+    size_t nd = (o->size / (o->item ? o->item : 1)) * sizeof(double);
+    if (!err && o->center[0]) {
+      center = malloc(nd ? nd : 1);
+      err = !center || read_exact(s, o->center, (uint8_t *)center, nd, why);
+    }
+    if (!err && o->magnitude[0]) {
+      magnitude = malloc(nd ? nd : 1);
+      err = !magnitude || read_exact(s, o->magnitude, (uint8_t *)magnitude, nd, why);
+    }
     if (err) fail(s, "expected output: %s", why);
-    else if (check_output(o, s->m + e->out_off[k], want, bound, why)) {
+    else if (check_output(o, s->m + e->out_off[k], want, bound, center, magnitude, why)) {
       char set[LINE + 32];
       snprintf(set, sizeof set, "input set %d: %s", s->sets - 1, why);
       fail(s, "%s", set);
     }
     free(want);
     free(bound);
+    free(center);
+    free(magnitude);
   }
-  for (int k = 0; k < s->n_out; ++k) s->out[k].file[0] = s->out[k].bound[0] = 0;
+  clear_files(s);
 }
 
 static enum check parse_check(const char *t) {
@@ -308,13 +364,13 @@ int main(int argc, char **argv) {
         if (sscanf(line, "in %1023s %31s %zu %zu", o->name, o->dtype, &o->size, &o->item) != 4) goto bad_line;
         s.n_in++;
       } else {
-        if (sscanf(line, "out %1023s %31s %zu %zu %4095s %llu %d", o->name, o->dtype, &o->size, &o->item, a,
-                   &o->param, &o->flush) != 7) goto bad_line;
+        if (sscanf(line, "out %1023s %31s %zu %zu %4095s %llu %d %llu %d", o->name, o->dtype, &o->size, &o->item, a,
+                   &o->param, &o->flush, &o->n, &o->stats) != 9) goto bad_line;
         o->check = parse_check(a);
         s.n_out++;
       }
     } else if (!strcmp(kind, "set")) {
-      for (int k = 0; k < s.n_out; ++k) s.out[k].file[0] = s.out[k].bound[0] = 0;
+      clear_files(&s);
     } else if (!strcmp(kind, "file")) {
       int k;
       if (sscanf(line, "file %4095s %d %4095s", a, &k, b) != 3) goto bad_line;
@@ -323,6 +379,8 @@ int main(int argc, char **argv) {
       if (!strcmp(a, "in")) strcpy(s.in[k].file, b);
       else if (!strcmp(a, "out")) strcpy(s.out[k].file, b);
       else if (!strcmp(a, "bound")) strcpy(s.out[k].bound, b);
+      else if (!strcmp(a, "center")) strcpy(s.out[k].center, b);
+      else if (!strcmp(a, "magnitude")) strcpy(s.out[k].magnitude, b);
       else goto bad_line;
     } else if (!strcmp(kind, "run")) {
       if (selected) run_set(&s);

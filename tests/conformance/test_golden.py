@@ -204,6 +204,33 @@ def _adversarial(dt, rng, n=4000):
     return got.astype(dt), want
 
 
+def _identity_case(root, cid, got, want, dt, check, param, files_data, n=1, statistics=False, flush=True):
+    """A hand-made replayable case whose bundle copies its input to its output (the "device" answers ``got``)."""
+    from glow_conformance import golden
+    entry = golden.entry_name(cid)
+    d = root / "cases" / entry
+    (d / "set0").mkdir(parents=True)
+    size, out = got.nbytes, -(-got.nbytes // 64) * 64
+    (d / f"{entry}.h").write_text(IDENTITY_H.format(up=entry.upper(), name=entry, size=size, out=out,
+                                                    mutable=2 * out + 64))
+    (d / f"{entry}.c").write_text(IDENTITY_C.format(name=entry, size=size, out=out))
+    got.tofile(d / "set0" / "in0.bin")
+    files = {}
+    for kind, a in dict(files_data, expected=want).items():
+        name = f"set0/{kind}0.{'bin' if kind == 'expected' else 'f64'}"
+        (a if kind == "expected" else np.asarray(a, "<f8")).tofile(d / name)
+        files[kind] = name
+    meta = {"id": cid, "tier": "synthetic", "entry": entry, "host_outcome": "pass",
+            "artifact": {"kind": "bundle", "replayable": True, "weights": None,
+                         "inputs": [dict(name="x", macro=f"{entry.upper()}_x", offset=0, size=size)],
+                         "outputs": [dict(name="y", macro=f"{entry.upper()}_y", offset=out, size=size)]},
+            "inputs": [dict(name="x", dtype=dt, shape=[got.size])],
+            "outputs": [dict(name="y", index=0, dtype=dt, shape=[got.size], check=check, param=param, flush=flush,
+                             n=n, statistics=statistics)],
+            "sets": [{"inputs": ["set0/in0.bin"], "outputs": {"0": files}}]}
+    (d / "case.json").write_text(json.dumps(meta))
+
+
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="no make or cc")
 def test_runner_checks_agree_with_the_checker_element_by_element(tmp_path):
     """Hand-made identity bundles (output = input) carry adversarial answers to the runner: for every float type
@@ -219,17 +246,8 @@ def test_runner_checks_agree_with_the_checker_element_by_element(tmp_path):
                               ("acc", Tol(acc=2.0)), ("tensor", Tol(ulp=1, tensor=64.0))):
             got, want = _adversarial(npdt, rng)
             cid = f"synthetic/{dt}/{tol_name}"
-            entry = golden.entry_name(cid)
-            d = tmp_path / "g" / "cases" / entry
-            (d / "set0").mkdir(parents=True)
-            size, out = got.nbytes, -(-got.nbytes // 64) * 64
-            (d / f"{entry}.h").write_text(IDENTITY_H.format(up=entry.upper(), name=entry, size=size, out=out,
-                                                            mutable=2 * out + 64))
-            (d / f"{entry}.c").write_text(IDENTITY_C.format(name=entry, size=size, out=out))
-            got.tofile(d / "set0" / "in0.bin")
-            want.tofile(d / "set0" / "out0.bin")
             magnitude = np.abs(rng.standard_normal(want.shape)) * 50
-            files = {"expected": "set0/out0.bin"}
+            data = {}
             if tol in (BITWISE, EXACT):
                 check, param = ("bitwise" if tol.bitwise else "exact"), 0
                 gf, wf = got.astype(np.float64), want.astype(np.float64)
@@ -237,19 +255,10 @@ def test_runner_checks_agree_with_the_checker_element_by_element(tmp_path):
             else:
                 check, param = "bound", tol.ulp
                 bad, _, _, allowed = float_verdict(got, want, tol, 8, magnitude if tol.acc else None)
-                np.broadcast_to(allowed, want.shape).astype("<f8").tofile(d / "set0" / "bound0.f64")
-                files["bound"] = "set0/bound0.f64"
+                data["bound"] = np.broadcast_to(allowed, want.shape)
             assert bad.any() and not bad.all()
             expect[cid] = (int(bad.sum()), int(np.flatnonzero(bad)[0]))
-            meta = {"id": cid, "tier": "synthetic", "entry": entry, "host_outcome": "pass",
-                    "artifact": {"kind": "bundle", "replayable": True, "weights": None,
-                                 "inputs": [dict(name="x", macro=f"{entry.upper()}_x", offset=0, size=size)],
-                                 "outputs": [dict(name="y", macro=f"{entry.upper()}_y", offset=out, size=size)]},
-                    "inputs": [dict(name="x", dtype=dt, shape=[got.size])],
-                    "outputs": [dict(name="y", index=0, dtype=dt, shape=[got.size], check=check, param=param,
-                                     flush=True)],
-                    "sets": [{"inputs": ["set0/in0.bin"], "outputs": {"0": files}}]}
-            (d / "case.json").write_text(json.dumps(meta))
+            _identity_case(tmp_path / "g", cid, got, want, dt, check, param, data)
     counts = golden.finish(str(tmp_path / "g"))
     assert counts["replayable"] == len(expect)
     _make(tmp_path / "g")
@@ -261,3 +270,47 @@ def test_runner_checks_agree_with_the_checker_element_by_element(tmp_path):
             n_bad, first = expect.pop(cid)
             assert f": {n_bad} of 4000 elements differ; first at index {first}:" in line, (line, n_bad, first)
     assert not expect
+
+
+def tosa_dot_product_statistics(got, ref, m, n, mant):
+    """TOSA's dot-product tests, written from its specification: err = (got - ref) / (m * 2^-(M+1)) over the
+    finite elements whose unit is at least 16 smallest subnormals; |sum err| <= 2 sqrt(n T), sum err^2 <= 0.4 n T."""
+    unit = m * 2.0 ** -(mant + 1)
+    use = np.isfinite(got) & np.isfinite(ref) & (unit >= 16 * 2.0 ** -149)
+    err = (got[use].astype(np.float64) - ref[use]) / unit[use]
+    t = int(use.sum())
+    return abs(err.sum()) <= 2 * np.sqrt(n * t) and (err ** 2).sum() <= 0.4 * n * t
+
+
+@pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="no make or cc")
+def test_runner_measures_from_the_float64_reference_and_applies_the_dot_product_statistics(tmp_path):
+    """A DOT_PRODUCT output: the bound is measured from the float64 reference (center), and answers whose every
+    element is within the bound still fail when their errors are biased or too spread."""
+    from glow_conformance import golden
+    rng = np.random.default_rng(1)
+    n, t = 64, 1000
+    ref = rng.standard_normal(t) * 4
+    m = np.abs(ref) + rng.uniform(1, 4, t)
+    unit = m * 2.0 ** -24
+    bound = 2 * n * 2.0 ** -23 * m  # every answer below is within it
+    want = ref.astype(np.float32)
+    answers = {"rounded": want, "biased": (ref + 3 * unit).astype(np.float32),
+               "spread": (ref + 7 * unit * rng.choice([-1.0, 1.0], t)).astype(np.float32)}
+    verdicts = {}
+    for name, got in answers.items():
+        assert np.all(np.abs(got - ref) <= bound)
+        verdicts[name] = tosa_dot_product_statistics(got, ref, m, n, 23)
+        _identity_case(tmp_path / "g", f"synthetic/dot/{name}", got, want, "float32", "bound", 0,
+                       {"bound": bound, "center": ref, "magnitude": m}, n=n, statistics=True, flush=False)
+    assert verdicts == {"rounded": True, "biased": False, "spread": False}
+    # one ULP from the expected value, but 1.5 bounds from the reference the bound is measured from: fails
+    one_ulp = np.nextafter(want, np.float32(np.inf))
+    _identity_case(tmp_path / "g", "synthetic/dot/measured_from_center", one_ulp, want, "float32", "bound", 0,
+                   {"bound": bound, "center": ref + 1.5 * bound}, n=n, flush=False)
+    verdicts["measured_from_center"] = False
+    golden.finish(str(tmp_path / "g"))
+    _make(tmp_path / "g")
+    r = _replay([], tmp_path / "g")
+    fails = {ln.split()[1].rstrip(":").rsplit("/", 1)[1]: ln for ln in r.stdout.splitlines() if ln.startswith("FAIL")}
+    assert set(fails) == {k for k, ok in verdicts.items() if not ok}, r.stdout
+    assert "the errors are biased" in fails["biased"] and "too spread" in fails["spread"]
