@@ -123,13 +123,14 @@ def _record_compare(orig):
 def install():
     """Record runs and comparisons in every glow_conformance module that imported the functions (idempotent)."""
     import importlib
-    for spec, wrap in [(s, lambda o, k=s[1]: _record_run(k, o)) for s in RUNS] + \
-            [(s, _record_compare) for s in COMPARES]:
+    recorders = [(spec, lambda f, kind=spec[1]: _record_run(kind, f)) for spec in RUNS] + \
+        [(spec, _record_compare) for spec in COMPARES]
+    for spec, recorder in recorders:
         module = importlib.import_module(spec[0])
         if spec not in _ORIGINALS:
             if not hasattr(module, spec[1]):
                 raise RuntimeError(f"--export-golden: {spec[0]}.{spec[1]} does not exist; update golden.RUNS/COMPARES")
-            _ORIGINALS[spec] = (getattr(module, spec[1]), wrap(getattr(module, spec[1])))
+            _ORIGINALS[spec] = (getattr(module, spec[1]), recorder(getattr(module, spec[1])))
         orig, rec = _ORIGINALS[spec]
         for m in list(sys.modules.values()):
             if getattr(m, "__name__", "").startswith(("glow_conformance", "conformance")) and \
