@@ -55,6 +55,16 @@ def test_add_6_legacy_broadcast_axis():
     np.testing.assert_array_equal(got, a + b[None, :, :, None])
 
 
+@pytest.mark.parametrize("opset", [7, 8])
+def test_upsample_scales_attribute(opset):
+    """Upsample-7/8 take their scales as an attribute (an input from opset 9): nearest, floor(x / scale)."""
+    x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
+    m = model([helper.make_node("Upsample", ["x"], ["y"], scales=[1.0, 1.0, 2.0, 3.0])], [("x", [1, 1, 2, 3])],
+              ["y"], opset)
+    got = glow_core.compile(m, "interpreter").run({"x": x})["y"]
+    np.testing.assert_array_equal(got, x.repeat(2, axis=2).repeat(3, axis=3))
+
+
 def test_upgrade_leaves_the_callers_model_alone():
     m = model([helper.make_node("PRelu", ["x", "s"], ["y"])], [("x", [2, 3, 4]), ("s", [3])], ["y"], 6)
     before = m.SerializeToString()
