@@ -218,8 +218,14 @@ def _check_of(args: dict) -> dict:
     allowed = checker.float_verdict(want, want, tol, args.get("n", 1), args.get("magnitude"), **kw)[3]
     stats = center is not None and args.get("magnitude") is not None and want.dtype in (np.float32, np.float64)
     return dict(out, check="bound", param=int(tol.ulp), flush=flush_rule, center=center, statistics=stats,
-                bound=np.broadcast_to(np.asarray(allowed, np.float64), want.shape),
-                magnitude=np.broadcast_to(np.asarray(args["magnitude"], np.float64), want.shape) if stats else None)
+                bound=_shaped(allowed, want.shape),
+                magnitude=_shaped(args["magnitude"], want.shape) if stats else None)
+
+
+def _shaped(a, shape) -> np.ndarray:
+    """``a`` as float64 of ``shape`` (the checker returns rank-0 results as 1 element; scalars broadcast)."""
+    a = np.asarray(a, np.float64)
+    return a.reshape(shape) if a.size == int(np.prod(shape)) else np.broadcast_to(a, shape)
 
 
 def _checker():
