@@ -20,9 +20,11 @@ backend names none. Each case makes its devices, drives them as the ``Host`` doe
   cannot be cancelled and completes, and closing the Host ends the waiting ones with a ``GlowError``;
 - close: the runs queued before ``close`` complete, then the device stops.
 
-No wait lasts longer than ``deadline()`` seconds (30, or ``$GLOW_DEVICE_DEADLINE``): a device that never answers
-fails the case, naming the wait.
-Expectations are numpy's (additions and transposes are exact), never the backend's own.
+What a device computes outside the transfers is the first of ``OPS`` it claims (a float32 addition, else an int8
+maximum: a quantized device), and its transfers are transposes, else copies; a device claiming none of them skips
+the case (refused). No wait lasts longer than ``deadline()`` seconds (30, or ``$GLOW_DEVICE_DEADLINE``): a device
+that never answers fails the case, naming the wait. Expectations are numpy's (additions, maxima, transposes and
+copies are exact), never the backend's own.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ import threading
 import numpy as np
 from onnx import helper
 
-from .cases import Case, CaseFailure, case_seed
+from .cases import Case, CaseFailure, Unsupported, case_seed
 from .harness import check_supported, options, primitive_function
 from .primitive_cases import rand
 
@@ -140,14 +142,35 @@ def _alive(d) -> bool:
     return t is not None and t.is_alive()
 
 
-def add_function_of(c: Check, shape=(4, 17), dt="float32"):
-    """(the function y0 = x0 + x1, a feed maker, the numpy expectation) (skips when the backend refuses add)."""
+#: What the device computes in the cases that are not about dtypes: the first of these the backend claims,
+#: (primitive, the same ONNX op, dtype, numpy's answer: exact, each result correctly rounded).
+OPS = (("add", "Add", "float32", np.add), ("max", "Max", "int8", np.maximum))
+
+
+def operation(c: Check):
+    """The first of OPS the backend claims (Unsupported, a skip, naming them when it claims none)."""
+    refusals = []
+    for prim, onnx_op, dt, ref in OPS:
+        x = rand(dt, (2, 3), c.rng)
+        try:
+            check_supported(c.ctx.backend, prim, [x, x], {})
+        except Unsupported as e:
+            refusals.append(str(e))
+            continue
+        tag = f" [{prim} {dt}]"
+        c.desc += "" if c.desc.endswith(tag) else tag
+        return prim, onnx_op, dt, ref
+    raise Unsupported("; ".join(refusals))
+
+
+def add_function_of(c: Check, shape=(4, 17)):
+    """(the one-node function y0 = op(x0, x1) of ``operation``, a feed maker, numpy's answer for a feed)."""
+    prim, _, dt, ref = operation(c)
     a, b = rand(dt, shape, c.rng), rand(dt, shape, c.rng)
-    check_supported(c.ctx.backend, "add", [a, b], {})
 
     def feed():
         return {"x0": rand(dt, shape, c.rng), "x1": rand(dt, shape, c.rng)}
-    return primitive_function("add", [a, b], {}), feed, lambda f: f["x0"] + f["x1"]
+    return primitive_function(prim, [a, b], {}), feed, lambda f: ref(f["x0"], f["x1"])
 
 
 # -- the checks -------------------------------------------------------------------------------------------
@@ -214,36 +237,34 @@ def concurrent_threads(c: Check, threads=4, each=8):
         c.fail(f"after {threads * each} runs the device counts runs={d.runs}, pending={d.pending}")
 
 
-def two_input_model(dt="float32"):
-    """y = (a + b) * c as an ONNX model (each result correctly rounded: numpy gives it exactly)."""
+def host_network(c: Check):
+    """(y = op(op(a, b), c) as an ONNX model of ``operation``, a feed maker, numpy's answer for a feed)."""
     from glow_core.types import dtype as gdtype
+    _, onnx_op, dt, ref = operation(c)
     t = gdtype(dt).onnx
-    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["s"], name="add"),
-                           helper.make_node("Mul", ["s", "c"], ["y"], name="mul")], "device_tier",
+    g = helper.make_graph([helper.make_node(onnx_op, ["a", "b"], ["s"], name="first"),
+                           helper.make_node(onnx_op, ["s", "c"], ["y"], name="second")], "device_tier",
                           [helper.make_tensor_value_info(n, t, [4, 9]) for n in "abc"],
                           [helper.make_tensor_value_info("y", t, [4, 9])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="glow-conformance")
     m.ir_version = min(m.ir_version, 10)
-    return m
 
-
-def _host_model_supported(c: Check):
-    x = rand("float32", (4, 9), c.rng)
-    for prim in ("add", "mul"):
-        check_supported(c.ctx.backend, prim, [x, x], {})
+    def feed():
+        return {k: rand(dt, (4, 9), c.rng) for k in "abc"}
+    return m, feed, lambda f: ref(ref(f["a"], f["b"]), f["c"])
 
 
 def concurrent_host(c: Check, requests=16):
     from glow_core.runtime import Host
-    _host_model_supported(c)
+    model, feed, want = host_network(c)
     with Host(max_active_requests=4, max_queue=64) as h:
         devs = h.add_device(c.ctx.backend, count=2, device_class=c.cls, num_threads=1)
         c.devices += devs
-        h.add_network("net", two_input_model())
-        feeds = [{k: rand("float32", (4, 9), c.rng) for k in "abc"} for _ in range(requests)]
+        h.add_network("net", model)
+        feeds = [feed() for _ in range(requests)]
         futs = [h.run("net", f) for f in feeds]
         for i, (f, fut) in enumerate(zip(feeds, futs)):
-            c.equal(c.result(fut, f"request {i}")["y"], (f["a"] + f["b"]) * f["c"], f"output y of request {i}")
+            c.equal(c.result(fut, f"request {i}")["y"], want(f), f"output y of request {i}")
         runs = [d.runs for d in devs]
         if sum(runs) != requests:
             c.fail(f"{requests} requests of a one-partition network ran {runs} times on the two devices")
@@ -252,8 +273,15 @@ def concurrent_host(c: Check, requests=16):
 def transfers(c: Check, dt, shape, perm):
     d = c.device()
     x = rand(dt, shape, c.rng, -100, 100)
-    check_supported(c.ctx.backend, "transpose", [x], {"perm": perm})
-    c.add(d, "t", primitive_function("transpose", [x], {"perm": perm}))
+    try:
+        check_supported(c.ctx.backend, "transpose", [x], {"perm": perm})
+    except Unsupported:  # a device that only moves data: its copies
+        check_supported(c.ctx.backend, "copy", [x], {})
+        perm = tuple(range(len(shape)))
+        c.desc += " [copy]"
+        c.add(d, "t", primitive_function("copy", [x], {}))
+    else:
+        c.add(d, "t", primitive_function("transpose", [x], {"perm": perm}))
     first_in = {"x0": x}
     kept_in = x.copy()
     out1 = c.result(d.run("t", first_in), "the first run")["y0"]
@@ -328,7 +356,7 @@ def errors_of_the_request(c: Check):
 def cancellation_through_host(c: Check):
     from glow_core.errors import GlowError
     from glow_core.runtime import Host
-    _host_model_supported(c)
+    model, feed, want = host_network(c)
     gate = threading.Event()
 
     class Gated(c.cls):
@@ -342,8 +370,8 @@ def cancellation_through_host(c: Check):
     try:
         (dev,) = h.add_device(c.ctx.backend, count=1, device_class=Gated, num_threads=1)
         c.devices.append(dev)
-        h.add_network("net", two_input_model())
-        feeds = [{k: rand("float32", (4, 9), c.rng) for k in "abc"} for _ in range(4)]
+        h.add_network("net", model)
+        feeds = [feed() for _ in range(4)]
         futs = [h.run("net", f) for f in feeds]  # the first runs (held at the gate), three wait
         if futs[0].cancel():
             c.fail("the running request was cancelled (a running request cannot be)")
@@ -352,7 +380,7 @@ def cancellation_through_host(c: Check):
         gate.set()
         for i in (0, 1, 3):
             f = feeds[i]
-            c.equal(c.result(futs[i], f"request {i}")["y"], (f["a"] + f["b"]) * f["c"], f"output y of request {i}")
+            c.equal(c.result(futs[i], f"request {i}")["y"], want(f), f"output y of request {i}")
         if not futs[2].cancelled():
             c.fail("the cancelled request's future is not cancelled")
         if dev.runs != 3:
@@ -366,7 +394,7 @@ def cancellation_through_host(c: Check):
             c.error(fut, f"waiting request {i} when the host closed", "closed")
         gate.set()
         f = feeds[0]
-        c.equal(c.result(running, "the request running when the host closed")["y"], (f["a"] + f["b"]) * f["c"],
+        c.equal(c.result(running, "the request running when the host closed")["y"], want(f),
                 "output y of the request running when the host closed")
         closer.join(deadline())
         if closer.is_alive():
@@ -410,15 +438,15 @@ def close_drains(c: Check, queued=6):
 
 #: The cases, one line each: (subject, dtype, variant, check, keyword arguments).
 LINES = [
-    ("functions", "float32", "add_run_evict_readd", functions_lifecycle, {}),
-    ("functions", "float32", "two_side_by_side", functions_side_by_side, {}),
-    ("concurrency", "float32", "threads4x8", concurrent_threads, {}),
-    ("concurrency", "float32", "host_two_devices", concurrent_host, {}),
-    ("memory", "float32", "accounting_and_limit", memory_accounting, {}),
+    ("functions", "any", "run_evict_readd", functions_lifecycle, {}),
+    ("functions", "any", "two_side_by_side", functions_side_by_side, {}),
+    ("concurrency", "any", "threads4x8", concurrent_threads, {}),
+    ("concurrency", "any", "host_two_devices", concurrent_host, {}),
+    ("memory", "any", "accounting_and_limit", memory_accounting, {}),
     ("errors", "int32", "division_by_zero", errors_in_device_code, {}),
-    ("errors", "float32", "unknown_function_missing_input", errors_of_the_request, {}),
-    ("cancellation", "float32", "host_waiting_running_close", cancellation_through_host, {}),
-    ("close", "float32", "drains_queued_runs", close_drains, {}),
+    ("errors", "any", "unknown_function_missing_input", errors_of_the_request, {}),
+    ("cancellation", "any", "host_waiting_running_close", cancellation_through_host, {}),
+    ("close", "any", "drains_queued_runs", close_drains, {}),
 ] + [("transfers", dt, "3x5x7_201", transfers, {"dt": dt, "shape": (3, 5, 7), "perm": (2, 0, 1)})
      for dt in ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                 "int64", "uint64", "bool")] + [

@@ -112,17 +112,17 @@ TRANSFERS = {f"device/transfers/{dt}/3x5x7_201" for dt in ("float32", "float16",
                                                               "bool")}
 #: broken device -> (cases that must fail, what each of their messages says)
 CAUGHT = {
-    "KeepsEvicted": ({"device/functions/float32/add_run_evict_readd", "device/memory/float32/accounting_and_limit"},
+    "KeepsEvicted": ({"device/functions/any/run_evict_readd", "device/memory/any/accounting_and_limit"},
                      "evict"),
-    "SwallowsErrors": ({"device/errors/int32/division_by_zero", "device/errors/float32/unknown_function_missing_input"},
+    "SwallowsErrors": ({"device/errors/int32/division_by_zero", "device/errors/any/unknown_function_missing_input"},
                        "the device hangs instead of failing the run"),
     "ReusesOutputBuffers": (TRANSFERS | {"device/transfers/int64/rank0"},
                             "the first run's output after the second run"),
     "WritesInputs": (TRANSFERS,
                      "the caller's input array after the run"),
-    "IgnoresMemoryLimit": ({"device/memory/float32/accounting_and_limit"}, "memory_available()"),
-    "DropsQueuedOnClose": ({"device/close/float32/drains_queued_runs"}, "queued before close(): no answer within 2 s"),
-    "StaleDescriptor": ({"device/concurrency/float32/threads4x8"}, "not bit for bit equal"),
+    "IgnoresMemoryLimit": ({"device/memory/any/accounting_and_limit"}, "memory_available()"),
+    "DropsQueuedOnClose": ({"device/close/any/drains_queued_runs"}, "queued before close(): no answer within 2 s"),
+    "StaleDescriptor": ({"device/concurrency/any/threads4x8"}, "not bit for bit equal"),
 }
 
 
