@@ -428,6 +428,8 @@ def entries_c(metas) -> str:
            '#include "replay.h"']
     for m in metas:
         out.append(f'#include "cases/{m["entry"]}/{m["entry"]}.h"')
+    out.append("/* weak: a case whose bundle did not compile is left out of the link; its entry is then NULL */")
+    out += [f"#pragma weak {m['entry']}" for m in metas]
     for m in metas:
         e, up = m["entry"], m["entry"].upper()
         a = m["artifact"]

@@ -4,6 +4,7 @@
  *
  *   make -C DIR [CC=aarch64-linux-gnu-gcc]      builds DIR/replay from replay.c, entries.c and DIR/cases/ * /g_*.c
  *   DIR/replay DIR [-v] [--case TEXT]          prints each failure and a summary; exit status 0 when all passed
+ *                                              (a case whose bundle did not compile is skipped: status 1)
  *
  * DIR/golden.txt lists the cases (glow_conformance.golden.golden_text): for each, the entry point, the weights
  * file, the inputs and outputs (dtype, bytes, the check of each output) and one or more input sets (input files,
@@ -239,9 +240,9 @@ static void fail(struct state *s, const char *fmt, const char *detail) {
 }
 
 static int prepare(struct state *s) {
-  if (s->prepared) return s->e != NULL && !s->bad;
+  if (s->prepared) return s->e != NULL && s->e->run != NULL && !s->bad;
   s->prepared = 1;
-  if (!s->e) return 0;
+  if (!s->e || !s->e->run) return 0;
   const struct golden_entry *e = s->e;
   if (e->n_in != s->n_in || e->n_out != s->n_out) { fail(s, "%s", "golden.txt and entries.c disagree on the io"); return 0; }
   s->c = alloc_aligned(e->constant_size, e->align, &s->rc_);
@@ -388,11 +389,11 @@ int main(int argc, char **argv) {
       in_case = 0;
       if (!selected) continue;
       cases++;
-      sets += s.sets;
-      if (!s.e) {
+      if (!s.e || !s.e->run) {
         skipped++;
-        if (verbose) printf("SKIP %s: entry %s is not in this build (entries.c)\n", s.id, s.entry);
-      } else if (s.bad) {
+        printf("SKIP %s: entry %s is not in this build (%s)\n", s.id, s.entry,
+               s.e ? "its bundle did not compile: see build_failures.txt" : "not in entries.c");
+      } else if ((sets += s.sets, s.bad)) {
         failed++;
         printf("FAIL %s: %s\n", s.id, s.why);
       } else {
@@ -412,5 +413,5 @@ int main(int argc, char **argv) {
   fclose(f);
   printf("golden replay: %d cases, %d input sets: %d passed, %d failed, %d skipped\n", cases, sets, passed, failed,
          skipped);
-  return failed ? 1 : 0;
+  return failed || skipped ? 1 : 0;  /* a case that did not run has not passed */
 }

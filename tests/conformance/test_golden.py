@@ -121,6 +121,21 @@ def test_replay_catches_a_wrong_bundle_and_judges_bounds_as_the_checker(golden, 
     assert f"{len(SUBSET) - 2} passed, 2 failed" in r.stdout
 
 
+def test_a_bundle_that_does_not_compile_is_left_out_and_reported(golden, tmp_path):
+    folder = tmp_path / "broken"
+    shutil.copytree(golden, folder)
+    entry = entry_name("primitives/lt/float32/17")
+    src = folder / "cases" / entry / f"{entry}.c"
+    src.write_text("#error this target cannot build it\n" + src.read_text())
+    _make(folder)
+    assert (folder / "build_failures.txt").read_text() == f"cases/{entry}/{entry}.c\n"
+    r = _replay([], folder)
+    assert r.returncode == 1, r.stdout
+    assert f"SKIP primitives/lt/float32/17: entry {entry} is not in this build (its bundle did not compile" in r.stdout
+    assert f"{len(SUBSET)} cases, {len(SUBSET) - 1} input sets: {len(SUBSET) - 1} passed, 0 failed, 1 skipped" \
+        in r.stdout
+
+
 def _magnitude(folder):
     a = np.fromfile(folder / "set0" / "in0.bin", "<f4").reshape(16, 17).astype(np.float64)
     b = np.fromfile(folder / "set0" / "in1.bin", "<f4").reshape(17, 15).astype(np.float64)
