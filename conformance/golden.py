@@ -60,9 +60,11 @@ RUNNER = ("replay.c", "replay.h", "Makefile")
 #: Where the suite runs compiled code and compares answers: (module, function) pairs recorded during a case.
 RUNS = (("glow_conformance.harness", "execute"), ("glow_conformance.harness", "run_compiled"))
 COMPARES = (("glow_conformance.checker", "compare"),)
-#: Element types the C runner compares as numbers (IEEE floats, integers, bool); others byte for byte.
+#: Element types the C runner knows (IEEE floats, integers, bool, the one-byte storage formats' NaN and zero
+#: codes); others it compares byte for byte.
 NUMERIC = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-           "int64", "uint64", "bool")
+           "int64", "uint64", "bool", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0",
+           "float4e2m1", "float6e2m3", "float6e3m2")
 
 
 def entry_name(case_id: str) -> str:

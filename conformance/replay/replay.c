@@ -13,7 +13,7 @@
  * an output element the code never writes shows.
  *
  * Checks (the checker's, element by element; little-endian data):
- *   bitwise  the bit patterns are equal (any NaN matches any NaN)
+ *   bitwise  the bit patterns are equal (any NaN matches any NaN, also in the float8 formats)
  *   exact    the values are equal (+0 == -0, NaN matches NaN); integers and bool: equal
  *   lsb K    integers at most K apart
  *   bound K  floats: within K ULPs of the expected value in the result type (float16/bfloat16 in their own
@@ -102,6 +102,20 @@ static int is_float(const char *dt) {
 
 static int is_signed(const char *dt) { return !strncmp(dt, "int", 3); }
 
+/* The storage formats of one byte (float8, float6, float4; ml_dtypes' encodings): whether dt is one, and
+ * whether the code b is a NaN or a zero of it (a format's other codes each encode one value). */
+static int small_float(const char *dt, unsigned b, int *nan, int *zero) {
+  unsigned m = b & 0x7f;
+  if (!strcmp(dt, "float8e4m3fn")) { *nan = m == 0x7f; *zero = m == 0; }
+  else if (!strcmp(dt, "float8e5m2")) { *nan = m > 0x7c; *zero = m == 0; }
+  else if (!strcmp(dt, "float8e4m3fnuz") || !strcmp(dt, "float8e5m2fnuz")) { *nan = b == 0x80; *zero = b == 0; }
+  else if (!strcmp(dt, "float8e8m0")) { *nan = b == 0xff; *zero = 0; }
+  else if (!strcmp(dt, "float4e2m1")) { *nan = 0; *zero = (b & 0x7) == 0; }
+  else if (!strcmp(dt, "float6e2m3") || !strcmp(dt, "float6e3m2")) { *nan = 0; *zero = (b & 0x1f) == 0; }
+  else return 0;
+  return 1;
+}
+
 static double half_to_double(uint16_t h) {
   int e = (h >> 10) & 0x1f, f = h & 0x3ff;
   double v = e == 0 ? ldexp(f, -24) : e == 31 ? (f ? NAN : INFINITY) : ldexp(f + 1024, e - 25);
@@ -148,7 +162,7 @@ static int64_t signed_value(uint64_t b, size_t item) {
 static void describe(char *buf, size_t n, const char *dt, uint64_t b, size_t item) {
   if (is_float(dt)) snprintf(buf, n, "%.9g", float_value(dt, b));
   else if (is_signed(dt)) snprintf(buf, n, "%lld", (long long)signed_value(b, item));
-  else if (!strcmp(dt, "raw")) snprintf(buf, n, "0x%llx", (unsigned long long)b);
+  else if (!strcmp(dt, "raw") || !strncmp(dt, "float", 5)) snprintf(buf, n, "0x%llx", (unsigned long long)b);
   else snprintf(buf, n, "%llu", (unsigned long long)b);
 }
 
@@ -190,7 +204,11 @@ static int check_output(const struct io *o, const uint8_t *got, const uint8_t *w
   for (size_t i = 0; i < n; ++i) {
     int ok;
     const uint8_t *pg = got + i * o->item, *pw = want + i * o->item;
-    if (!strcmp(o->dtype, "raw") || (!fl && o->check != CHECK_LSB)) {
+    int gnan, gzero, wnan, wzero;
+    if (o->item == 1 && small_float(o->dtype, *pg, &gnan, &gzero) && small_float(o->dtype, *pw, &wnan, &wzero)) {
+      /* bitwise: equal codes, or NaN for NaN; exact: also a zero for a zero of the other sign */
+      ok = *pg == *pw || (gnan && wnan) || (o->check == CHECK_EXACT && gzero && wzero);
+    } else if (!strcmp(o->dtype, "raw") || (!fl && o->check != CHECK_LSB)) {
       ok = memcmp(pg, pw, o->item) == 0;
     } else if (!fl) {  /* lsb K */
       uint64_t g = load_bits(pg, o->item), w = load_bits(pw, o->item), d;
