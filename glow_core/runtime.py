@@ -292,6 +292,7 @@ class _Network:
     input_shapes: dict
     parts: list[_Part]
     outputs: dict
+    output_types: dict  # graph output name -> TensorType
     active: int = 0
     evicted: bool = False
 
@@ -457,10 +458,27 @@ class Host:
         for i, p in enumerate(parts):
             for j in p.deps:
                 parts[j].users.append(i)
-        net = _Network(name, specs, input_dtypes(specs), shapes, parts, output_sources(plan))
+        out_types = {nm: v.type for nm, v in zip(plan.fn.output_names, plan.fn.outputs)}
+        net = _Network(name, specs, input_dtypes(specs), shapes, parts, output_sources(plan), out_types)
         with self._lock:
             self._networks[name] = net
         return plan.report(name)
+
+    def signature(self, name: str) -> dict:
+        """The inputs and outputs of network ``name`` as it was compiled: ``{"inputs": [(name, DType, shape)],
+        "outputs": [(name, DType, shape)]}`` in the model's order."""
+        with self._lock:
+            net = self._networks.get(name)
+            if net is None:
+                raise GlowError(f"unknown network '{name}'; added: {', '.join(sorted(self._networks)) or 'none'}")
+        ins = [(nm, net.dtypes[nm], tuple(net.input_shapes.get(nm, dims))) for nm, _, dims in net.specs]
+        return {"inputs": ins, "outputs": [(nm, t.dtype, t.shape) for nm, t in net.output_types.items()]}
+
+    def ready(self, name: str) -> bool:
+        """Whether a request for network ``name`` would find a healthy device for each of its partitions."""
+        with self._lock:
+            net = self._networks.get(name)
+            return net is not None and not self._closed and self._unavailable(net) is None
 
     # -- requests -------------------------------------------------------------------------------------------
     def run(self, name: str, inputs: dict, priority: int = 0) -> Future:
