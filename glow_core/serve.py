@@ -478,15 +478,18 @@ def infer_response(spec: ModelSpec, outputs: dict, wanted: list, req_id) -> tupl
 def deployment(model, backend: str = "cpu", devices: int = 1, max_batch_size: int = 8, *, name: str | None = None,
                num_replicas: int = 1, batch_wait_timeout_s: float = 0.002, max_body_bytes: int | None = None,
                max_retries: int = 2, device_timeout_s: float | None = 30.0, device_class: type | None = None,
-               ray_actor_options: dict | None = None, max_ongoing_requests: int | None = None, **compile_options):
+               ray_actor_options: dict | None = None, max_ongoing_requests: int | None = None,
+               serve_options: dict | None = None, **compile_options):
     """A Ray Serve application serving ``model`` (path, bytes or ModelProto) over OIP v2 (module docstring).
 
     ``devices``: devices of ``backend`` per replica (``device_class``: a vendor's DeviceManager subclass);
     ``max_batch_size``: rows per request and per batch; ``name``: the model's OIP name (default: the file's stem,
     else the graph's name); ``num_replicas``: Ray Serve replicas (``ray_actor_options``: their resources, by
-    default one CPU each; a vendor adds its card as a custom resource); ``max_retries`` and
-    ``device_timeout_s``: each replica's Host (fault handling); ``compile_options``: ``glow_core.compile``'s
-    (e.g. ``num_threads=1``)."""
+    default one CPU each; a vendor adds its card as a custom resource); ``serve_options``: more
+    ``ray.serve.deployment`` options (``autoscaling_config``, ``max_replicas_per_node``, ...); ``max_retries``
+    and ``device_timeout_s``: each replica's Host (fault handling); ``batch_wait_timeout_s``: how long a batch
+    waits for more rows; ``max_body_bytes``: the largest request body (default: 16 MiB, or more when the
+    largest batch's JSON needs it); ``compile_options``: ``glow_core.compile``'s (e.g. ``num_threads=1``)."""
     serve = _ray_serve()
     if devices < 1 or max_batch_size < 1 or num_replicas < 1:
         raise GlowError(f"deployment(devices={devices}, max_batch_size={max_batch_size}, num_replicas="
@@ -506,8 +509,12 @@ def deployment(model, backend: str = "cpu", devices: int = 1, max_batch_size: in
     host_options = {"max_retries": max_retries, "device_timeout_s": device_timeout_s,
                     "max_active_requests": max(4, 2 * devices), "max_queue": 4096}
     ongoing = max_ongoing_requests or max(16, 2 * max_batch_size)
-    d = serve.deployment(GlowModelServer, name=name, num_replicas=num_replicas, max_ongoing_requests=ongoing,
-                         ray_actor_options=ray_actor_options if ray_actor_options is not None else {"num_cpus": 1})
+    options = {"num_replicas": num_replicas, "max_ongoing_requests": ongoing,
+               "ray_actor_options": ray_actor_options if ray_actor_options is not None else {"num_cpus": 1},
+               **(serve_options or {})}
+    if "autoscaling_config" in options:
+        options.pop("num_replicas")
+    d = serve.deployment(GlowModelServer, name=name, **options)
     return d.bind(data, name, backend, devices, max_batch_size, batch_wait_timeout_s, max_body_bytes, host_options,
                   device_class, compile_options)
 

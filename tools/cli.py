@@ -276,7 +276,7 @@ EXAMPLES = {
                  "first backend, why, grouped by reason",
     "serve": "examples:\n  glowc serve resnet.onnx --backend cpu --port 8000 --threads 1\n"
              "  glowc serve resnet.onnx --backend cpu --replicas 2 --max-batch 8 --name resnet\n"
-             "  glowc serve model.onnx --backend acme_npu --address ray://head:10001     join a cluster\n"
+             "  glowc serve model.onnx --backend acme_npu --address auto     join this machine's Ray cluster\n"
              "then: curl http://127.0.0.1:8000/v2/models/resnet (Open Inference Protocol v2; tritonclient.http works)",
     "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
                    "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
