@@ -189,6 +189,7 @@ class GlowModelServer:
         if batched:
             serve = _ray_serve()
             self._batch = serve.batch(max_batch_size=max_batch_size, batch_wait_timeout_s=batch_wait_timeout_s,
+                                      max_concurrent_batches=devices,  # a batch per device at once
                                       batch_size_fn=lambda items: sum(rows for _, rows in items))(self._run_batch)
 
     # -- HTTP ---------------------------------------------------------------------------------------------
