@@ -65,12 +65,18 @@ def run(args) -> int:
         signal.signal(sig, _on_signal)
     started = deployed = False
     try:
-        if address:
-            ray.init(address=address, logging_level="warning")
-        else:
-            ray.init(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False,
-                     _node_ip_address="127.0.0.1", logging_level="warning")
-            started = True
+        try:
+            if address:
+                ray.init(address=address, logging_level="warning")
+            else:
+                started = True
+                ray.init(num_cpus=max(os.cpu_count() or 1, args.replicas), include_dashboard=False,
+                         _node_ip_address="127.0.0.1", logging_level="warning")
+        except (_Stop, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:  # noqa: BLE001  (Ray raises plain Exceptions, e.g. its 30 s node-startup deadline)
+            where = f"join the Ray cluster at {address}" if address else "start a local Ray cluster"
+            raise GlowError(f"could not {where}: {type(e).__name__}: {' '.join(str(e).split())}") from None
         for sig in (signal.SIGINT, signal.SIGTERM):  # ray.init installs its own SIGTERM handler
             signal.signal(sig, _on_signal)
         serve.start(http_options={"host": args.host, "port": args.port}, logging_config={"log_level": "WARNING"})

@@ -35,7 +35,9 @@ else:
 import glow_core  # noqa: E402
 from glow_conformance import example_models as models  # noqa: E402
 from glow_core.serve import deployment  # noqa: E402
+from tests.ray_lock import one_cluster_at_a_time  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("ray")  # one worker, one cluster (tests/conftest.py)
 T = 120  # seconds: no HTTP call may take longer
 MAX_BATCH = 4
 BODY_LIMIT = 1 << 20
@@ -52,10 +54,22 @@ def free_port() -> int:
 def server():
     """A local Ray cluster (2 CPUs, no dashboard, node address 127.0.0.1) and Serve on a free loopback port with
     two applications: 'resnet' (batched, at /) and 'cnn' (fixed batch, at /fixed)."""
+    with one_cluster_at_a_time():
+        yield from _server()
+
+
+def _server():
     tmp = tempfile.mkdtemp(prefix="glowray")  # short: Ray's socket paths live under it
     port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp,
-             logging_level="warning")
+    for attempt in (1, 2):  # Ray's node must register within its own 30 s: a loaded machine may miss it once
+        try:
+            ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp,
+                     logging_level="warning")
+            break
+        except Exception as e:  # noqa: BLE001
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(e):
+                raise
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=QUIET)
         resnet = models.resnet(batch="N")

@@ -24,7 +24,9 @@ import pytest
 
 import glow_core
 from glow_conformance import example_models as models
+from tests.ray_lock import one_cluster_at_a_time
 
+pytestmark = pytest.mark.xdist_group("ray")  # with the other Ray tests on one worker (tests/conftest.py)
 T = 300  # seconds: a cluster start and the model's compilation on a loaded machine
 GLOWC = [sys.executable, "-m", "glow_tools.cli"]
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None and not os.environ.get("GLOW_REQUIRE_SERVE"),
@@ -77,9 +79,14 @@ def test_glowc_serve_answers_then_stops_on_sigterm_and_on_sigint(tmp_path):
     onnx.save(models.resnet(size=16, widths=(8, 16), blocks=1, batch="N"), model)
     x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)
     want = glow_core.compile(str(model), "cpu", num_threads=1).run({"input": x})["output"]
+    with one_cluster_at_a_time():
+        _serve_and_stop(tmp_path, model, x, want)
+
+
+def _serve_and_stop(tmp_path, model, x, want):
     servers = []
     try:
-        for sig in (signal.SIGTERM, signal.SIGINT):  # both at once: two clusters start side by side
+        for sig in (signal.SIGTERM, signal.SIGINT):  # the second cluster starts once the first serves
             tmpdir = tempfile.mkdtemp(prefix="glowray")
             port = free_port()
             env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTEST_XDIST_WORKER")}
@@ -88,7 +95,6 @@ def test_glowc_serve_answers_then_stops_on_sigterm_and_on_sigint(tmp_path):
             p = subprocess.Popen(GLOWC + ["serve", str(model), "--backend", "cpu", "--threads", "1", "--max-batch", "2",
                                           "--port", str(port)], stdout=out, stderr=err, env=env, cwd=tmp_path)
             servers.append((sig, p, port, tmpdir, out, err))
-        for sig, p, port, tmpdir, out, err in servers:
             t0 = time.monotonic()
             while "glowc: serving 'tiny_resnet' at" not in Path(out.name).read_text():
                 assert p.poll() is None, f"glowc serve exited {p.returncode}:\n{Path(err.name).read_text()[-3000:]}"
