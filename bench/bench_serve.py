@@ -7,9 +7,13 @@ tritonclient and Triton's perf_analyzer send them; one image per request).
 * Server scenario: Poisson arrivals at a target rate (open loop: a request is sent at its arrival time whether
   or not earlier ones have answered; latency counts from that time), each run bounded by ``--seconds`` and
   ``--max-requests``: p50/p99 latency. The highest rate whose p99 stays under ``--p99-ms`` (50 ms) is searched:
-  rates rise from ``--start-rate`` by ``--step`` until p99 fails, then halve the interval ``--refine`` times.
+  rates rise from ``--start-rate`` by ``--step`` until p99 fails (or halve down to ``--min-rate`` until it
+  holds), then the interval between is halved ``--refine`` times.
 * Side by side, in the same run: the model compiled in this process (cpu, one thread) and onnxruntime (one
-  thread), alternating, median latency of one image: the compute floor under the serving overhead.
+  thread), alternating, median latency of one image: the compute floor under the serving overhead; and Ray
+  Serve's own floor, an echo deployment (one replica, one CPU) answering the same requests with a fixed body
+  (offline throughput, and p50/p99 at the Server scenario's lowest rate tried): what any Ray Serve application
+  pays on this machine.
 
 Every answer is checked against ``glow_core.compile(model, "cpu").run`` on the same image (the server's
 dynamic batches must not mix rows up). Timings on a shared machine are noisy: the load average is reported
@@ -220,12 +224,19 @@ def search_rate(client, bodies, want, args, log):
             f"(load {os.getloadavg()[0]:.1f})")
         return p99 < args.p99_ms
 
-    while hi is None and rate <= args.max_rate:
+    while hi is None and rate <= args.max_rate:  # up by step while p99 holds
         if run(rate):
             lo = rate
             rate += args.step
         else:
             hi = rate
+    rate = args.start_rate / 2
+    while lo is None and rate >= args.min_rate:  # the start rate failed: halve until p99 holds
+        if run(rate):
+            lo = rate
+        else:
+            hi = rate
+            rate = round(rate / 2, 2)
     if lo is not None and hi is not None:
         for _ in range(args.refine):
             mid = round((lo + hi) / 2, 1)
@@ -236,6 +247,72 @@ def search_rate(client, bodies, want, args, log):
             else:
                 hi = mid
     return lo, runs
+
+
+def ray_serve_floor(bodies, args, rate):
+    """An echo deployment on its own Ray cluster in this process: (offline requests/s, p50 ms, p99 ms at rate)."""
+    import ray
+    from ray import serve
+    from starlette.responses import Response
+
+    class Echo:
+        async def __call__(self, request):
+            await request.body()
+            return Response(b"{}", media_type="application/json")
+
+    import logging
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
+    tmp = tempfile.mkdtemp(prefix="glowbench")
+    port = free_port()
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp, logging_level="warning")
+    try:
+        quiet = {"log_level": "WARNING"}
+        serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=quiet)
+        serve.run(serve.deployment(Echo, ray_actor_options={"num_cpus": 1}, max_ongoing_requests=64).bind(),
+                  name="echo", route_prefix="/", logging_config=quiet)
+        local = threading.local()
+
+        def call(body, headers):
+            conn = getattr(local, "conn", None) or http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            local.conn = conn
+            conn.request("POST", f"/v2/models/{NAME}/infer", body=body, headers=headers)
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 200, r.status
+
+        for b in bodies:
+            call(*b)
+        t0, counter, lat = time.perf_counter(), iter(range(args.offline_requests)), []
+
+        def worker():
+            for k in iter(lambda: next(counter, None), None):
+                call(*bodies[k % len(bodies)])
+
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            for f in [pool.submit(worker) for _ in range(args.concurrency)]:
+                f.result()
+        tput = args.offline_requests / (time.perf_counter() - t0)
+        rng, t, due = random.Random(0), 0.0, []
+        while len(due) < args.max_requests and (t := t + rng.expovariate(rate)) <= args.seconds:
+            due.append(t)
+        with ThreadPoolExecutor(args.workers) as pool:
+            start = time.perf_counter()
+
+            def one(k, when):
+                call(*bodies[k % len(bodies)])
+                lat.append(time.perf_counter() - when)
+
+            futs = []
+            for k, a in enumerate(due):
+                time.sleep(max(0.0, start + a - time.perf_counter()))
+                futs.append(pool.submit(one, k, start + a))
+            for f in futs:
+                f.result()
+        return tput, percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def compute_floor(model, x, rounds, budget):
@@ -265,16 +342,18 @@ def main(argv=None):
     ap.add_argument("--start-rate", type=float, default=25.0)
     ap.add_argument("--step", type=float, default=25.0)
     ap.add_argument("--max-rate", type=float, default=1000.0)
+    ap.add_argument("--min-rate", type=float, default=2.0, help="the lowest rate tried when the start rate fails")
     ap.add_argument("--refine", type=int, default=3)
     ap.add_argument("--p99-ms", type=float, default=50.0)
     ap.add_argument("--workers", type=int, default=64, help="client threads of the Server scenario")
     ap.add_argument("--startup-timeout", type=float, default=600.0)
+    ap.add_argument("--no-echo", action="store_true", help="skip Ray Serve's echo floor")
     ap.add_argument("--quick", action="store_true", help="a smoke run: few requests, two rates, no floor rounds")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     if args.quick:
         args.offline_requests, args.seconds, args.max_requests, args.refine = 40, 2.0, 60, 0
-        args.start_rate, args.step, args.max_rate = 10.0, 10.0, 20.0
+        args.start_rate, args.step, args.max_rate, args.min_rate = 10.0, 10.0, 20.0, 5.0
     model = models.resnet(batch="N")
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(16)]
@@ -318,6 +397,14 @@ def main(argv=None):
                       flush=True)
             finally:
                 srv.stop()
+    if not args.no_echo:
+        lowest = min((r["rate"] for rep in result["replicas"].values() for r in rep["server_runs"]),
+                     default=args.start_rate)
+        tput, p50, p99 = ray_serve_floor(bodies, args, lowest)
+        result["ray_serve_echo"] = {"offline_rps": round(tput, 1), "rate": lowest, "p50_ms": round(p50, 2),
+                                    "p99_ms": round(p99, 2), "load": os.getloadavg()}
+        print(f"  Ray Serve's floor (an echo deployment, 1 replica, same client): offline {tput:.1f} requests/s; "
+              f"at {lowest}/s p50 {p50:.2f} ms, p99 {p99:.2f} ms (load {os.getloadavg()[0]:.1f})", flush=True)
     reps = result["replicas"]
     if 1 in reps and 2 in reps:
         print(f"  2 replicas / 1 replica: offline throughput {reps[2]['offline_rps'] / reps[1]['offline_rps']:.2f}x")

@@ -8,6 +8,7 @@ exit; with one it joins that cluster and on exit deletes only its own applicatio
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -55,6 +56,7 @@ def run(args) -> int:
         raise GlowError(f"glowc serve needs Ray Serve, which is not installed ({e}); install it with: {INSTALL}") \
             from None
     from glow_core.serve import deployment
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)  # the driver's INFO lines; errors still print
 
     options = {} if args.threads is None else {"num_threads": args.threads}
     name = args.name or os.path.splitext(os.path.basename(args.model))[0]
