@@ -6,8 +6,9 @@ tritonclient and Triton's perf_analyzer send them; one image per request).
 * Offline scenario: ``--offline-requests`` requests kept ``--concurrency`` in flight (closed loop): throughput;
   once more with ``--max-batch`` images per request (images per second: less protocol overhead per image).
 * Server scenario: Poisson arrivals at a target rate (open loop: a request is sent at its arrival time whether
-  or not earlier ones have answered; latency counts from that time), each run bounded by ``--seconds`` and
-  ``--max-requests``: p50/p99 latency. The highest rate whose p99 stays under ``--p99-ms`` (50 ms) is searched:
+  or not earlier ones have answered; latency counts from that time), each run ``--seconds`` long or
+  ``--min-requests`` requests (so that a p99 means something), bounded by ``--max-requests`` and
+  ``--max-seconds``: p50/p99 latency. The highest rate whose p99 stays under ``--p99-ms`` (50 ms) is searched:
   rates rise from ``--start-rate`` by ``--step`` until p99 fails (or halve down to ``--min-rate`` until it
   holds), then the interval between is halved ``--refine`` times.
 * Side by side, in the same run: the model compiled in this process (cpu, one thread) and onnxruntime (one
@@ -176,16 +177,23 @@ def offline(client, bodies, want, n, concurrency):
     return n / wall, lat
 
 
-def server_scenario(client, bodies, want, rate, seconds, max_requests, workers, seed):
-    """Poisson arrivals at ``rate`` per second for ``seconds`` (at most ``max_requests``): latencies from each
-    request's scheduled arrival, and the rate achieved."""
+def arrival_times(rate, args, seed) -> list[float]:
+    """Poisson arrival times (seconds from the start) of one Server-scenario run: ``rate`` x ``--seconds`` requests,
+    at least ``--min-requests`` (a p99 needs them) and at most ``--max-requests``, none after ``--max-seconds``."""
     rng = random.Random(seed)
-    arrivals, t = [], 0.0
-    while len(arrivals) < max_requests:
+    n = min(args.max_requests, max(args.min_requests, round(rate * args.seconds)))
+    out, t = [], 0.0
+    while len(out) < n:
         t += rng.expovariate(rate)
-        if t > seconds:
+        if t > args.max_seconds:
             break
-        arrivals.append(t)
+        out.append(t)
+    return out
+
+
+def server_scenario(client, bodies, want, rate, arrivals, workers):
+    """Requests sent at ``arrivals`` (open loop): latencies from each request's scheduled arrival, and the rate
+    achieved."""
     lat, outs, lock = [], [], threading.Lock()
 
     def one(k, due):
@@ -216,8 +224,8 @@ def search_rate(client, bodies, want, args, log):
     rate = args.start_rate
 
     def run(rate):
-        lat, achieved = server_scenario(client, bodies, want, rate, args.seconds, args.max_requests, args.workers,
-                                        seed=len(runs))
+        lat, achieved = server_scenario(client, bodies, want, rate, arrival_times(rate, args, len(runs)),
+                                        args.workers)
         p50, p99 = percentile(lat, 50) * 1e3, percentile(lat, 99) * 1e3
         runs.append({"rate": rate, "achieved": round(achieved, 1), "requests": len(lat), "p50_ms": round(p50, 2),
                      "p99_ms": round(p99, 2), "load": os.getloadavg()[0]})
@@ -293,9 +301,7 @@ def ray_serve_floor(bodies, args, rate):
             for f in [pool.submit(worker) for _ in range(args.concurrency)]:
                 f.result()
         tput = args.offline_requests / (time.perf_counter() - t0)
-        rng, t, due = random.Random(0), 0.0, []
-        while len(due) < args.max_requests and (t := t + rng.expovariate(rate)) <= args.seconds:
-            due.append(t)
+        due = arrival_times(rate, args, 0)
         with ThreadPoolExecutor(args.workers) as pool:
             start = time.perf_counter()
 
@@ -338,8 +344,12 @@ def main(argv=None):
     ap.add_argument("--max-batch", type=int, default=8, help="glowc serve --max-batch (default 8)")
     ap.add_argument("--offline-requests", type=int, default=600)
     ap.add_argument("--concurrency", type=int, default=16, help="requests in flight in the Offline scenario")
-    ap.add_argument("--seconds", type=float, default=10.0, help="length of each Server-scenario run")
+    ap.add_argument("--seconds", type=float, default=10.0, help="length of each Server-scenario run, unless "
+                    "--min-requests needs longer")
+    ap.add_argument("--min-requests", type=int, default=300, help="requests per Server-scenario run at least "
+                    "(within --max-seconds)")
     ap.add_argument("--max-requests", type=int, default=2000, help="requests per Server-scenario run at most")
+    ap.add_argument("--max-seconds", type=float, default=60.0, help="length of a Server-scenario run at most")
     ap.add_argument("--start-rate", type=float, default=25.0)
     ap.add_argument("--step", type=float, default=25.0)
     ap.add_argument("--max-rate", type=float, default=1000.0)
@@ -354,6 +364,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.offline_requests, args.seconds, args.max_requests, args.refine = 40, 2.0, 60, 0
+        args.min_requests, args.max_seconds = 10, 5.0
         args.start_rate, args.step, args.max_rate, args.min_rate = 10.0, 10.0, 20.0, 5.0
     model = models.resnet(batch="N")
     rng = np.random.default_rng(0)
