@@ -17,7 +17,8 @@ body (``Content-Encoding``) is accepted.
 
 Batching: a model whose every input has a symbolic leading dimension (and whose outputs follow it) is compiled
 for batches of 1, 2, 4, ... up to ``max_batch_size`` rows; requests of 1 to ``max_batch_size`` rows each are
-gathered by ``serve.batch`` (up to ``max_batch_size`` rows, waiting at most ``batch_wait_timeout_s``),
+gathered by ``serve.batch`` (up to ``max_batch_size`` rows, waiting at most ``batch_wait_timeout_s``; one batch
+per device at once),
 concatenated, run as power-of-two chunks (largest first; the Host spreads them over the devices) and split back.
 Any other model runs requests one by one (the Host still overlaps them across devices).
 

@@ -52,8 +52,9 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server():
-    """A local Ray cluster (2 CPUs, no dashboard, node address 127.0.0.1) and Serve on a free loopback port with
-    two applications: 'resnet' (batched, at /) and 'cnn' (fixed batch, at /fixed)."""
+    """A local Ray cluster (2 CPUs and 2 of the custom resource 'test_card', no dashboard, node address
+    127.0.0.1) and Serve on a free loopback port with two applications: 'resnet' (batched, at /) and 'cnn' (fixed
+    batch, at /fixed; its replica takes a 'test_card', as a vendor's replicas take its cards)."""
     with one_cluster_at_a_time():
         yield from _server()
 
@@ -64,7 +65,7 @@ def _server():
     for attempt in (1, 2):  # Ray's node must register within its own 30 s: a loaded machine may miss it once
         try:
             ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp,
-                     logging_level="warning")
+                     logging_level="warning", resources={"test_card": 2})  # a vendor's cards, as Ray sees them
             break
         except Exception as e:  # noqa: BLE001
             ray.shutdown()
@@ -77,7 +78,8 @@ def _server():
         serve.run(deployment(resnet, "cpu", devices=1, max_batch_size=MAX_BATCH, name="resnet", num_threads=1,
                              batch_wait_timeout_s=0.05, max_body_bytes=BODY_LIMIT),
                   name="resnet", route_prefix="/", logging_config=QUIET)
-        serve.run(deployment(cnn, "cpu", devices=2, name="cnn", num_threads=1, ray_actor_options={"num_cpus": 0}),
+        serve.run(deployment(cnn, "cpu", devices=2, name="cnn", num_threads=1,
+                             ray_actor_options={"num_cpus": 0, "resources": {"test_card": 1}}),
                   name="cnn", route_prefix="/fixed", logging_config=QUIET)
         yield {"url": f"http://127.0.0.1:{port}", "port": port, "resnet": resnet, "cnn": cnn}
     finally:
@@ -123,6 +125,7 @@ def test_health_and_metadata(server):
     assert meta["outputs"] == [{"name": "output", "datatype": "FP32", "shape": [-1, 10]}]
     meta = json.loads(call(server, "GET", "/fixed/v2/models/cnn")[2])
     assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [1, 3, 28, 28]}]
+    assert ray.available_resources().get("test_card") == 1, "the cnn replica holds one of the two cards"
     c = httpclient.InferenceServerClient(f"127.0.0.1:{server['port']}", network_timeout=T)
     assert c.is_server_live() and c.is_server_ready() and c.is_model_ready("resnet")
     assert c.get_model_metadata("resnet")["outputs"] == [{"name": "output", "datatype": "FP32", "shape": [-1, 10]}]
