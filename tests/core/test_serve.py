@@ -62,16 +62,16 @@ def server():
 def _server():
     tmp = tempfile.mkdtemp(prefix="glowray")  # short: Ray's socket paths live under it
     port = free_port()
-    for attempt in (1, 2):  # Ray's node must register within its own 30 s: a loaded machine may miss it once
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp,
-                     logging_level="warning", resources={"test_card": 2})  # a vendor's cards, as Ray sees them
-            break
-        except Exception as e:  # noqa: BLE001
-            ray.shutdown()
-            if attempt == 2 or "timed out during startup" not in str(e):
-                raise
     try:
+        for attempt in (1, 2):  # Ray's node must register within its own 30 s: a loaded machine may miss it once
+            try:
+                ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=tmp,
+                         logging_level="warning", resources={"test_card": 2})  # a vendor's cards, as Ray sees them
+                break
+            except Exception as e:  # noqa: BLE001
+                ray.shutdown()
+                if attempt == 2 or "timed out during startup" not in str(e):
+                    raise
         serve.start(http_options={"host": "127.0.0.1", "port": port}, logging_config=QUIET)
         resnet = models.resnet(batch="N")
         cnn = models.cnn()
@@ -83,8 +83,9 @@ def _server():
                   name="cnn", route_prefix="/fixed", logging_config=QUIET)
         yield {"url": f"http://127.0.0.1:{port}", "port": port, "resnet": resnet, "cnn": cnn}
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
