@@ -30,7 +30,7 @@ else:
     ray = pytest.importorskip("ray", reason="Ray Serve is not installed: pip install 'glow-kit[serve]'")
     serve = pytest.importorskip("ray.serve", reason="Ray Serve is not installed: pip install 'glow-kit[serve]'")
     httpclient = pytest.importorskip("tritonclient.http", reason="tritonclient is not installed: pip install "
-                                                                  "'glow-kit[serve]'")
+                                                                  "'glow-kit[test]'")
 
 import glow_core  # noqa: E402
 from glow_conformance import example_models as models  # noqa: E402
