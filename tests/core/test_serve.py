@@ -3,7 +3,7 @@ module): the small example ResNet (batch dimension symbolic: dynamic batching) a
 one request at a time), queried with a plain HTTP client (urllib/http.client: JSON and binary tensors) and with
 ``tritonclient.http``; every answer must equal ``glow_core.compile(...).run`` on the same backend bit for bit.
 Bad requests each get an OIP error (``{"error": ...}``, 4xx) naming the problem, and the server keeps serving.
-Skipped, saying why, when Ray Serve or tritonclient is not installed (``pip install 'glow-kit[serve]'``); CI
+Skipped, saying why, when Ray Serve or tritonclient is not installed (``pip install 'glow-kit[serve,test]'``); CI
 installs the extra and sets GLOW_REQUIRE_SERVE=1, so there a missing one fails instead."""
 from __future__ import annotations
 
