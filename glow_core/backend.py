@@ -114,6 +114,17 @@ class CompiledFunction(abc.ABC):
         ``execute`` pays nothing)."""
         return None
 
+    def placeholders(self) -> "dict[str, np.ndarray] | None":
+        """Writable numpy views of the input and output placeholders (by name) in the memory this function runs
+        in, when the host reaches it: a caller writes the inputs there, calls ``run_placeholders()`` and reads the
+        outputs there, with no copy and no allocation per run (a generator's decode loop). Default None: the
+        caller uses ``execute``."""
+        return None
+
+    def run_placeholders(self):
+        """Run once on the inputs as they are in ``placeholders()``, leaving the outputs there."""
+        raise NotImplementedError(f"{type(self).__name__} has no placeholders() to run on")
+
     def compile_spans(self) -> "list[tuple[str, float, float]]":
         """Work ``Backend.compile`` did outside Python for this function, as ``(name, start, seconds)`` with
         ``start`` on the ``time.perf_counter`` clock (the CPU backend: its C compiler). Compile statistics

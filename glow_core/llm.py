@@ -116,6 +116,8 @@ class Generator:
         t0 = time.perf_counter()
         self.module: CompiledModule = compile_module(functions, backend, **compile_options)
         self.compile_seconds = time.perf_counter() - t0
+        self._runs = {name: _Run(self.module.functions[name].compiled, io, self.max_seq_len, s)
+                      for name, s in blocks.items()}
         self._stats = {}
 
     @_collector_paused()
@@ -137,18 +139,6 @@ class Generator:
         return fn
 
     # -- running ------------------------------------------------------------------------------------------
-    def _feed(self, ids: np.ndarray, start: int, valid: int) -> dict:
-        """Inputs of one run: tokens ``ids`` at positions start.., the cache valid through slot valid - 1."""
-        s = ids.shape[0]
-        pos = np.arange(start, start + s, dtype=np.int64)
-        io = self.io
-        feed = {io.input_ids: ids.reshape(1, s).astype(io.dtypes[io.input_ids]),
-                io.position_ids: pos.reshape(1, s).astype(io.dtypes[io.position_ids]), CACHE_POSITION: pos}
-        if io.attention_mask:
-            feed[io.attention_mask] = (np.arange(self.max_seq_len) < valid).reshape(1, -1).astype(
-                io.dtypes[io.attention_mask])
-        return feed
-
     def _choose(self, logits: np.ndarray, rng) -> int:
         if rng is None:
             return int(np.argmax(logits))
@@ -167,18 +157,20 @@ class Generator:
         """Run the prompt (int64 [n]) through the cache from position 0; the logits of its last token."""
         n, P = input_ids.shape[0], self.prefill_block
         if P == 1:
+            run = self._runs["decode"]
+            run.reset()
             for t in range(n):
-                logits = self.module.run("decode", self._feed(input_ids[t:t + 1], t, t + 1))["logits"]
+                logits = run(input_ids[t:t + 1], t)
             return logits[0, -1]
+        run = self._runs["prefill"]
+        run.reset()
         start = 0
         while True:
             if start + P > self.max_seq_len:  # the last block ends at the capacity: it runs some tokens again
                 start = self.max_seq_len - P
             block = input_ids[start:start + P]
+            logits = run(block, start)
             real = block.shape[0]
-            if real < P:
-                block = np.concatenate([block, np.zeros(P - real, input_ids.dtype)])
-            logits = self.module.run("prefill", self._feed(block, start, start + P))["logits"]
             if start + real >= n:
                 return logits[0, real - 1]
             start += P
@@ -206,10 +198,10 @@ class Generator:
         token = self._choose(logits, rng)
         t1 = time.perf_counter()
         out[0, n] = token
-        one = np.empty(1, np.int64)
+        run = self._runs["decode"]
+        run.reset()
         for t in range(n, n + max_new_tokens - 1):
-            one[0] = token
-            logits = self.module.run("decode", self._feed(one, t, t + 1))["logits"]
+            logits = run(out[0, t:t + 1], t)
             token = self._choose(logits[0, -1], rng)
             out[0, t + 1] = token
         t2 = time.perf_counter()
@@ -225,3 +217,49 @@ class Generator:
         first new token's choice included), ``decode_tokens_per_s`` (decode steps over their time), the counts
         and seconds behind them, and ``compile_seconds``."""
         return dict(self._stats, compile_seconds=self.compile_seconds)
+
+
+class _Run:
+    """One function of a generator's module with its inputs: written in place into the function's placeholders
+    when its backend exposes them (``CompiledFunction.placeholders``: then a run copies and allocates nothing on
+    the host), else kept here and passed to ``execute``."""
+
+    def __init__(self, compiled, io: DecoderIO, capacity: int, block: int):
+        self.compiled, self.io, self.block = compiled, io, block
+        self.views = compiled.placeholders()
+        names = [io.input_ids, io.position_ids, CACHE_POSITION] + ([io.attention_mask] if io.attention_mask else [])
+        shapes = {io.input_ids: (1, block), io.position_ids: (1, block), CACHE_POSITION: (block,),
+                  io.attention_mask: (1, capacity)}
+        dts = dict(io.dtypes)
+        dts.setdefault(CACHE_POSITION, np.dtype(np.int64))
+        self.feed = {nm: self.views[nm] if self.views is not None else np.zeros(shapes[nm], dts[nm])
+                     for nm in names}
+        self.arange = np.arange(block, dtype=np.int64)
+        self.valid = 0
+
+    def reset(self):
+        """A new sequence: nothing in the cache is valid."""
+        if self.io.attention_mask:
+            self.feed[self.io.attention_mask][...] = 0
+        self.valid = 0
+
+    def __call__(self, ids: np.ndarray, start: int) -> np.ndarray:
+        """Run tokens ``ids`` (at most the block; the rest of the block is padding) at positions start..; the
+        logits [1, block, vocab]. The cache is then valid through slot start + block - 1."""
+        io, f = self.io, self.feed
+        f[io.input_ids][0, :ids.shape[0]] = ids
+        f[io.input_ids][0, ids.shape[0]:] = 0
+        np.add(self.arange, start, out=f[CACHE_POSITION], casting="unsafe")
+        np.add(self.arange, start, out=f[io.position_ids][0], casting="unsafe")
+        valid = start + self.block
+        if io.attention_mask:
+            mask = f[io.attention_mask][0]
+            if valid >= self.valid:
+                mask[self.valid:valid] = 1
+            else:
+                mask[valid:] = 0
+        self.valid = valid
+        if self.views is not None:
+            self.compiled.run_placeholders()
+            return self.views["logits"]
+        return self.compiled.execute(f)["logits"]

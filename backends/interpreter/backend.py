@@ -76,13 +76,20 @@ class InterpreterFunction(CompiledFunction):
     def execute(self, inputs):
         return self._run(inputs, None)
 
+    def placeholders(self):
+        """Views of the inputs and outputs in the mutable array."""
+        return {name: self._view(b) for name, b in {**self.irf.inputs, **self.irf.outputs}.items()}
+
+    def run_placeholders(self):
+        self._run(None, None)
+
     def execute_timed(self, inputs):
         """Each bound step timed with time.perf_counter (its kernel and the copy into the planned buffer)."""
         timings = []
         return self._run(inputs, timings), timings
 
     def _run(self, inputs, timings):
-        for name, b in self.irf.inputs.items():
+        for name, b in self.irf.inputs.items() if inputs is not None else ():
             self._view(b)[...] = inputs[name]
         timed = timings is not None
         clock = time.perf_counter
@@ -105,6 +112,8 @@ class InterpreterFunction(CompiledFunction):
                     o[...] = r
                 if timed:
                     timings.append((ins, start - t0, clock() - start))
+        if inputs is None:
+            return None
         return {name: self._view(b).copy() for name, b in self.irf.outputs.items()}
 
 
