@@ -165,3 +165,59 @@ def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow_kit")
     model.ir_version = 10
     return model
+
+
+def transformers_llama(cfg: DecoderConfig, path: str, seed: int = 0, initializer_range: float = 0.02,
+                       opset: int = 18) -> str:
+    """Export transformers' LlamaForCausalLM built from ``cfg`` with random weights (``torch.manual_seed(seed)``)
+    to ``path`` with optimum's I/O names (``input_ids``, ``attention_mask``, ``position_ids``,
+    ``past_key_values.{i}.key|value`` -> ``logits``, ``present.{i}.key|value``; batch, past and block symbolic),
+    eager attention, torch's TorchScript exporter at ``opset``. Needs torch and transformers; returns ``path``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.cache_utils import DynamicCache
+
+    config = LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+                         intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_hidden_layers,
+                         num_attention_heads=cfg.num_attention_heads, num_key_value_heads=cfg.num_key_value_heads,
+                         rope_theta=cfg.rope_theta, rms_norm_eps=cfg.rms_norm_eps, max_position_embeddings=4096,
+                         initializer_range=initializer_range, attn_implementation="eager", tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    layers = cfg.num_hidden_layers
+
+    class WithCache(torch.nn.Module):
+        """The model over flat cache tensors (the exporter sees tensors, not a Cache object)."""
+
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            cache = DynamicCache(config=config)
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.m(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=cache, use_cache=True)
+            flat = [out.logits]
+            for i in range(layers):
+                flat += [out.past_key_values.layers[i].keys, out.past_key_values.layers[i].values]
+            return tuple(flat)
+
+    s, p = 3, 5
+    ins = ["input_ids", "attention_mask", "position_ids"] + [f"past_key_values.{i}.{k}" for i in range(layers)
+                                                             for k in ("key", "value")]
+    outs = ["logits"] + [f"present.{i}.{k}" for i in range(layers) for k in ("key", "value")]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "total"},
+            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    axes.update({nm: {0: "batch", 2: "past"} for nm in ins[3:]})
+    axes.update({nm: {0: "batch", 2: "total"} for nm in outs[1:]})
+    args = (torch.randint(0, cfg.vocab_size, (1, s)), torch.ones(1, p + s, dtype=torch.int64),
+            torch.arange(p, p + s).reshape(1, s),
+            *[torch.randn(1, cfg.num_key_value_heads, p, cfg.head_dim) for _ in range(2 * layers)])
+    import warnings
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(WithCache(model), args, path, input_names=ins, output_names=outs, dynamic_axes=axes,
+                          opset_version=opset, dynamo=False)
+    return path

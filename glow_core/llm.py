@@ -154,11 +154,14 @@ class Generator:
         return int(order[rng.choice(len(order), p=p)])
 
     def prefill(self, input_ids: np.ndarray) -> np.ndarray:
-        """Run the prompt (int64 [n]) through the cache from position 0; the logits of its last token."""
+        """Run the prompt (int64 [n]) through the cache from position 0 (a new sequence); the logits of its last
+        token."""
         n, P = input_ids.shape[0], self.prefill_block
+        if not 1 <= n <= self.max_seq_len:
+            raise InputError(f"a prompt of {n} tokens: from 1 to max_seq_len={self.max_seq_len} are accepted")
+        self._runs["decode"].reset()
         if P == 1:
             run = self._runs["decode"]
-            run.reset()
             for t in range(n):
                 logits = run(input_ids[t:t + 1], t)
             return logits[0, -1]
@@ -174,6 +177,15 @@ class Generator:
             if start + real >= n:
                 return logits[0, real - 1]
             start += P
+
+    def decode(self, token: np.ndarray, position: int) -> np.ndarray:
+        """Run one token (int64 [1]) at ``position``, after the prompt's ``prefill`` and the tokens before it; the
+        logits of the next token (a view, valid until the next run)."""
+        run = self._runs["decode"]
+        if position < run.valid - 1 or position >= self.max_seq_len:
+            raise InputError(f"position {position}: decode continues the sequence (at {run.valid} or later, below "
+                             f"max_seq_len={self.max_seq_len})")
+        return run(token, position)[0, -1]
 
     def generate(self, input_ids, max_new_tokens: int, seed=None) -> np.ndarray:
         """The prompt (int64 [1, n]) followed by ``max_new_tokens`` tokens: greedy without ``seed``, sampled with
@@ -198,11 +210,8 @@ class Generator:
         token = self._choose(logits, rng)
         t1 = time.perf_counter()
         out[0, n] = token
-        run = self._runs["decode"]
-        run.reset()
         for t in range(n, n + max_new_tokens - 1):
-            logits = run(out[0, t:t + 1], t)
-            token = self._choose(logits[0, -1], rng)
+            token = self._choose(self.decode(out[0, t:t + 1], t), rng)
             out[0, t + 1] = token
         t2 = time.perf_counter()
         steps = max_new_tokens - 1
