@@ -34,6 +34,8 @@ class ModuleFunction:
     compiled: CompiledFunction | None = None
     placement: PlacementReport | None = None
     stats: dict = field(default_factory=dict)
+    #: per part, state name -> (offset in the state region, TensorType), as ``ir.share_regions`` placed it
+    state_layout: list = field(default_factory=list)
 
     @property
     def ir(self) -> IRFunction | None:
@@ -59,24 +61,19 @@ class CompiledModule:
         of the backend that holds it (``CompiledFunction.memory_regions()["state"]``)."""
         views = {}
         for mf in self.functions.values():
-            for compiled, irf in _compiled_parts(mf):
-                if not irf.state:
+            compiled = [c for c, _ in mf.compiled.steps] if isinstance(mf.compiled, PartitionedFunction) \
+                else [mf.compiled]
+            for c, layout in zip(compiled, mf.state_layout):
+                if not layout:
                     continue
-                regions = compiled.memory_regions()
+                regions = c.memory_regions()
                 if regions is None or "state" not in regions:
                     raise GlowError(f"function '{mf.name}': its backend does not expose its state region")
-                region = np.frombuffer(regions["state"], np.uint8) if not isinstance(regions["state"], np.ndarray) \
-                    else regions["state"]
-                for nm, b in irf.state.items():
-                    t = b.type
-                    views.setdefault(nm, region[b.offset:b.offset + t.nbytes].view(t.dtype.np).reshape(t.shape))
+                region = regions["state"]
+                region = region if isinstance(region, np.ndarray) else np.frombuffer(region, np.uint8)
+                for nm, (off, t) in layout.items():
+                    views.setdefault(nm, region[off:off + t.nbytes].view(t.dtype.np).reshape(t.shape))
         return views
-
-
-def _compiled_parts(mf: ModuleFunction):
-    if isinstance(mf.compiled, PartitionedFunction):
-        return [(c, irf) for (c, _), (_, irf) in zip(mf.compiled.steps, mf.parts)]
-    return [(mf.compiled, mf.parts[0][1])]
 
 
 @_collector_paused()
@@ -125,9 +122,12 @@ def compile_module(functions: dict[str, Function], backend="interpreter", **opti
     compiled: dict[int, CompiledFunction] = {}
     regions = {}
     for members in groups.values():
+        regions[members[0][0].name] = share_regions([irf for _, irf in members])
+    for mf in mfs.values():
+        mf.state_layout = [{nm: (sb.offset, sb.type) for nm, sb in irf.state.items()} for _, irf in mf.parts]
+    for members in groups.values():
         b = members[0][0]
         irfs = [irf for _, irf in members]
-        regions[b.name] = share_regions(irfs)
         outs = backend_compile(b, irfs, options, {}, together=True)
         compiled.update((id(irf), c) for irf, c in zip(irfs, outs))
     for mf in mfs.values():
