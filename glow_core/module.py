@@ -101,6 +101,11 @@ def compile_module(functions: dict[str, Function], backend="interpreter", **opti
             continue
         plan = Partitioning(fn, backends, options.get("force"),
                             capacity=lambda b: options.get("memory_capacity", b.memory_capacity()))
+        if len(plan.partitions) == 1:  # one backend runs it all: compiled as a function of its own
+            b = plan.backends[plan.partitions[0].backend]
+            mfs[name] = ModuleFunction(name, plan.fn, [(b, plan_graph(plan.fn, b, options, stats))],
+                                       placement=plan.report(name), stats=stats)
+            continue
         parts = []
         for i, p in enumerate(plan.partitions):
             sub = p.function(f"{name}_p{i}")
