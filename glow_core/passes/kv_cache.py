@@ -66,6 +66,7 @@ class _Rewrite:
         """scatter_nd indices [1, heads, S, 3]: (0, h, cache_position[s])."""
         if heads not in self._indices:
             b, s = self.b, self.block
+            b.name = "cache_slots"
             bh = np.zeros((1, heads, s, 2), np.int64)
             bh[..., 1] = np.arange(heads).reshape(1, heads, 1)
             p = b.broadcast_to(b.reshape_(self.pos, (1, 1, s, 1)), (1, heads, s, 1))
@@ -76,6 +77,7 @@ class _Rewrite:
         """bool [S, capacity]: slot j is visible to query i when j <= cache_position[i]."""
         if self._allowed is None:
             b = self.b
+            b.name = "cache_mask"
             slots = b.const(np.arange(self.capacity, dtype=np.int64).reshape(1, self.capacity))
             self._allowed = b.binary("le", slots, b.reshape_(self.pos, (self.block, 1)))
         return self._allowed
@@ -83,6 +85,8 @@ class _Rewrite:
     def bias(self, dt) -> Value:
         """[S, capacity] of ``dt``: 0 where ``allowed``, -inf elsewhere."""
         if dt.name not in self._bias:
+            self.allowed()
+            self.b.name = "cache_mask"
             shape = (self.block, self.capacity)
             self._bias[dt.name] = self.b.select(self.allowed(), self.b.const(np.zeros(shape, dt.np)),
                                                 self.b.const(np.full(shape, -np.inf, dt.np)))
@@ -183,7 +187,9 @@ class _Rewrite:
             if x.shape[-1] != self.capacity or axis not in (-1, x.rank - 1):
                 raise GlowError(f"Softmax node '{n.name}' reads the KV cache over axis {axis} of {x.type}; the "
                                 f"KV-cache rewrite masks the last axis of {self.capacity} key positions")
-            self.uses.set_inputs(n, [self.b.binary("add", x, self.bias(x.dtype))] + n.inputs[1:])
+            bias = self.bias(x.dtype)
+            self.b.name = f"{n.name}_cache_mask"
+            self.uses.set_inputs(n, [self.b.binary("add", x, bias)] + n.inputs[1:])
             count += 1
         return count
 
