@@ -6,7 +6,8 @@ from ``position_ids``), grouped-query attention over a KV cache that grows by co
 padding mask from ``attention_mask`` as transformers builds it (0 / float32 min, added to the scores), and a
 SwiGLU MLP. ``attention="decomposed"`` spells attention as torch's exports do (Concat, Expand for GQA, MatMul,
 Softmax, opset 18); ``attention="op"`` uses ONNX's opset-23 Attention with past_key/past_value and the boolean
-mask (the same causal and padding mask, so the result does not depend on is_causal's alignment with a past).
+mask (the same causal and padding mask, so the result does not depend on is_causal's alignment with a past), on
+4-D Q, K, V; ``"op3d"`` the same on 3-D Q, K, V (q_num_heads, kv_num_heads).
 The batch is 1; the past and the block are symbolic (``past``, ``seq``; ``total`` = past + seq).
 """
 from __future__ import annotations
@@ -68,8 +69,8 @@ def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention
                   scale: float = 1.0) -> onnx.ModelProto:
     """A LLaMA-style decoder with random weights (see the module docstring). Weights are normal with standard
     deviation ``scale / sqrt(fan_in)``, so logits are well separated (greedy decoding is stable under rounding)."""
-    if attention not in ("decomposed", "op"):
-        raise ValueError(f"attention={attention!r}: 'decomposed' or 'op'")
+    if attention not in ("decomposed", "op", "op3d"):
+        raise ValueError(f"attention={attention!r}: 'decomposed', 'op' or 'op3d'")
     rng = np.random.default_rng(seed)
     g = _G()
     H, KV, D, Hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
@@ -129,11 +130,18 @@ def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention
             inputs.append(helper.make_tensor_value_info(nm, TensorProto.FLOAT, [1, KV, "past", D]))
         for nm in (pres_k, pres_v):
             outputs.append(helper.make_tensor_value_info(nm, TensorProto.FLOAT, [1, KV, "total", D]))
-        if attention == "op":
+        if attention in ("op", "op3d"):
             g.k += 1
             y = f"attn_{g.k}"
+            attrs = {}
+            if attention == "op3d":  # Q, K, V as [1, S, heads * D]; the pasts stay 4-D
+                q, k, v = (g.op("Reshape", g.op("Transpose", t, perm=[0, 2, 1, 3]), g.const([1, -1, n * D]))
+                           for t, n in ((q, H), (k, KV), (v, KV)))
+                attrs = {"q_num_heads": H, "kv_num_heads": KV}
             g.nodes.append(helper.make_node("Attention", [q, k, v, allowed, past_k, past_v], [y, pres_k, pres_v],
-                                            name=f"Attention_{layer}"))
+                                            name=f"Attention_{layer}", **attrs))
+            if attention == "op3d":
+                y = g.op("Transpose", g.op("Reshape", y, g.const([1, -1, H, D])), perm=[0, 2, 1, 3])
         else:
             g.nodes.append(helper.make_node("Concat", [past_k, k], [pres_k], name=f"cat_k_{layer}", axis=2))
             g.nodes.append(helper.make_node("Concat", [past_v, v], [pres_v], name=f"cat_v_{layer}", axis=2))
@@ -161,7 +169,7 @@ def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention
                                     name="lm_head"))
     outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", cfg.vocab_size]))
     graph = helper.make_graph(g.nodes, "llama_decoder", inputs, outputs, g.inits)
-    opset = 23 if attention == "op" else 18
+    opset = 18 if attention == "decomposed" else 23
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow_kit")
     model.ir_version = 10
     return model

@@ -77,13 +77,14 @@ def test_logits_equal_onnxruntime(generator, oracle):
         compare(g, w, "model", f"logits at step {step}", "pytest tests/core/test_llm.py")
 
 
-@pytest.mark.parametrize("attention", ["decomposed", "op"])
+@pytest.mark.parametrize("attention", ["decomposed", "op", "op3d"])
 def test_64_greedy_tokens_equal_onnxruntime(attention, generator, oracle):
-    """The decoder with torch's attention (Concat, Expand, MatMul, Softmax) and with opset 23's Attention node."""
+    """The decoder with torch's attention (Concat, Expand, MatMul, Softmax) and with opset 23's Attention node
+    (on 4-D and on 3-D Q, K, V)."""
     if attention == "decomposed":
         g, want = generator, oracle[0]
     else:
-        model = llama_decoder(CFG, attention="op").SerializeToString()
+        model = llama_decoder(CFG, attention=attention).SerializeToString()
         g, want = Generator(model, backend="interpreter", max_seq_len=CAPACITY, prefill_block=4), \
             OrtDecoder(model).greedy(PROMPT, 64)[0]
         assert g.rewrites[1] == {"caches": 4, "attention_nodes": 2, "softmax_masks": 0}
