@@ -54,7 +54,8 @@ def test_weights_and_cache_once_for_both_functions(generator):
 
 def test_no_allocation_per_token(model):
     """64 decode steps allocate nothing on the host (tracemalloc counts numpy's data too): inputs are written
-    into the function's placeholders, the logits read where the function left them, the cache is state."""
+    into the function's placeholders, the logits read where the function left them, the cache is state. The
+    GEMM panels packed from the weights exist once for both functions."""
     cfg = DecoderConfig(vocab_size=4096)
     g = Generator(llama_decoder(cfg).SerializeToString(), backend="cpu", max_seq_len=96, prefill_block=8,
                   num_threads=1)
@@ -72,6 +73,9 @@ def test_no_allocation_per_token(model):
     finally:
         tracemalloc.stop()
     assert logits.nbytes == 16384
+    prefill, decode = (g.module.functions[f].compiled for f in ("prefill", "decode"))
+    packed = {arr.ctypes.data for _, arr in decode.program.derived}  # the lm_head's GEMM panels
+    assert packed and packed <= {arr.ctypes.data for _, arr in prefill.program.derived}
     assert peak - before < 2048 and current - before < 512, (peak - before, current - before)
 
 
