@@ -179,6 +179,9 @@ class StateOnHost(CompiledFunction):
     def compile_spans(self):
         return self.inner.compile_spans()
 
+    def stats(self):
+        return self.inner.stats()
+
     def memory_regions(self):
         return {**(self.inner.memory_regions() or {}), "state": self.region}
 

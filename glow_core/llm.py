@@ -22,7 +22,7 @@ from .errors import GlowError, InputError, UnsupportedOpError
 from .importer.onnx_import import graph_input_specs, import_model, load_model
 from .module import CompiledModule, compile_module
 from .passes import run_pipeline
-from .passes.kv_cache import CACHE_POSITION, rewrite_kv_cache
+from .passes.kv_cache import CACHE_POSITION, LOGITS_POSITION, keep_one_logits_row, rewrite_kv_cache
 from .types import dtype
 
 PAST = re.compile(r"past_key_values\.(\d+)\.(key|value)")
@@ -116,8 +116,8 @@ class Generator:
         t0 = time.perf_counter()
         self.module: CompiledModule = compile_module(functions, backend, **compile_options)
         self.compile_seconds = time.perf_counter() - t0
-        self._runs = {name: _Run(self.module.functions[name].compiled, io, self.max_seq_len, s)
-                      for name, s in blocks.items()}
+        self._runs = {name: _Run(self.module.functions[name].compiled, io, self.max_seq_len, s,
+                                 self.rewrites[s].get("one_logits_row", False)) for name, s in blocks.items()}
         self._stats = {}
 
     @_collector_paused()
@@ -136,6 +136,8 @@ class Generator:
         if options.get("optimize", True):
             run_pipeline(fn, backend.optimization_pipeline())
         self.rewrites[s] = rewrite_kv_cache(fn, list(io.caches), L, s)
+        if s > 1:
+            self.rewrites[s]["one_logits_row"] = keep_one_logits_row(fn)
         return fn
 
     # -- running ------------------------------------------------------------------------------------------
@@ -172,10 +174,11 @@ class Generator:
             if start + P > self.max_seq_len:  # the last block ends at the capacity: it runs some tokens again
                 start = self.max_seq_len - P
             block = input_ids[start:start + P]
-            logits = run(block, start)
             real = block.shape[0]
-            if start + real >= n:
-                return logits[0, real - 1]
+            last = start + real >= n
+            logits = run(block, start, real - 1 if last else None)
+            if last:
+                return logits[0, -1 if run.one_row else real - 1]
             start += P
 
     def decode(self, token: np.ndarray, position: int) -> np.ndarray:
@@ -231,9 +234,10 @@ class Generator:
 class _Run:
     """One function of a generator's module with its inputs: written in place into the function's placeholders
     when its backend exposes them (``CompiledFunction.placeholders``: then a run copies and allocates nothing on
-    the host), else kept here and passed to ``execute``."""
+    the host), else kept here and passed to ``execute``. ``one_row``: the function computes the logits of one
+    token of its block (``keep_one_logits_row``)."""
 
-    def __init__(self, compiled, io: DecoderIO, capacity: int, block: int):
+    def __init__(self, compiled, io: DecoderIO, capacity: int, block: int, one_row: bool = False):
         self.compiled, self.io, self.block = compiled, io, block
         self.views = compiled.placeholders()
         names = [io.input_ids, io.position_ids, CACHE_POSITION] + ([io.attention_mask] if io.attention_mask else [])
@@ -241,6 +245,11 @@ class _Run:
                   io.attention_mask: (1, capacity)}
         dts = dict(io.dtypes)
         dts.setdefault(CACHE_POSITION, np.dtype(np.int64))
+        self.one_row = one_row
+        if one_row:
+            names.append(LOGITS_POSITION)
+            shapes[LOGITS_POSITION] = (1,)
+            dts[LOGITS_POSITION] = np.dtype(np.int64)
         self.feed = {nm: self.views[nm] if self.views is not None else np.zeros(shapes[nm], dts[nm])
                      for nm in names}
         self.arange = np.arange(block, dtype=np.int64)
@@ -252,10 +261,13 @@ class _Run:
             self.feed[self.io.attention_mask][...] = 0
         self.valid = 0
 
-    def __call__(self, ids: np.ndarray, start: int) -> np.ndarray:
+    def __call__(self, ids: np.ndarray, start: int, row: int | None = None) -> np.ndarray:
         """Run tokens ``ids`` (at most the block; the rest of the block is padding) at positions start..; the
-        logits [1, block, vocab]. The cache is then valid through slot start + block - 1."""
+        logits [1, block, vocab] (with ``one_row``: [1, 1, vocab], of token ``row`` of the block, or of the last
+        when ``row`` is None). The cache is then valid through slot start + block - 1."""
         io, f = self.io, self.feed
+        if self.one_row:
+            f[LOGITS_POSITION][0] = self.block - 1 if row is None else row
         f[io.input_ids][0, :ids.shape[0]] = ids
         f[io.input_ids][0, ids.shape[0]:] = 0
         np.add(self.arange, start, out=f[CACHE_POSITION], casting="unsafe")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .api import _collector_paused, backend_compile, finish_compile, plan_graph
+from .api import _collector_paused, backend_compile, finish_compile, plan_graph, with_required_options
 from .backend import CompiledFunction
 from .discovery import get_backend
 from .errors import GlowError, UnsupportedOpError
@@ -91,6 +91,7 @@ def compile_module(functions: dict[str, Function], backend="interpreter", **opti
     if len(backends) == 1 and fallback is not False:
         fallback = backends[0].fallback_backends() if fallback in (None, True) else fallback
         backends += [get_backend(b) for b in fallback]
+    options = with_required_options(options, backends)
     mfs: dict[str, ModuleFunction] = {}
     for name, fn in functions.items():
         stats: dict = {}

@@ -143,6 +143,9 @@ def test_decode_plan_holds_the_cache_once(generator):
         assert text.count(f"%{nm} = WeightVar") == 1
     assert f"state {irf.plan.state_size} B" in text
     assert generator.module.regions["interpreter"]["constant_bytes_shared"] > 0.9 * CFG.parameters() * 4
+    # the prefill function projects one token of its block on the vocabulary (the last real one)
+    assert generator.rewrites[4]["one_logits_row"]
+    assert generator.module.functions["prefill"].ir.outputs["logits"].type.shape == (1, 1, CFG.vocab_size)
 
 
 def test_sampling_with_a_seed(generator, oracle):
