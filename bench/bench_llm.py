@@ -189,15 +189,21 @@ def main(argv=None):
     ap.add_argument("--prefill-block", type=int, default=16, help="prefill block (default 16)")
     ap.add_argument("--source", choices=["auto", "transformers", "helper"], default="auto",
                     help="transformers' export (when installed: auto) or onnx.helper")
+    ap.add_argument("--omp-wait-policy", choices=["passive", "active"],
+                    help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: libgomp's, spin then sleep; "
+                         "passive is far faster on an oversubscribed machine)")
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "glow_kit", "bench_llm"))
     args = ap.parse_args(argv)
+    if args.omp_wait_policy:  # read by libgomp when the kernels' library first loads it (at the first compile)
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     if args.quick:
         cfg, threads, args.rounds, args.prompt, args.new = QUICK, [1], 1, 8, 8
         args.max_seq_len, args.prefill_block, args.source = 32, 4, "helper"
         bw_bytes = 64 << 20
     else:
         cfg, threads, bw_bytes = BENCH, [int(t) for t in args.threads.split(",")], 512 << 20
-    print(f"load {open('/proc/loadavg').read().split()[:3]}, {os.cpu_count()} cores")
+    print(f"load {open('/proc/loadavg').read().split()[:3]}, {os.cpu_count()} cores, OMP_WAIT_POLICY "
+          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     path, source = build(cfg, args.source, args.cache_dir)
     model = onnx.load(path, load_external_data=False)
     print(f"model: {source}, {cfg.parameters() / 1e6:.1f} M parameters ({os.path.getsize(path) / 1e6:.0f} MB), "
