@@ -240,3 +240,17 @@ def test_bad_generator_options_are_refused(decomposed):
         Generator(decomposed, backend="interpreter", max_seq_len=16, prefill_block=16)
     with pytest.raises(GlowError, match="top_p"):
         Generator(decomposed, backend="interpreter", max_seq_len=16, prefill_block=4, top_p=0)
+
+
+def test_int4_matmulnbits_decoder_equals_onnxruntime():
+    """The decoder with its MatMuls quantized to 4-bit MatMulNBits (glow_core.quantization.weight_only, blocks of
+    32): 64 greedy tokens and every step's logits as onnxruntime's MatMulNBits kernels give them."""
+    from glow_core.quantization import weight_only
+    model = weight_only(llama_decoder(CFG), bits=4, block_size=32, symmetric=True).SerializeToString()
+    tokens, want = OrtDecoder(model).greedy(PROMPT, 64)
+    g = Generator(model, backend="interpreter", max_seq_len=CAPACITY, prefill_block=4)
+    np.testing.assert_array_equal(g.generate(PROMPT, 64), tokens)
+    n = PROMPT.shape[1]
+    got = [g.prefill(tokens[0, :n]).copy()] + [g.decode(tokens[0, t:t + 1], t).copy() for t in range(n, n + 63)]
+    for step, (a, w) in enumerate(zip(got, want)):
+        compare(a, w, "model", f"int4 logits at step {step}", "pytest tests/core/test_llm.py")

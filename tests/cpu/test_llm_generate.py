@@ -101,3 +101,11 @@ def test_transformers_llama_export(tmp_path):
     g = Generator(path, backend="cpu", max_seq_len=48, prefill_block=4, num_threads=1)
     assert g.rewrites[1]["softmax_masks"] == cfg.num_hidden_layers
     np.testing.assert_array_equal(g.generate(PROMPT, 32), want)
+
+
+def test_int4_matmulnbits_64_greedy_tokens():
+    """The 4-bit MatMulNBits decoder (weight_only, blocks of 32) on the cpu: onnxruntime's 64 greedy tokens."""
+    from glow_core.quantization import weight_only
+    model = weight_only(llama_decoder(CFG), bits=4, block_size=32, symmetric=True).SerializeToString()
+    g = Generator(model, backend="cpu", max_seq_len=80, prefill_block=4, num_threads=1)
+    np.testing.assert_array_equal(g.generate(PROMPT, 64), OrtDecoder(model).greedy(PROMPT, 64)[0])
