@@ -337,29 +337,31 @@ def _toposort_nodes(g) -> list:
 
 
 def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants: dict | None = None,
-                 name: str = "main") -> Function:
+                 name: str = "main", initializers: dict | None = None) -> Function:
     """Build the high-level Function of an ONNX model.
 
     ``input_shapes`` gives concrete shapes for inputs with symbolic dims; ``constants`` gives values for
-    inputs to specialize (those feeding shape operands). Raises a ``GlowError`` naming the element at fault.
-    A model of an ai.onnx opset older than ``legacy.NATIVE_MIN_OPSET`` is first upgraded (``legacy.upgrade``);
-    one the version converter cannot upgrade is imported at its own opset, its errors saying why.
+    inputs to specialize (those feeding shape operands); ``initializers`` (name -> array), when given, is filled
+    with the initializers' arrays and reused: several imports of one model (for several input shapes) then hold
+    its weights once. Raises a ``GlowError`` naming the element at fault. A model of an ai.onnx opset older than
+    ``legacy.NATIVE_MIN_OPSET`` is first upgraded (``legacy.upgrade``); one the version converter cannot upgrade
+    is imported at its own opset, its errors saying why.
     """
     if legacy.needs_upgrade(m):
         upgraded, why = legacy.upgrade(m)
         if upgraded is None:
             try:
-                return _import(m, input_shapes, constants, name)
+                return _import(m, input_shapes, constants, name, initializers)
             except GlowError as e:
                 if isinstance(e, NeedsSpecialization):
                     raise
                 e.args = (f"{e} ({why})",) + e.args[1:]
                 raise
         m = upgraded
-    return _import(m, input_shapes, constants, name)
+    return _import(m, input_shapes, constants, name, initializers)
 
 
-def _import(m: onnx.ModelProto, input_shapes, constants, name) -> Function:
+def _import(m: onnx.ModelProto, input_shapes, constants, name, initializers) -> Function:
     input_shapes = input_shapes or {}
     constants = constants or {}
     opset = model_opset(m)
@@ -392,7 +394,12 @@ def _import(m: onnx.ModelProto, input_shapes, constants, name) -> Function:
         env[nm].onnx_name = nm
     for t in m.graph.initializer:
         if t.name not in env:
-            env[t.name] = fn.constant(tensor_to_array(t), t.name or "init")
+            arr = None if initializers is None else initializers.get(t.name)
+            if arr is None:
+                arr = tensor_to_array(t)
+                if initializers is not None:
+                    initializers[t.name] = arr
+            env[t.name] = fn.constant(arr, t.name or "init")
     if len(m.graph.sparse_initializer):
         raise UnsupportedOpError(f"sparse initializer '{m.graph.sparse_initializer[0].values.name}' is not supported")
     _import_nodes(fn, m.graph, env, opset)
