@@ -14,10 +14,13 @@ backend names none. Each case makes its devices, drives them as the ``Host`` doe
 - memory: ``add_function`` returns the bytes of the function's memory plan, ``memory_used`` is their sum,
   ``memory_available`` what is left of ``memory``; a function that does not fit raises ``MemoryLimitError``
   naming the device and changes nothing;
-- errors: a run failing in the device's code (an integer division by zero), a run of a function never added and
-  a run with an input missing each end their own future with a ``GlowError``, and the device goes on answering;
+- errors: a run failing in the device's code (an integer division by zero: the request's own error, a
+  ``GlowError`` but not a ``DeviceFault``), a run of a function never added and a run with an input missing each
+  end their own future with a ``GlowError``, and the device goes on answering;
 - cancellation: through a Host, a request waiting for the device can be cancelled and never runs, the running one
-  cannot be cancelled and completes, and closing the Host ends the waiting ones with a ``GlowError``;
+  cannot be cancelled and completes, and closing the Host ends the waiting ones with a ``GlowError``; on the
+  device itself, a run waiting in its queue can be cancelled (the Host moves runs so) and never runs, and then
+  ``probe`` answers;
 - close: the runs queued before ``close`` complete, then the device stops.
 
 What a device computes outside the transfers is the first of ``OPS`` it claims (a float32 addition, else an int8
@@ -336,7 +339,11 @@ def errors_in_device_code(c: Check):
     a = np.array([7, -7, 9, 5], np.int32)
     check_supported(c.ctx.backend, "div", [a, a], {})
     c.add(d, "div", primitive_function("div", [a, a], {}))
-    c.error(d.run("div", {"x0": a, "x1": np.array([1, 0, 1, 1], np.int32)}), "a run dividing by zero", "'div'")
+    e = c.error(d.run("div", {"x0": a, "x1": np.array([1, 0, 1, 1], np.int32)}), "a run dividing by zero", "'div'")
+    from glow_core import errors
+    if isinstance(e, getattr(errors, "DeviceFault", ())):
+        c.fail(f"a run dividing by zero ended in a DeviceFault (the device's failure, retried elsewhere); the "
+               f"request's own error is a plain GlowError: {e}")
     got = c.result(d.run("div", {"x0": a, "x1": np.array([2, 2, 3, -5], np.int32)}), "the run after the failed one")
     c.equal(got["y0"], np.array([3, -3, 3, -1], np.int32), "output y0 of the run after the failed one (truncating)")
 
@@ -404,6 +411,46 @@ def cancellation_through_host(c: Check):
         h.close(deadline())
 
 
+def cancellation_on_the_device(c: Check):
+    """A run waiting in the device's queue can be cancelled (the Host moves runs to another device so): it never
+    runs and the device goes on; the run in progress cannot be. Then ``probe`` answers for the device."""
+    from glow_core.errors import GlowError
+    gate, entered = threading.Event(), threading.Event()
+
+    class Gated(c.cls):
+        """The backend's device, holding its runs until the case opens the gate."""
+
+        def execute(self, key, inputs):
+            entered.set()
+            if not gate.wait(deadline()):
+                raise GlowError("the case's gate never opened")
+            return super().execute(key, inputs)
+    c.cls = Gated
+    d = c.device()
+    fn, feed, want = add_function_of(c)
+    c.add(d, "f", fn)
+    feeds = [feed() for _ in range(4)]
+    futs = [d.run("f", f) for f in feeds]
+    if not entered.wait(deadline()):
+        c.fail(f"the first run did not start within {deadline():g} s")
+    if futs[0].cancel():
+        c.fail("the run in progress was cancelled (a running run cannot be)")
+    if not futs[2].cancel():
+        c.fail("a run waiting in the device's queue could not be cancelled")
+    gate.set()
+    for i in (0, 1, 3):
+        c.equal(c.result(futs[i], f"run {i}")["y0"], want(feeds[i]), f"output y0 of run {i}")
+    if not futs[2].cancelled():
+        c.fail("the cancelled run's future is not cancelled")
+    if d.runs != 3 or d.pending != 0:
+        c.fail(f"after 3 runs and 1 cancelled the device counts runs={d.runs}, pending={d.pending} (a cancelled run "
+               f"ran, or was not taken off the queue)")
+    if hasattr(d, "probe"):
+        f = feed()
+        got = c.result(d.probe("f", f), "probe('f') of a working device")
+        c.equal(got["y0"], want(f), "output y0 of the probe")
+
+
 def close_drains(c: Check, queued=6):
     from glow_core.errors import GlowError
     gate, closing = threading.Event(), threading.Event()
@@ -446,6 +493,7 @@ LINES = [
     ("errors", "int32", "division_by_zero", errors_in_device_code, {}),
     ("errors", "any", "unknown_function_missing_input", errors_of_the_request, {}),
     ("cancellation", "any", "host_waiting_running_close", cancellation_through_host, {}),
+    ("cancellation", "any", "queued_device_run_then_probe", cancellation_on_the_device, {}),
     ("close", "any", "drains_queued_runs", close_drains, {}),
 ] + [("transfers", dt, "3x5x7_201", transfers, {"dt": dt, "shape": (3, 5, 7), "perm": (2, 0, 1)})
      for dt in ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
