@@ -57,7 +57,8 @@ def main(argv=None) -> int:
     print(r.stdout.splitlines()[-1] if r.stdout else r.stderr[-2000:])
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()) + f" (load {load}; {a.cc}, {a.run or 'native'})")
+    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in times.items())
+          + f" (load {load}; {a.cc}, {a.run or 'native'})")
     return r.returncode
 
 

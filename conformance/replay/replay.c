@@ -173,7 +173,8 @@ static int dot_product_statistics(const struct io *o, const uint8_t *got, const 
   double tiny = float_tiny(o->dtype), eps = ldexp(1, -mant), sum = 0, sumsq = 0, ks = o->n ? (double)o->n : 1;
   size_t t = 0;
   for (size_t i = 0; i < n; ++i) {
-    double g = float_value(o->dtype, load_bits(got + i * o->item, o->item)), unit = magnitude[i] * ldexp(1, -(mant + 1));
+    double g = float_value(o->dtype, load_bits(got + i * o->item, o->item));
+    double unit = magnitude[i] * ldexp(1, -(mant + 1));
     if (!isfinite(g) || !isfinite(center[i]) || !isfinite(magnitude[i]) || !(unit >= 16 * tiny * eps)) continue;
     double e = (g - center[i]) / unit;
     sum += e;
@@ -262,7 +263,10 @@ static int prepare(struct state *s) {
   s->prepared = 1;
   if (!s->e || !s->e->run) return 0;
   const struct golden_entry *e = s->e;
-  if (e->n_in != s->n_in || e->n_out != s->n_out) { fail(s, "%s", "golden.txt and entries.c disagree on the io"); return 0; }
+  if (e->n_in != s->n_in || e->n_out != s->n_out) {
+    fail(s, "%s", "golden.txt and entries.c disagree on the io");
+    return 0;
+  }
   s->c = alloc_aligned(e->constant_size, e->align, &s->rc_);
   s->m = alloc_aligned(e->mutable_size, e->align, &s->rm_);
   s->a = alloc_aligned(e->activations_size, e->align, &s->ra_);
