@@ -1,0 +1,144 @@
+"""Whole-op kernels of the CPU backend for language models (kept whole by ``CPUBackend.should_lower``):
+
+* com.microsoft.MatMulNBits (float32 A, 4- or 8-bit constant weights, no or uint8 zero points, optional bias):
+  the weights are repacked at compile time into column groups of 16 (``pack_nbits``) and dequantized in
+  registers, never as a float copy of W. M <= GEMV_ROWS (decode): per column group a 16-lane accumulator per
+  row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
+  groups, so a decode step streams each weight byte once. Larger M (prefill): per panel of PANEL_COLUMNS
+  columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
+  GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
+
+Each computes what the lowering computes up to the order of its float32 roundings (the lowering dequantizes W
+then multiplies); the lowering (the interpreter's reference) stays the specification.
+"""
+from __future__ import annotations
+
+from math import prod
+
+import numpy as np
+
+from .gemm_blocking import gemm_scratch_bytes
+
+NBITS = "com.microsoft.MatMulNBits"
+#: Rows up to which MatMulNBits runs as register-dequantizing GEMVs (above: dequantized panels + packed GEMM).
+GEMV_ROWS = 8
+#: Rows per pass of the GEMV path (each weight vector unpacked once for them).
+GEMV_PASS = 4
+#: Columns of W dequantized per GEMM panel (a multiple of the GEMM's 32-column panels; the panel is
+#: K x PANEL_COLUMNS floats per thread).
+PANEL_COLUMNS = 128
+#: Threads the MatMulNBits GEMM path's scratch is planned for (its kernel uses at most that many).
+SCRATCH_THREADS = 2
+
+
+def _inputs(node_or_ki) -> dict:
+    """MatMulNBits' operands by name (missing optional ones absent): a graph node's inputs (None marks a
+    missing one) or a KernelInstr's (``_optional`` marks the missing ones)."""
+    names = ("a", "b", "scales", "zero_points", "g_idx", "bias")
+    ins = list(node_or_ki.inputs) if hasattr(node_or_ki, "outputs") else None
+    if ins is not None:
+        return {n: v for n, v in zip(names, ins) if v is not None}
+    missing = node_or_ki.attrs.get("_optional") or []
+    present = [n for i, n in enumerate(names) if i >= len(missing) or not missing[i]]
+    return dict(zip(present, node_or_ki.ins))
+
+
+def _nbits_whole(node) -> bool:
+    at = node.attrs
+    v = _inputs(node)
+    zp = v.get("zero_points")
+    return (at.get("bits") in (4, 8) and not at.get("weight_prepacked") and "g_idx" not in v
+            and v["a"].dtype.name == "float32" and v["a"].type.numel > 0 and v["scales"].dtype.name == "float32"
+            and all(v[k].is_const for k in ("b", "scales")) and (zp is None or (zp.is_const and zp.dtype.name ==
+                                                                                 "uint8"))
+            and ("bias" not in v or v["bias"].dtype.name == "float32"))
+
+
+def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    per = 8 // bits
+    vals = np.stack([(packed >> (i * bits)) & ((1 << bits) - 1) for i in range(per)], axis=-1)
+    return vals.reshape(packed.shape[:-1] + (-1,))[..., :count].astype(np.uint8)
+
+
+def pack_nbits(arrays, k: int, n: int, bits: int, block: int) -> list[np.ndarray]:
+    """B [N, k_blocks, blob], scales [N, k_blocks] (and packed zero points) -> the kernel's layout: w
+    [groups][k_blocks * block / per][16] uint32 words (per = 32 / bits; word j of row-group r holds rows
+    r * per .. of column 16 g + j, the first in the low bits; rows past K zero), scales [groups][k_blocks][16]
+    float32 and zero points [groups][k_blocks][16] uint8 (columns past N zero)."""
+    kb = -(-k // block)
+    groups = -(-n // 16)
+    per = 32 // bits
+    q = _unpack(arrays[0].reshape(n, kb, -1), bits, block).reshape(n, kb * block).astype(np.uint32)
+    q[:, k:] = 0
+    qp = np.zeros((groups * 16, kb * block), np.uint32)
+    qp[:n] = q
+    qg = qp.reshape(groups, 16, kb * block // per, per)
+    words = np.zeros(qg.shape[:3], np.uint32)
+    for i in range(per):
+        words |= qg[..., i] << np.uint32(i * bits)
+    sc = np.zeros((groups * 16, kb), np.float32)
+    sc[:n] = arrays[1].reshape(n, kb)
+    out = [np.ascontiguousarray(words.transpose(0, 2, 1)),
+           np.ascontiguousarray(sc.reshape(groups, 16, kb).transpose(0, 2, 1))]
+    if len(arrays) > 2:
+        z = np.zeros((groups * 16, kb), np.uint8)
+        z[:n] = _unpack(arrays[2].reshape(n, -1), bits, kb)
+        out.append(np.ascontiguousarray(z.reshape(groups, 16, kb).transpose(0, 2, 1)))
+    return out
+
+
+def _nbits_dims(ki) -> tuple[int, int, int]:
+    v = _inputs(ki)
+    return prod(v["a"].type.shape[:-1]), int(ki.attrs["K"]), int(ki.attrs["N"])
+
+
+def _panel_bytes(k: int) -> int:
+    return -(-4 * k * PANEL_COLUMNS // 64) * 64
+
+
+def _thread_bytes(m: int, k: int) -> int:
+    return _panel_bytes(k) + -(-gemm_scratch_bytes("f32", m, PANEL_COLUMNS, k, packed_b=True) // 64) * 64
+
+
+def nbits_scratch_bytes(ki) -> int:
+    """The GEMM path's per-thread dequantized panel and the GEMM's A panel, for SCRATCH_THREADS threads."""
+    m, k, _ = _nbits_dims(ki)
+    return 0 if m <= GEMV_ROWS else SCRATCH_THREADS * _thread_bytes(m, k)
+
+
+def k_matmul_nbits(kernel, ki, fn) -> str:
+    v = _inputs(ki)
+    m, k, n = _nbits_dims(ki)
+    bits, block = int(ki.attrs.get("bits", 4)), int(ki.attrs["block_size"])
+    kb = -(-k // block)
+    zp = "zero_points" in v
+    slots = [v[x].slot for x in ("b", "scales", "zero_points") if x in v]
+    ptrs = kernel.derive_many(slots, lambda arrays: pack_nbits(arrays, k, n, bits, block),
+                              f"matmul_nbits {bits} bits, block {block}", 3 if zp else 2)
+    groups = -(-n // 16)
+    gemm = m > GEMV_ROWS
+    per = 32 // bits
+    ctx = dict(fn=fn, a=kernel.ptr(v["a"]), y=kernel.ptr(ki.outs[0]), w=ptrs[0], sc=ptrs[1],
+               zp=ptrs[2] if zp else None, bias=kernel.ptr(v["bias"]) if "bias" in v else None, m=m, k=k, n=n,
+               bits=bits, bs=block, kb_n=kb, words=kb * block // per, k_full=k // per * per, groups=groups,
+               rpass=GEMV_PASS, gemm=gemm)
+    if gemm:
+        kernel.gemms.add("f32")
+        nt = min(kernel.nt, SCRATCH_THREADS)
+        kernel.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} rows, panels of {PANEL_COLUMNS} "
+                         f"columns dequantized into the packed GEMM's layout"
+                         + (f", panels split over {nt} threads" if nt > 1 else ""))
+        return kernel.t("matmul_nbits.c.j2", **ctx, scratch=kernel.scratch_ptr(), panels=-(-n // PANEL_COLUMNS),
+                        panel=PANEL_COLUMNS, panel_bytes=_panel_bytes(k), thread_bytes=_thread_bytes(m, k)
+                        ).replace(f"num_threads({kernel.nt})", f"num_threads({nt})")
+    kernel.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s) as GEMVs dequantizing in registers, "
+                     f"{groups} column groups of 16" + (f" split over {kernel.nt} threads" if kernel.nt > 1 else ""))
+    return kernel.t("matmul_nbits.c.j2", **ctx)
+
+
+#: op -> whether a node of it is kept whole; its kernel; its scratch bytes (the kernels_nn tables' shape).
+WHOLE = {NBITS: _nbits_whole}
+KERNELS = {NBITS: k_matmul_nbits}
+SCRATCH = {NBITS: nbits_scratch_bytes}
+#: op -> the input dtypes its kernel takes, by position (is_op_supported)
+DTYPES = {NBITS: ("float32", "uint8", "float32")}
