@@ -8,6 +8,13 @@
   columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
   GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
 
+* RMS normalization, whichever op carries it: ONNX RMSNormalization, onnxruntime's SimplifiedLayerNormalization
+  (and its inv_std_var) and com.microsoft.SkipSimplifiedLayerNormalization (the sum x + skip + bias, the
+  normalization, the zero mean and inv_std_var): one pass per row (templates/rmsnorm.c.j2).
+
+* Rotary embeddings, ONNX RotaryEmbedding and com.microsoft.RotaryEmbedding: one pass over the (batch,
+  position, head) rows, the cos/sin row of each position gathered once (templates/rotary.c.j2).
+
 Each computes what the lowering computes up to the order of its float32 roundings (the lowering dequantizes W
 then multiplies); the lowering (the interpreter's reference) stays the specification.
 """
@@ -136,9 +143,134 @@ def k_matmul_nbits(kernel, ki, fn) -> str:
     return kernel.t("matmul_nbits.c.j2", **ctx)
 
 
+RMS_OPS = ("RMSNormalization", "SimplifiedLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization")
+#: Partial sums per RMS normalization row (double lanes, so the pass vectorizes; as kernels_nn.ROW_LANES).
+ROW_LANES = 16
+
+
+def _trailing(shape) -> tuple:
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _rms_axis(node_or_ki) -> int:
+    x = node_or_ki.inputs[0] if hasattr(node_or_ki, "outputs") else node_or_ki.ins[0]
+    rank = len(x.type.shape)
+    if node_or_ki.op.startswith("com.microsoft."):
+        return rank - 1
+    axis = node_or_ki.attrs.get("axis", -1)
+    return axis + rank if axis < 0 else axis
+
+
+def _rms_whole(node) -> bool:
+    x = node.inputs[0]
+    axis = _rms_axis(node)
+    if not 0 <= axis < x.rank or node.attrs.get("stash_type", 1) != 1:
+        return False
+    norm = x.shape[axis:]
+    params = [v for v in node.inputs[1:] if v is not None]
+    if node.op.startswith("com.microsoft."):
+        skip, gamma = params[0], params[1:]
+        if skip.dtype.name != "float32" or skip.type.numel == 0 or x.type.numel % skip.type.numel \
+                or skip.shape[-1] != x.shape[-1] or skip.shape != x.shape[-skip.rank:]:
+            return False
+        params = gamma
+    return all(v.dtype.name == "float32" and _trailing(v.shape) == _trailing(norm) for v in params)
+
+
+def k_rmsnorm(kernel, ki, fn) -> str:
+    x = ki.ins[0]
+    axis = _rms_axis(ki)
+    rows, n = prod(x.type.shape[:axis]), prod(x.type.shape[axis:])
+    outs = list(ki.outs)
+    skip_op = ki.op.startswith("com.microsoft.")
+    if skip_op:
+        skip, scale = ki.ins[1], ki.ins[2]
+        bias = ki.ins[3] if len(ki.ins) > 3 else None
+        y, mean, inv, total = (outs + [None] * 4)[:4]
+    else:
+        skip, scale, bias = None, ki.ins[1], None
+        y, inv = (outs + [None])[:2]
+        mean = total = None
+    eps = float.hex(float(np.float32(ki.attrs.get("epsilon", 1e-5))))
+    kernel.choice = (f"rms normalization whole: {rows} rows of {n}, one kernel"
+                     + (" (x + skip" + (" + bias" if bias else "") + " first)" if skip else "")
+                     + f", sum of squares in {ROW_LANES} double lanes")
+    return kernel.t("rmsnorm.c.j2", fn=fn, x=kernel.ptr(x), scale=kernel.ptr(scale),
+                    skip=kernel.ptr(skip) if skip else None, bias=kernel.ptr(bias) if bias else None,
+                    skip_rows=(skip.type.numel // n) if skip else 1, y=kernel.ptr(y),
+                    inv=kernel.ptr(inv) if inv else None, mean=kernel.ptr(mean) if mean else None,
+                    sum=kernel.ptr(total) if total else None, rows=rows, n=n, eps=eps, lanes=ROW_LANES)
+
+
+ROPE_OPS = ("RotaryEmbedding", "com.microsoft.RotaryEmbedding")
+
+
+def _rope_operands(node_or_ki) -> dict:
+    """x, cos, sin and position ids (or None) of either RotaryEmbedding, by name."""
+    ins = list(node_or_ki.inputs) if hasattr(node_or_ki, "outputs") else None
+    if ins is None:  # a KernelInstr: the missing optional input (ONNX's position_ids) is the last one
+        ins = list(node_or_ki.ins) + [None]
+    if node_or_ki.op.startswith("com.microsoft."):
+        return {"x": ins[0], "ids": ins[1], "cos": ins[2], "sin": ins[3]}
+    return {"x": ins[0], "cos": ins[1], "sin": ins[2], "ids": ins[3] if len(ins) > 3 else None}
+
+
+def _rope_geometry(node_or_ki) -> dict | None:
+    """(b, s, h, d, rd, heads_first) of a RotaryEmbedding, None when this kernel does not run it."""
+    v = _rope_operands(node_or_ki)
+    at = node_or_ki.attrs
+    x, cos = v["x"].type.shape, v["cos"].type.shape
+    ms = node_or_ki.op.startswith("com.microsoft.")
+    if len(x) == 4:
+        b, h, s, d = x
+    elif len(x) == 3:
+        heads = at.get("num_heads") or (x[2] // (2 * cos[-1]) if ms and cos[-1] else 0)
+        if not heads or x[2] % heads:
+            return None
+        b, s, h, d = x[0], x[1], heads, x[2] // heads
+    else:
+        return None
+    rd = at.get("rotary_embedding_dim") or (min(d, 2 * cos[-1]) if ms else d)
+    if rd % 2 or not 0 < rd <= d or cos[-1] < rd // 2 or v["sin"].type.shape != cos:
+        return None
+    return dict(b=b, s=s, h=h, d=d, rd=rd, half=rd // 2, heads_first=len(x) == 4, cols=cos[-1])
+
+
+def _rope_whole(node) -> bool:
+    v = _rope_operands(node)
+    if node.attrs.get("is_packed_batching") or node.attrs.get("scale", 1.0) != 1.0:
+        return False
+    if not all(v[k].dtype.name == "float32" for k in ("x", "cos", "sin")) or _rope_geometry(node) is None:
+        return False
+    g = _rope_geometry(node)
+    ids, cos = v["ids"], v["cos"].shape
+    if ids is None:
+        return len(cos) == 3 and cos[:2] == (g["b"], g["s"])
+    if ids.dtype.name != "int64" or len(cos) != 2:
+        return False
+    return ids.shape == (g["b"], g["s"]) or (node.op.startswith("com.microsoft.") and ids.type.numel == 1)
+
+
+def k_rotary(kernel, ki, fn) -> str:
+    v = _rope_operands(ki)
+    g = _rope_geometry(ki)
+    ids = v["ids"]
+    start = ids is not None and ids.type.numel == 1 and g["b"] * g["s"] > 1
+    interleaved = bool(ki.attrs.get("interleaved", 0))
+    kernel.choice = (f"rotary embedding whole: {g['b'] * g['s']} positions x {g['h']} heads, {g['rd']} of {g['d']} "
+                     f"features rotated ({'interleaved' if interleaved else 'halves'})")
+    return kernel.t("rotary.c.j2", fn=fn, x=kernel.ptr(v["x"]), cos=kernel.ptr(v["cos"]), sin=kernel.ptr(v["sin"]),
+                    y=kernel.ptr(ki.outs[0]), ids=kernel.ptr(ids) if ids is not None else None,
+                    n_ids=ids.type.numel if ids is not None else 0, start=start,
+                    max_pos=v["cos"].type.shape[0], interleaved=interleaved, **g)
+
+
 #: op -> whether a node of it is kept whole; its kernel; its scratch bytes (the kernels_nn tables' shape).
-WHOLE = {NBITS: _nbits_whole}
-KERNELS = {NBITS: k_matmul_nbits}
+WHOLE = {NBITS: _nbits_whole, **dict.fromkeys(RMS_OPS, _rms_whole), **dict.fromkeys(ROPE_OPS, _rope_whole)}
+KERNELS = {NBITS: k_matmul_nbits, **dict.fromkeys(RMS_OPS, k_rmsnorm), **dict.fromkeys(ROPE_OPS, k_rotary)}
 SCRATCH = {NBITS: nbits_scratch_bytes}
 #: op -> the input dtypes its kernel takes, by position (is_op_supported)
 DTYPES = {NBITS: ("float32", "uint8", "float32")}
