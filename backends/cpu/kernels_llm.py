@@ -15,6 +15,10 @@
 * Rotary embeddings, ONNX RotaryEmbedding and com.microsoft.RotaryEmbedding: one pass over the (batch,
   position, head) rows, the cos/sin row of each position gathered once (templates/rotary.c.j2).
 
+* com.microsoft.GroupQueryAttention (float32, no attention_bias): the KV cache written in place when present is
+  past's own buffer (else past copied once, zero-padded), then per query row the scores of its causal (and
+  local-window) keys, softcap, softmax with an optional head sink, P V, all in one kernel (templates/gqa.c.j2).
+
 Each computes what the lowering computes up to the order of its float32 roundings (the lowering dequantizes W
 then multiplies); the lowering (the interpreter's reference) stays the specification.
 """
@@ -268,9 +272,98 @@ def k_rotary(kernel, ki, fn) -> str:
                     max_pos=v["cos"].type.shape[0], interleaved=interleaved, **g)
 
 
+GQA = "com.microsoft.GroupQueryAttention"
+GQA_INPUTS = ("query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length", "cos_cache",
+              "sin_cache", "position_ids", "attention_bias", "head_sink", "k_scale", "v_scale", "q_norm_weight",
+              "k_norm_weight", "query_seqlens")
+
+
+def _named(node_or_ki, names) -> dict:
+    """A node's or KernelInstr's operands by name (missing optional ones absent)."""
+    if hasattr(node_or_ki, "outputs"):
+        return {n: v for n, v in zip(names, node_or_ki.inputs) if v is not None}
+    missing = node_or_ki.attrs.get("_optional") or []
+    present = [n for i, n in enumerate(names[:max(len(missing), len(node_or_ki.ins))])
+               if i >= len(missing) or not missing[i]]
+    return dict(zip(present, node_or_ki.ins))
+
+
+def _gqa_geometry(node_or_ki) -> dict | None:
+    v = _named(node_or_ki, GQA_INPUTS)
+    at = node_or_ki.attrs
+    h, hk = int(at["num_heads"]), int(at["kv_num_heads"])
+    q = v["query"].type.shape
+    if len(q) != 3 or h <= 0 or hk <= 0 or h % hk:
+        return None
+    packed = "key" not in v
+    d = q[2] // (h + 2 * hk) if packed else q[2] // h
+    b, s = q[0], q[1]
+    total = v["total_sequence_length"]
+    if not total.const:
+        return None
+    past_s = v["past_key"].type.shape[2] if "past_key" in v else 0
+    return dict(b=b, s=s, h=h, hk=hk, d=d, packed=packed, past_s=past_s,
+                q_stride=q[2], kv_stride=q[2] if packed else hk * d)
+
+
+def _gqa_whole(node) -> bool:
+    v = _named(node, GQA_INPUTS)
+    at = node.attrs
+    if (len(node.outputs) != 3 or at.get("causal", 1) != 1 or at.get("qk_output", 0) or at.get("sliding_window_cache", 0)
+            or at.get("kv_cache_bit_width", 0) or any(x in v for x in GQA_INPUTS[10:11] + GQA_INPUTS[12:])
+            or not v["total_sequence_length"].is_const):
+        return False
+    floats = [v[x] for x in ("query", "key", "value", "past_key", "past_value", "cos_cache", "sin_cache",
+                             "head_sink") if x in v]
+    if not all(x.dtype.name == "float32" for x in floats) or (at.get("do_rotary") and "cos_cache" not in v):
+        return False
+    return node.outputs[1].type is not None and _gqa_geometry(node) is not None
+
+
+def k_gqa(kernel, ki, fn) -> str:
+    v = _named(ki, GQA_INPUTS)
+    at = ki.attrs
+    g = _gqa_geometry(ki)
+    b, s, h, hk, d = g["b"], g["s"], g["h"], g["hk"], g["d"]
+    cap = ki.outs[1].type.shape[2]
+    scale = float(at.get("scale") or 0.0) or 1.0 / np.sqrt(d)
+    q = kernel.ptr(v["query"])
+    if g["packed"]:
+        key = f"(const float *)({q}) + {h * d}"
+        val = f"(const float *)({q}) + {(h + hk) * d}"
+    else:
+        key, val = kernel.ptr(v["key"]), kernel.ptr(v["value"])
+    rotary = bool(at.get("do_rotary", 0))
+    cols = v["cos_cache"].type.shape[1] if rotary else 0
+    sink = "head_sink" in v
+    window = int(at.get("local_window_size", -1) or -1)
+    softcap = float(at.get("softcap", 0.0) or 0.0)
+    lanes = 16
+    kernel.choice = (f"group query attention whole: {b} x {h} heads ({hk} kv heads) x {s} query rows over a cache "
+                     f"of {cap}, present written in place when it is past's buffer"
+                     + (", rotary" if rotary else "") + (f", window {window}" if window > 0 else ""))
+    return kernel.t("gqa.c.j2", fn=fn, q=q, k=key, v=val, past="past_key" in v,
+                    pk=kernel.ptr(v["past_key"]) if "past_key" in v else None,
+                    pv=kernel.ptr(v["past_value"]) if "past_value" in v else None, seqlens=kernel.ptr(v["seqlens_k"]),
+                    rotary=rotary, cos=kernel.ptr(v["cos_cache"]) if rotary else None,
+                    sin=kernel.ptr(v["sin_cache"]) if rotary else None,
+                    ids=kernel.ptr(v["position_ids"]) if rotary and "position_ids" in v else None,
+                    max_pos=v["cos_cache"].type.shape[0] if rotary else 0, cols=cols, half=cols, rd=2 * cols,
+                    interleaved=bool(at.get("rotary_interleaved", 0)),
+                    sink=kernel.ptr(v["head_sink"]) if sink else ("zero" if at.get("smooth_softmax") else None),
+                    sink_heads=v["head_sink"].type.numel if sink else 1,
+                    y=kernel.ptr(ki.outs[0]), yk=kernel.ptr(ki.outs[1]), yv=kernel.ptr(ki.outs[2]),
+                    b=b, s=s, h=h, hk=hk, d=d, past_s=g["past_s"], cap=cap, total=kernel.ptr(v["total_sequence_length"]),
+                    q_stride=g["q_stride"], kv_stride=g["kv_stride"], window=window if window > 0 else 0,
+                    softcap=float.hex(float(np.float32(softcap))) if softcap > 0 else None,
+                    sq=float.hex(float(np.float32(np.sqrt(scale)))), lanes=lanes, d_main=d // lanes * lanes)
+
+
 #: op -> whether a node of it is kept whole; its kernel; its scratch bytes (the kernels_nn tables' shape).
-WHOLE = {NBITS: _nbits_whole, **dict.fromkeys(RMS_OPS, _rms_whole), **dict.fromkeys(ROPE_OPS, _rope_whole)}
-KERNELS = {NBITS: k_matmul_nbits, **dict.fromkeys(RMS_OPS, k_rmsnorm), **dict.fromkeys(ROPE_OPS, k_rotary)}
+WHOLE = {NBITS: _nbits_whole, **dict.fromkeys(RMS_OPS, _rms_whole), **dict.fromkeys(ROPE_OPS, _rope_whole),
+         GQA: _gqa_whole}
+KERNELS = {NBITS: k_matmul_nbits, **dict.fromkeys(RMS_OPS, k_rmsnorm), **dict.fromkeys(ROPE_OPS, k_rotary),
+           GQA: k_gqa}
 SCRATCH = {NBITS: nbits_scratch_bytes}
 #: op -> the input dtypes its kernel takes, by position (is_op_supported)
 DTYPES = {NBITS: ("float32", "uint8", "float32")}
