@@ -24,11 +24,16 @@ then multiplies); the lowering (the interpreter's reference) stays the specifica
 """
 from __future__ import annotations
 
+import os
 from math import prod
 
 import numpy as np
 
 from .gemm_blocking import gemm_scratch_bytes
+
+#: Threads the scratch of the kernels here is planned for (``scratch_bytes`` does not see the compile options; as
+#: codegen.ENGINE_SCRATCH_THREADS): a kernel compiled for more threads uses at most that many.
+ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
 
 NBITS = "com.microsoft.MatMulNBits"
 #: Rows up to which MatMulNBits runs as register-dequantizing GEMVs (above: dequantized panels + packed GEMM).
@@ -38,8 +43,7 @@ GEMV_PASS = 4
 #: Columns of W dequantized per GEMM panel (a multiple of the GEMM's 32-column panels; the panel is
 #: K x PANEL_COLUMNS floats per thread).
 PANEL_COLUMNS = 128
-#: Threads the MatMulNBits GEMM path's scratch is planned for (its kernel uses at most that many).
-SCRATCH_THREADS = 2
+SCRATCH_THREADS = ENGINE_SCRATCH_THREADS
 
 
 def _inputs(node_or_ki) -> dict:
@@ -339,10 +343,13 @@ def k_gqa(kernel, ki, fn) -> str:
     window = int(at.get("local_window_size", -1) or -1)
     softcap = float(at.get("softcap", 0.0) or 0.0)
     lanes = 16
+    nt = min(kernel.nt, ENGINE_SCRATCH_THREADS) if s > 1 else kernel.nt
     kernel.choice = (f"group query attention whole: {b} x {h} heads ({hk} kv heads) x {s} query rows over a cache "
                      f"of {cap}, present written in place when it is past's buffer"
+                     + (", keys transposed per kv head" if s > 1 else ", dot products per key")
                      + (", rotary" if rotary else "") + (f", window {window}" if window > 0 else ""))
     return kernel.t("gqa.c.j2", fn=fn, q=q, k=key, v=val, past="past_key" in v,
+                    scratch=kernel.scratch_ptr() if s > 1 else None,
                     pk=kernel.ptr(v["past_key"]) if "past_key" in v else None,
                     pv=kernel.ptr(v["past_value"]) if "past_value" in v else None, seqlens=kernel.ptr(v["seqlens_k"]),
                     rotary=rotary, cos=kernel.ptr(v["cos_cache"]) if rotary else None,
@@ -356,7 +363,14 @@ def k_gqa(kernel, ki, fn) -> str:
                     b=b, s=s, h=h, hk=hk, d=d, past_s=g["past_s"], cap=cap, total=kernel.ptr(v["total_sequence_length"]),
                     q_stride=g["q_stride"], kv_stride=g["kv_stride"], window=window if window > 0 else 0,
                     softcap=float.hex(float(np.float32(softcap))) if softcap > 0 else None,
-                    sq=float.hex(float(np.float32(np.sqrt(scale)))), lanes=lanes, d_main=d // lanes * lanes)
+                    scale=float.hex(float(np.float32(scale))), lanes=lanes, d_main=d // lanes * lanes
+                    ).replace(f"num_threads({kernel.nt})", f"num_threads({nt})")
+
+
+def gqa_scratch_bytes(ki) -> int:
+    """A block of queries (S > 1): per thread its kv head's keys transposed, [head size][present length]."""
+    g = _gqa_geometry(ki)
+    return 0 if g["s"] == 1 else ENGINE_SCRATCH_THREADS * g["d"] * ki.outs[1].type.shape[2] * 4
 
 
 #: op -> whether a node of it is kept whole; its kernel; its scratch bytes (the kernels_nn tables' shape).
@@ -364,6 +378,6 @@ WHOLE = {NBITS: _nbits_whole, **dict.fromkeys(RMS_OPS, _rms_whole), **dict.fromk
          GQA: _gqa_whole}
 KERNELS = {NBITS: k_matmul_nbits, **dict.fromkeys(RMS_OPS, k_rmsnorm), **dict.fromkeys(ROPE_OPS, k_rotary),
            GQA: k_gqa}
-SCRATCH = {NBITS: nbits_scratch_bytes}
+SCRATCH = {NBITS: nbits_scratch_bytes, GQA: gqa_scratch_bytes}
 #: op -> the input dtypes its kernel takes, by position (is_op_supported)
 DTYPES = {NBITS: ("float32", "uint8", "float32")}
