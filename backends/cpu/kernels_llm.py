@@ -34,6 +34,11 @@ from .gemm_blocking import gemm_scratch_bytes
 #: Threads the scratch of the kernels here is planned for (``scratch_bytes`` does not see the compile options; as
 #: codegen.ENGINE_SCRATCH_THREADS): a kernel compiled for more threads uses at most that many.
 ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
+#: Least work for which the kernels here fork threads: weights of a GEMV (multiply-adds), elements of a
+#: normalization, rotation or attention pass. A parallel region costs microseconds, and on a busy machine a
+#: descheduled thread holds the others at its barrier (bench/bench_llm_kernels.py at 2 threads): the small
+#: per-token kernels of a decode step run on one thread.
+PAR_MIN = {"gemv": 1 << 18, "rows": 1 << 20}
 
 NBITS = "com.microsoft.MatMulNBits"
 #: Rows up to which MatMulNBits runs as register-dequantizing GEMVs (above: dequantized panels + packed GEMM).
@@ -44,6 +49,11 @@ GEMV_PASS = 4
 #: K x PANEL_COLUMNS floats per thread).
 PANEL_COLUMNS = 128
 SCRATCH_THREADS = ENGINE_SCRATCH_THREADS
+
+
+def _t(kernel, name: str, **ctx) -> str:
+    """Template ``name`` rendered for ``kernel`` with this module's thresholds (PAR_MIN as ``par_min_llm``)."""
+    return kernel.t(name, par_min_llm=PAR_MIN, **ctx)
 
 
 def _inputs(node_or_ki) -> dict:
@@ -143,12 +153,12 @@ def k_matmul_nbits(kernel, ki, fn) -> str:
         kernel.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} rows, panels of {PANEL_COLUMNS} "
                          f"columns dequantized into the packed GEMM's layout"
                          + (f", panels split over {nt} threads" if nt > 1 else ""))
-        return kernel.t("matmul_nbits.c.j2", **ctx, scratch=kernel.scratch_ptr(), panels=-(-n // PANEL_COLUMNS),
+        return _t(kernel, "matmul_nbits.c.j2", **ctx, scratch=kernel.scratch_ptr(), panels=-(-n // PANEL_COLUMNS),
                         panel=PANEL_COLUMNS, panel_bytes=_panel_bytes(k), thread_bytes=_thread_bytes(m, k)
                         ).replace(f"num_threads({kernel.nt})", f"num_threads({nt})")
     kernel.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s) as GEMVs dequantizing in registers, "
                      f"{groups} column groups of 16" + (f" split over {kernel.nt} threads" if kernel.nt > 1 else ""))
-    return kernel.t("matmul_nbits.c.j2", **ctx)
+    return _t(kernel, "matmul_nbits.c.j2", **ctx)
 
 
 RMS_OPS = ("RMSNormalization", "SimplifiedLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization")
@@ -206,7 +216,7 @@ def k_rmsnorm(kernel, ki, fn) -> str:
     kernel.choice = (f"rms normalization whole: {rows} rows of {n}, one kernel"
                      + (" (x + skip" + (" + bias" if bias else "") + " first)" if skip else "")
                      + f", sum of squares in {ROW_LANES} double lanes")
-    return kernel.t("rmsnorm.c.j2", fn=fn, x=kernel.ptr(x), scale=kernel.ptr(scale),
+    return _t(kernel, "rmsnorm.c.j2", fn=fn, x=kernel.ptr(x), scale=kernel.ptr(scale),
                     skip=kernel.ptr(skip) if skip else None, bias=kernel.ptr(bias) if bias else None,
                     skip_rows=(skip.type.numel // n) if skip else 1, y=kernel.ptr(y),
                     inv=kernel.ptr(inv) if inv else None, mean=kernel.ptr(mean) if mean else None,
@@ -270,7 +280,7 @@ def k_rotary(kernel, ki, fn) -> str:
     interleaved = bool(ki.attrs.get("interleaved", 0))
     kernel.choice = (f"rotary embedding whole: {g['b'] * g['s']} positions x {g['h']} heads, {g['rd']} of {g['d']} "
                      f"features rotated ({'interleaved' if interleaved else 'halves'})")
-    return kernel.t("rotary.c.j2", fn=fn, x=kernel.ptr(v["x"]), cos=kernel.ptr(v["cos"]), sin=kernel.ptr(v["sin"]),
+    return _t(kernel, "rotary.c.j2", fn=fn, x=kernel.ptr(v["x"]), cos=kernel.ptr(v["cos"]), sin=kernel.ptr(v["sin"]),
                     y=kernel.ptr(ki.outs[0]), ids=kernel.ptr(ids) if ids is not None else None,
                     n_ids=ids.type.numel if ids is not None else 0, start=start,
                     max_pos=v["cos"].type.shape[0], interleaved=interleaved, **g)
@@ -348,7 +358,7 @@ def k_gqa(kernel, ki, fn) -> str:
                      f"of {cap}, present written in place when it is past's buffer"
                      + (", keys transposed per kv head" if s > 1 else ", dot products per key")
                      + (", rotary" if rotary else "") + (f", window {window}" if window > 0 else ""))
-    return kernel.t("gqa.c.j2", fn=fn, q=q, k=key, v=val, past="past_key" in v,
+    return _t(kernel, "gqa.c.j2", fn=fn, q=q, k=key, v=val, past="past_key" in v,
                     scratch=kernel.scratch_ptr() if s > 1 else None,
                     pk=kernel.ptr(v["past_key"]) if "past_key" in v else None,
                     pv=kernel.ptr(v["past_value"]) if "past_value" in v else None, seqlens=kernel.ptr(v["seqlens_k"]),

@@ -35,12 +35,13 @@ def against_interpreter(m, feeds, whole, atol=1e-6):
 
 
 WEIGHTS = {"b4": (4, 128, 48, 32, False, False), "b4_tails_zp_bias": (4, 100, 37, 32, True, True),
-           "b8_tails_zp": (8, 70, 21, 64, True, False), "b8_bs16_bias": (8, 256, 20, 16, False, True)}
+           "b8_tails_zp": (8, 70, 21, 64, True, False), "b8_bs16_bias": (8, 256, 20, 16, False, True),
+           "b4_threaded": (4, 512, 1030, 64, True, False)}  # a GEMV above kernels_llm.PAR_MIN: threads fork
 
 
 # GEMV passes of 1..4 rows (and remainders), dequantized panels + the packed GEMM above 8 rows
-@pytest.mark.parametrize("m_rows, weights", [(m, w) for w in WEIGHTS for m in (1, 5, 33)]
-                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9)])
+@pytest.mark.parametrize("m_rows, weights", [(m, w) for w in list(WEIGHTS)[:4] for m in (1, 5, 33)]
+                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9)] + [(1, "b4_threaded")])
 def test_matmul_nbits(m_rows, weights):
     bits, k, n, block, zp, bias = WEIGHTS[weights]
     r = np.random.default_rng(m_rows * k + n)
@@ -61,9 +62,11 @@ def test_matmul_nbits(m_rows, weights):
     against_interpreter(m, feeds, f"{MS}.MatMulNBits", atol=1e-5)
 
 
-def test_rms_norms():
+@pytest.mark.parametrize("rows, n", [(5, 40), (1536, 1024)])  # the second above kernels_llm.PAR_MIN: threads fork
+def test_rms_norms(rows, n):
     r = np.random.default_rng(1)
-    x, s, g, b = (r.uniform(-2, 2, sh).astype(np.float32) for sh in ((2, 5, 40), (5, 40), (40,), (40,)))
+    x, s, g, b = (r.uniform(-2, 2, sh).astype(np.float32) for sh in ((2, rows // 2 or 1, n), (rows // 2 or 1, n),
+                                                                    (n,), (n,)))
     against_interpreter(model("RMSNormalization", {"x": x, "g": g}, ["y"], domain=""), {"x": x, "g": g},
                         "RMSNormalization")
     against_interpreter(model("SimplifiedLayerNormalization", {"x": x, "g": g}, ["y", "inv"], domain=""),
@@ -110,9 +113,11 @@ def _gqa(s, past, seqlens, total, attrs=None, d=16, heads=4, kv=2, rotary=False)
     (1, 8, [5, 8], 9, {}, True),  # ragged decode, present grows by one
     (1, 16, [5, 8], 9, {"local_window_size": 3, "softcap": 0.5}, False),  # a cache of capacity 16
     (3, 6, [8], 9, {"smooth_softmax": 1, "rotary_interleaved": 1}, True),  # a chunk after a prefix
+    (1, 1024, [1000], 1024, {"heads": 16, "d": 64}, True),  # above kernels_llm.PAR_MIN: threads fork
 ])
 def test_group_query_attention(s, past, seqlens, total, attrs, rotary):
-    m, f = _gqa(s, past, seqlens, total, attrs, rotary=rotary)
+    dims = {k: attrs.pop(k) for k in ("heads", "d") if k in attrs}
+    m, f = _gqa(s, past, seqlens, total, attrs, rotary=rotary, **dims)
     against_interpreter(m, f, f"{MS}.GroupQueryAttention")
 
 
