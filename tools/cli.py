@@ -18,6 +18,7 @@ from glow_core.errors import GlowError
 from glow_tools.export_onnx import to_onnx
 from glow_tools.fuzz import cli as fuzz_cli
 from glow_tools.progress import Progress
+from glow_tools import serve as serve_cli
 from glow_core.trace import INSTR
 
 
@@ -283,6 +284,10 @@ EXAMPLES = {
                  "  glowc partition model.onnx --backend cpu        what the cpu backend leaves to the interpreter\n"
                  "prints the partitions (backend, nodes, FLOPs, bytes in and out) and, for every node not on the\n"
                  "first backend, why, grouped by reason",
+    "serve": "examples:\n  glowc serve resnet.onnx --backend cpu --port 8000 --threads 1\n"
+             "  glowc serve resnet.onnx --backend cpu --replicas 2 --max-batch 8 --name resnet\n"
+             "  glowc serve model.onnx --backend acme_npu --address auto     join this machine's Ray cluster\n"
+             "then: curl http://127.0.0.1:8000/v2/models/resnet (Open Inference Protocol v2; tritonclient.http works)",
     "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
                    "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
     "profile": "example:\n  glowc profile model.onnx --input input=calibration.npy -o profile.json\n"
@@ -412,6 +417,9 @@ def build_parser():
     f = _sub(sub, "fuzz", "differential fuzzing of a backend against a reference: random valid ONNX graphs, "
                           "every failure shrunk to a minimal model in --out (exit status 1 when something was found)")
     fuzz_cli.add_arguments(f, backend_help)
+    sv = _sub(sub, "serve", "serve a model over the Open Inference Protocol v2 on Ray Serve (until SIGINT or SIGTERM; "
+                            "needs glow-kit[serve])")
+    serve_cli.add_arguments(sv, backend_help)
     cf = _sub(sub, "conformance", "run the conformance suite (extra args go to pytest)")
     cf.add_argument("--backend", required=True, help=backend_help)
     return p
@@ -435,7 +443,8 @@ def main(argv=None):
                     f"glowc: {category.__name__}: {message}", file=sys.stderr)
                 rc = {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
                       "compile": cmd_compile, "bench": cmd_bench, "partition": cmd_partition, "profile": cmd_profile,
-                      "quantize-report": cmd_quantize_report, "fuzz": fuzz_cli.run}[args.cmd](args)
+                      "quantize-report": cmd_quantize_report, "fuzz": fuzz_cli.run,
+                      "serve": serve_cli.run}[args.cmd](args)
             if rc:
                 return rc
     except GlowError as e:
