@@ -60,7 +60,8 @@ class CPUBackend(Backend):
     def should_lower(self, node) -> bool:
         """Softmax over the last axis, LayerNormalization, and forward LSTM/GRU with default activations on
         float32 run whole (kernels_nn: one kernel instead of the lowering's reductions, elementwise
-        instructions and per-step recurrences); everything else is lowered."""
+        instructions and per-step recurrences), and so do the language-model ops of kernels_llm (MatMulNBits,
+        RMS normalizations, rotary embeddings, GroupQueryAttention); everything else is lowered."""
         return not kernels_nn.keeps_whole(node)
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
