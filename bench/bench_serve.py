@@ -33,7 +33,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,15 +53,10 @@ sys.path.insert(0, ROOT)
 from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
 import glow_core  # noqa: E402
 from glow_conformance import example_models as models  # noqa: E402
+from glow_tools.serve import free_port  # noqa: E402
 
 NAME = "resnet"
 ORT_IR_VERSION = 8  # onnx.helper writes the newest IR version; onnxruntime may not read it yet
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def request_body(x: np.ndarray) -> tuple[bytes, dict]:

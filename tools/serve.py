@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
+import socket
 import sys
 import time
 
@@ -105,3 +107,19 @@ def run(args) -> int:
             if ray.is_initialized():
                 ray.shutdown()
     return 0
+
+
+def free_port() -> int:
+    """A free port below Linux's ephemeral range (32768-60999) and above Ray's worker ports (10002-19999): a port
+    the kernel hands out itself can be taken by another process's outgoing connection (a running Ray cluster makes
+    many) before the server binds it."""
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise GlowError("no free loopback port in 20000-32767")

@@ -58,7 +58,9 @@ def test_1000_requests_one_device_failing_every_50th_run_one_hanging_once(net):
         s = h.stats()
         dev = {d["name"]: d for d in s["devices"]}
         raised = sum(k == "raise" for _, k in flaky.injected)
-        assert hangs.injected == [(100, "hang")] and raised >= 3
+        # how many runs reach the flaky device depends on the machine's speed (the sound one takes the rest while
+        # it is probed), but every 50th of those that it got must have raised
+        assert hangs.injected == [(100, "hang")] and raised == flaky.executions // 50 and raised >= 1
         assert (s["completed_requests"], s["failed_requests"]) == (1000, 0)
         assert dev["cpu0"]["failures"] >= raised and dev["cpu1"]["failures"] >= 1
         assert "passed device_timeout_s=0.5 s" in dev["cpu1"]["last_error"]

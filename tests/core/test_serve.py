@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import tempfile
 import threading
 import urllib.error
@@ -35,6 +34,7 @@ else:
 import glow_core  # noqa: E402
 from glow_conformance import example_models as models  # noqa: E402
 from glow_core.serve import deployment  # noqa: E402
+from glow_tools.serve import free_port  # noqa: E402
 from tests.ray_lock import one_cluster_at_a_time  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray")  # one worker, one cluster (tests/conftest.py)
@@ -42,12 +42,6 @@ T = 120  # seconds: no HTTP call may take longer
 MAX_BATCH = 4
 BODY_LIMIT = 1 << 20
 QUIET = {"log_level": "WARNING"}  # Ray Serve's access log off
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import pytest
 
 import glow_core
 from glow_conformance import example_models as models
+from glow_tools.serve import free_port
 from tests.ray_lock import one_cluster_at_a_time
 
 pytestmark = pytest.mark.xdist_group("ray")  # with the other Ray tests on one worker (tests/conftest.py)
@@ -32,12 +33,6 @@ GLOWC = [sys.executable, "-m", "glow_tools.cli"]
 needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None and not os.environ.get("GLOW_REQUIRE_SERVE"),
                                reason="Ray Serve is not installed: pip install 'glow-kit[serve]'")
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads processes from /proc")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def processes() -> dict[int, tuple[int, str]]:
