@@ -80,6 +80,11 @@ class NpuBackend(Backend):
                                f"2; tensors of rank 3 and more are channels-last on the device)")
         return True
 
+    def instruction_groups(self, function: IRFunction):
+        """Each ``qconv`` with the ``qadd`` reading its result (a ResNet block's residual add): one kernel, the
+        add in the conv's epilogue (``residual_groups``)."""
+        return residual_groups(function)
+
     def compile(self, function: IRFunction, options) -> CompiledFunction:
         cfg = NpuConfig.of(options.get("npu_config", self.config))
         return NpuFunction(function, cfg)
@@ -100,6 +105,49 @@ class NpuBackend(Backend):
 
 
 # -- compilation ---------------------------------------------------------------------------------------------
+def residual_groups(irf: IRFunction) -> list:
+    """[qconv, qadd] pairs the NPU runs as one kernel: the qadd reads the qconv's 8-bit result C (its only reader;
+    C no output of the function, written by the conv alone) and a value B computed before the conv (or a
+    constant or input), and writes an 8-bit Y that is not an operand of the conv (Y may be C itself: the add in
+    place; C is never stored then). No instruction between the two touches B or Y (the group runs at the conv's
+    place), and the memory plan keeps all of them live over the pair (``Backend.instruction_groups``). One pass
+    over the code."""
+    code = irf.code
+    touch: dict = {}  # id(root) -> indices of the instructions naming it, in order
+    for i, ins in enumerate(code):
+        for b, _ in ins.operands:
+            t = touch.setdefault(id(b.root), [])
+            if not t or t[-1] != i:
+                t.append(i)
+    outputs = {id(b.root) for b in irf.outputs.values()}
+    groups = []
+    for i, conv in enumerate(code):
+        if conv.op != "qconv" or len(conv.outs) != 1 or conv.outs[0].type.dtype.name not in Q8:
+            continue
+        c = conv.outs[0].root
+        at = touch[id(c)]
+        if id(c) in outputs or len(at) < 2 or at[0] != i:
+            continue
+        j = at[1]
+        add = code[j]
+        if add.op != "qadd" or add.outs[0].type.dtype.name not in Q8 or add.ins[0].root is add.ins[1].root:
+            continue
+        if not any(b.root is c for b in add.ins):
+            continue
+        y = add.outs[0].root
+        if y is not c and len(at) != 2:  # C has another reader (when y is c, later uses are y's)
+            continue
+        other = add.ins[1] if add.ins[0].root is c else add.ins[0]
+        if other.type.dtype.name not in Q8 or not (other.type.shape == add.outs[0].type.shape == conv.outs[0].type.shape):
+            continue
+        if any(b.root is y for b in conv.ins):
+            continue
+        if any(i < k < j for r in (other.root, y) for k in touch.get(id(r), ())):
+            continue
+        groups.append([conv, add])
+    return groups
+
+
 def nhwc_order(shape):
     """The device order of a tensor's axes: channels-last ([N, *spatial, C]) for rank 3 and more."""
     r = len(shape)
@@ -213,25 +261,16 @@ class NpuFunction(CompiledFunction):
 
     # -- the kernels ----------------------------------------------------------------------------------------
     def _compile(self, stream: Stream):
-        code = self.irf.code
-        readers: dict = {}
-        for i, ins in enumerate(code):
-            for b in ins.ins:
-                readers.setdefault(id(b.root), []).append(i)
-        outputs = {id(b.root) for b in self.irf.outputs.values()}
-        writer = {}
-        for i, ins in enumerate(code):
-            for b in ins.outs:
-                writer.setdefault(id(b.root), i)
-        skip = set()
-        for i, ins in enumerate(code):
-            if i in skip:
+        fused_with = {id(g[0]): g[1] for g in self.irf.groups}
+        absorbed = {id(g[1]) for g in self.irf.groups}
+        for ins in self.irf.code:
+            if id(ins) in absorbed:
                 continue
             stream.barrier()
-            fused = self._fusable(i, ins, code, readers, outputs, writer)
+            fused = fused_with.get(id(ins))
             if fused is not None:
-                skip.add(fused)
-            layer = self._layer(ins, code[fused] if fused is not None else None)
+                self._check_group(ins, fused)
+            layer = self._layer(ins, fused)
             self.layers.append(layer)
             tiling, count = None, {}
             for job in layer.jobs_todo:  # group blocks: one job each, all alike, one tiling
@@ -242,33 +281,18 @@ class NpuFunction(CompiledFunction):
                 else:
                     job.emit(tiling, stream, layer.name)
 
-    def _fusable(self, i, ins, code, readers, outputs, writer):
-        """The index of a qadd that only reads this qconv's 8-bit result (and a value computed before it) and
-        whose result overlaps none of the conv's operands: the residual add of a ResNet block, computed in the
-        conv's epilogue. None otherwise."""
-        if ins.op != "qconv" or ins.outs[0].type.dtype.name not in Q8:
-            return None
-        out = ins.outs[0]
-        rd = readers.get(id(out.root), [])
-        if len(rd) != 1 or id(out.root) in outputs:
-            return None
-        j = rd[0]
-        q = code[j]
-        if q.op != "qadd" or q.outs[0].type.dtype.name not in Q8 or q.ins[0] is q.ins[1]:
-            return None
-        other = q.ins[1] if q.ins[0].root is out.root else q.ins[0]
-        if writer.get(id(other.root), -1) >= i or other.root is out.root:
-            return None
-        y = q.outs[0]
+    def _check_group(self, conv, add):
+        """The memory plan kept the group's buffers apart (``instruction_groups``): the add's result overlaps
+        no operand of the conv, and its other operand only exactly."""
+        y = add.outs[0]
         lo, hi = self.addr(y), self.addr(y) + y.type.nbytes
-        for b in ins.ins:
+        other = add.ins[1] if add.ins[0].root is conv.outs[0].root else add.ins[0]
+        for b in conv.ins + [other]:
             bl = self.addr(b)
-            if b.region != "constant" and bl < hi and lo < bl + b.type.nbytes:
-                return None
-        ol = self.addr(other)
-        if ol < hi and lo < ol + other.type.nbytes and (ol != lo or other.type.nbytes != y.type.nbytes):
-            return None
-        return j
+            if b.region != "constant" and bl < hi and lo < bl + b.type.nbytes and not (
+                    b is other and bl == lo and b.type.nbytes == y.type.nbytes):
+                raise GlowError(f"NPU '{self.irf.name}': the memory plan placed '{add.name}''s result over "
+                                f"'{b.name}', which the fused group '{conv.name}+{add.name}' still reads")
 
     def _layer(self, ins, fused=None) -> Layer:
         op = ins.op
