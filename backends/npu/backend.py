@@ -17,6 +17,7 @@ from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.errors import GlowError, MemoryLimitError, UnsupportedOpError
 from glow_core.ir import IRFunction
 from glow_core.memory import align_up
+from glow_core.tiling import Tiling
 from glow_core.ops.primitives.linalg import window_sums
 from glow_core.ops.primitives.quantized import fixed_point_multiplier, real_multiplier
 
@@ -35,9 +36,17 @@ CLAIMED = ("qconv", "qmatmul", "qadd", "qmul", "rescale", "qavg_pool", "max_pool
 class NpuBackend(Backend):
     """The reference NPU: quantized conv (every 2-D geometry: strides, padding, dilation, groups, depthwise),
     matmul, elementwise qadd/qmul/max/min, pooling and requantization, in fixed-point arithmetic; the rest runs
-    on ``cpu`` (``fallback_backends``). ``npu_config=`` (an NpuConfig, a dict or a JSON path) sizes the device."""
+    on ``cpu`` (``fallback_backends``). ``npu_config=`` (an NpuConfig, a dict or a JSON path) sizes the device.
+
+    A scratchpad device built on these pieces (the template's ``device_kind=scratchpad``) subclasses it and sets
+    ``CLAIMS`` (the IR ops it runs, each with a job builder in its function's ``JOBS``) and ``FUNCTION`` (its
+    ``NpuFunction`` subclass)."""
 
     name = "npu"
+    #: The IR ops the device claims (8-bit operands, fixed-point requantization; see ``is_op_supported``).
+    CLAIMS = CLAIMED
+    #: The CompiledFunction class ``compile`` builds (None: ``NpuFunction``).
+    FUNCTION = None
 
     def __init__(self, config=None):
         self.config = NpuConfig.of(config)
@@ -51,8 +60,8 @@ class NpuBackend(Backend):
 
     def is_op_supported(self, node_info: NodeInfo):
         op, ins, outs, a = node_info.op, node_info.in_dtypes, node_info.out_dtypes, node_info.attrs
-        if op not in CLAIMED:
-            return Unsupported(f"the NPU runs {', '.join(CLAIMED)}; {op} runs on the fallback")
+        if op not in self.CLAIMS:
+            return Unsupported(f"{self.name} runs {', '.join(sorted(self.CLAIMS))}; {op} runs on the fallback")
         if op == "copy":
             return True
         if not ins or any(d not in Q8 for d in ins[:2 if op in ("qadd", "qmul", "max", "min", "qmatmul") else 1]):
@@ -87,7 +96,7 @@ class NpuBackend(Backend):
 
     def compile(self, function: IRFunction, options) -> CompiledFunction:
         cfg = NpuConfig.of(options.get("npu_config", self.config))
-        return NpuFunction(function, cfg)
+        return (self.FUNCTION or NpuFunction)(function, cfg)
 
     def merge_stats(self, stats):
         """The partitions' statistics summed: cycles, MACs, DRAM bytes, busy cycles; layers concatenated."""
@@ -193,7 +202,29 @@ class Layer:
 
 class NpuFunction(CompiledFunction):
     """The compiled program for one IR function: ``program`` (decoded instructions), ``binary`` (its encoding),
-    ``layers`` (with the tilings chosen), the DRAM image, and a Simulator to run it on."""
+    ``layers`` (with the tilings chosen), the DRAM image, and a Simulator to run it on.
+
+    Hooks a scratchpad device built on it overrides, one piece at a time: ``JOBS`` (the instruction emitter: IR
+    op -> job builder), ``tiling(job)`` (the tile sizes, loop order and scratchpad placement of a job),
+    ``encode`` / ``decode`` (the binary) and ``SIMULATOR`` (what runs the program)."""
+
+    #: IR op -> ``builder(fn, ins, fused, layer) -> [job, ...]``: the jobs computing instruction ``ins`` (``fused``:
+    #: the qadd of its residual group, else None; a builder sets ``layer.macs``). A job has ``plan()`` (a
+    #: ``glow_core.tiling.Tiling``) and ``emit(tiling, stream, layer_name)`` (its ``steps.Step``s); the jobs of
+    #: one instruction share the first one's tiling.
+    JOBS = {
+        "qconv": lambda fn, ins, fused, layer: fn._conv(ins, fused, layer),
+        "qmatmul": lambda fn, ins, fused, layer: fn._matmul(ins, layer),
+        "qavg_pool": lambda fn, ins, fused, layer: [fn._pool(ins)],
+        "max_pool": lambda fn, ins, fused, layer: [fn._pool(ins)],
+        **{op: (lambda fn, ins, fused, layer: [fn._elementwise(ins)]) for op in ("qadd", "qmul", "rescale", "max",
+                                                                                 "min")},
+        "copy": lambda fn, ins, fused, layer: [CopyJob(ins.name, ins.outs[0].type.nbytes, fn.addr(ins.ins[0]),
+                                                       fn.addr(ins.outs[0]), fn.cfg)],
+    }
+    #: The machine the program runs on: ``SIMULATOR(config).run(program, dram, functional=..., check_hazards=...)``
+    #: returns ``sim.SimStats``.
+    SIMULATOR = Simulator
 
     def __init__(self, irf: IRFunction, cfg: NpuConfig):
         self.irf, self.cfg = irf, cfg
@@ -208,8 +239,8 @@ class NpuFunction(CompiledFunction):
         stream = Stream()
         self._compile(stream)
         self.program = stream.program()
-        self.binary = isa.encode_program(self.program)
-        self.program = isa.decode_program(self.binary)  # the device runs what the binary says
+        self.binary = self.encode(self.program)
+        self.program = self.decode(self.binary)  # the device runs what the binary says
         self._tag_layers(stream)
         size = self.packed_base + align_up(len(self.packed))
         if size > cfg.dram_bytes:
@@ -222,7 +253,7 @@ class NpuFunction(CompiledFunction):
             a = self.addr(b)
             self.dram[a:a + arr.nbytes] = arr.reshape(-1).view(np.uint8)
         self.dram[self.packed_base:self.packed_base + len(self.packed)] = np.frombuffer(bytes(self.packed), np.uint8)
-        self.sim = Simulator(cfg)
+        self.sim = self.SIMULATOR(cfg)
         self._stats = None
         self._layer_of = {l.name: l for l in self.layers}
 
@@ -274,12 +305,26 @@ class NpuFunction(CompiledFunction):
             self.layers.append(layer)
             tiling, count = None, {}
             for job in layer.jobs_todo:  # group blocks: one job each, all alike, one tiling
-                tiling = tiling or job.plan()
+                tiling = tiling or self.tiling(job)
                 layer.jobs.append((job, tiling))
                 if isinstance(job, ConvJob):
                     job.emit(tiling, stream, layer.name, count)
                 else:
                     job.emit(tiling, stream, layer.name)
+
+    def tiling(self, job) -> Tiling:
+        """The tiling of ``job``: tile sizes, loop order and each buffer's scratchpad offsets. Default: the job's
+        own ``plan()``, ``glow_core.tiling.plan`` over its loop nest, buffers and analytical cost with the config's
+        scratchpads."""
+        return job.plan()
+
+    def encode(self, program) -> bytes:
+        """The program's binary (``isa.encode_program``: 64-byte words)."""
+        return isa.encode_program(program)
+
+    def decode(self, binary: bytes) -> list:
+        """The instructions of a binary (``isa.decode_program``)."""
+        return isa.decode_program(binary)
 
     def _check_group(self, conv, add):
         """The memory plan kept the group's buffers apart (``instruction_groups``): the add's result overlaps
@@ -301,20 +346,11 @@ class NpuFunction(CompiledFunction):
         if fused is not None:
             nbytes += sum(b.type.nbytes for b in fused.ins + fused.outs) - 2 * ins.outs[0].type.nbytes
         layer = Layer(name, op if fused is None else f"{op}+qadd", ins, 0, nbytes)
-        cfg = self.cfg
-        if op == "qconv":
-            layer.jobs_todo = self._conv(ins, fused, layer)
-        elif op == "qmatmul":
-            layer.jobs_todo = self._matmul(ins, layer)
-        elif op in ("qavg_pool", "max_pool"):
-            layer.jobs_todo = [self._pool(ins)]
-        elif op in ("qadd", "qmul", "rescale", "max", "min"):
-            layer.jobs_todo = [self._elementwise(ins)]
-        elif op == "copy":
-            src, dst = ins.ins[0], ins.outs[0]
-            layer.jobs_todo = [CopyJob(ins.name, dst.type.nbytes, self.addr(src), self.addr(dst), cfg)]
-        else:
-            raise UnsupportedOpError(f"instruction '{ins.name}': the NPU has no kernel for {op}")
+        build = self.JOBS.get(op)
+        if build is None:
+            raise UnsupportedOpError(f"instruction '{ins.name}': no job builder for {op} (the emitter has "
+                                     f"{', '.join(sorted(self.JOBS))})")
+        layer.jobs_todo = list(build(self, ins, fused, layer))
         return layer
 
     def _requant_table(self, ins, x_scale, w_scale, out_scale, f):
