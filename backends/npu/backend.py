@@ -23,7 +23,7 @@ from glow_core.ops.primitives.quantized import fixed_point_multiplier, real_mult
 
 from . import isa
 from .config import NpuConfig
-from .kernels import ConvJob, CopyJob, EltJob, PoolJob, cdiv, qadd_params
+from .kernels import ConvJob, CopyJob, DwJob, EltJob, PoolJob, cdiv, qadd_params
 from .sim import Simulator
 from .steps import Stream
 
@@ -198,6 +198,7 @@ class Layer:
     def __init__(self, name, op, instr, macs, nbytes):
         self.name, self.op, self.instr, self.macs, self.nbytes = name, op, instr, macs, nbytes
         self.jobs = []  # (job, tiling)
+        self.tiling = None  # the tiling its builder chose, shared by its jobs (None: planned at emission)
 
 
 class NpuFunction(CompiledFunction):
@@ -303,7 +304,7 @@ class NpuFunction(CompiledFunction):
                 self._check_group(ins, fused)
             layer = self._layer(ins, fused)
             self.layers.append(layer)
-            tiling, count = None, {}
+            tiling, count = layer.tiling, {}
             for job in layer.jobs_todo:  # group blocks: one job each, all alike, one tiling
                 tiling = tiling or self.tiling(job)
                 layer.jobs.append((job, tiling))
@@ -403,22 +404,16 @@ class NpuFunction(CompiledFunction):
                      ma=p["ma"], mb=p["mb"], mo=p["mo"], out_zp=int(qa["out_offset"]), lo=qa.get("clamp_min"),
                      hi=qa.get("clamp_max"), ydt=DT[fused.outs[0].type.dtype.name], conv_dt=ydt)
             self.device_const(other)
-        jobs = []
-        for blk in range(g // gb):
+        geometry = dict(H=H, W=W, OH=OH, OW=OW, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, D=D, OD=OD,
+                        kd=kd, sd=sd, dd=dd, pf=pf, x_plane=H * W * C)
+        ex = 4 if i32 else 1
+        sp_in, sp_out = D * H * W * C, OD * OH * OW * F
+
+        def gemm_job(blk, w_addr, zp_addr):
             g0 = blk * gb
-            packed = np.empty((kd, kh, kw, Kb, Nb), np.int8)
-            packed[...] = wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int8)  # off the diagonal blocks (w - zp) = 0
-            for q in range(gb):
-                fs = slice((g0 + q) * Fg, (g0 + q + 1) * Fg)
-                packed[:, :, :, q * Cg:(q + 1) * Cg, q * Fg:(q + 1) * Fg] = np.transpose(wv[fs], (2, 3, 4, 1, 0))
-            w_addr = self.pack(packed)
-            zp_addr = self.pack(wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int32))
             f0 = g0 * Fg
-            ex = 4 if i32 else 1
-            sp_in, sp_out = D * H * W * C, OD * OH * OW * F
             job = ConvJob(
-                name=ins.name, images=N, H=H, W=W, K=Kb, N=Nb, OH=OH, OW=OW, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
-                dw=dw, pt=pt, pl=pl, D=D, OD=OD, kd=kd, sd=sd, dd=dd, pf=pf, x_plane=H * W * C, y_plane=OH * OW * F,
+                name=ins.name, images=N, K=Kb, N=Nb, y_plane=OH * OW * F, **geometry,
                 x_addr=[self.addr(x) + img * sp_in + g0 * Cg for img in range(N)], x_row=W * C, x_pix=C,
                 xdt=DT[x.type.dtype.name], xzp=int(a["x_offset"]), w_addr=[w_addr] * N, w_row=Nb, wdt="i8",
                 w_zp=zp_addr, bias=bias_addr + 4 * f0, table=None if i32 else table_all + 8 * f0,
@@ -431,7 +426,35 @@ class NpuFunction(CompiledFunction):
                 rr["row"], rr["pix"] = OW * F, F
                 rr["y_addr"] = [self.addr(fused.outs[0]) + img * sp_out + f0 for img in range(N)]
                 job.residual = rr
-            jobs.append(job)
+            return job
+
+        # the cost model chooses: block-diagonal GEMMs on the array, or (depthwise) the vector unit
+        layer.tiling = self.tiling(gemm_job(0, 0, 0))
+        bv = const_value(bias)
+        if fused is None and not i32 and Cg == 1 and Fg == 1 and bv is not None:
+            xzp = int(a["x_offset"])
+            wd = wv.reshape(F, kd * kh * kw).astype(np.int64) - wov[:, None]  # (w - w_zp), per channel and tap
+            dwj = DwJob(name=ins.name, images=N, C=C, **geometry, x_addr=[self.addr(x) + img * sp_in for img in range(N)],
+                        x_row=W * C, xdt=DT[x.type.dtype.name], xzp=xzp, w=0, bias=0, table=table_all,
+                        y_addr=[self.addr(y) + img * sp_out for img in range(N)], y_row=OW * F, y_plane=OH * OW * F,
+                        ydt=ydt, out_zp=int(a["out_offset"]), lo=a.get("clamp_min"), hi=a.get("clamp_max"),
+                        macs=layer.macs, cfg=cfg)
+            t_dw = self.tiling(dwj)
+            if t_dw.cost < layer.tiling.cost * (g // gb):
+                dwj.w = self.pack(np.ascontiguousarray(wd.T).astype(np.int32))
+                b2 = bv.astype(np.int64) - xzp * wd.sum(axis=1)  # the padding (x_offset) then adds exactly 0
+                dwj.bias = self.pack(((b2 + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32))
+                layer.tiling = t_dw
+                return [dwj]
+        jobs = []
+        for blk in range(g // gb):
+            g0 = blk * gb
+            packed = np.empty((kd, kh, kw, Kb, Nb), np.int8)
+            packed[...] = wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int8)  # off the diagonal blocks (w - zp) = 0
+            for q in range(gb):
+                fs = slice((g0 + q) * Fg, (g0 + q + 1) * Fg)
+                packed[:, :, :, q * Cg:(q + 1) * Cg, q * Fg:(q + 1) * Fg] = np.transpose(wv[fs], (2, 3, 4, 1, 0))
+            jobs.append(gemm_job(blk, self.pack(packed), self.pack(wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int32))))
         return jobs
 
     def _matmul(self, ins, layer):

@@ -261,7 +261,10 @@ class Simulator:
             elif mode == "colvec":
                 add(self._range("ACC", f["src2"], 4, (f["n0"],) if all(n) else (0,), (1,), where, "the vector"),
                     False)
-            add(self._range("ACC", f["dst"], 4, n, (f["ds2"], f["ds1"], 1), where, "the result"), True)
+            dst = self._range("ACC", f["dst"], 4, n, (f["ds2"], f["ds1"], 1), where, "the result")
+            if ALU.get(f["alu"]) == "mac":  # the accumulator is read too
+                add(dst, False)
+            add(dst, True)
         elif insn.op == "REQ":
             n = (f["n2"], f["n1"], f["n0"])
             add(self._range("ACC", f["src"], 4, n, (f["ss2"], f["ss1"], 1), where, "the operand"), False)
@@ -375,6 +378,8 @@ class Simulator:
             r = x - y
         elif alu == "mul":
             r = x * y
+        elif alu == "mac":
+            r = self._view("ACC", f["dst"], np.int32, n, (f["ds2"], f["ds1"], 1)).astype(np.int64) + x * y
         elif alu == "max":
             r = np.maximum(x, y)
         elif alu == "min":
