@@ -31,6 +31,7 @@ from math import prod
 
 import numpy as np
 
+from . import kernels_llm
 from .gemm_blocking import gemm_scratch_bytes, pack_b
 from .kernels_ew import reduce_parts
 
@@ -228,3 +229,8 @@ def k_rnn(kernel, ki, fn) -> str:
 KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm, "LSTM": k_rnn, "GRU": k_rnn, "Gelu": k_gelu}
 #: ONNX op -> bytes of scratch its kernel needs.
 SCRATCH = {"LSTM": rnn_scratch_bytes, "GRU": rnn_scratch_bytes}
+
+# the language-model ops' whole kernels (kernels_llm.py) join these tables
+WHOLE.update(kernels_llm.WHOLE)
+KERNELS.update(kernels_llm.KERNELS)
+SCRATCH.update(kernels_llm.SCRATCH)

@@ -56,9 +56,12 @@ class Program:
     weights, then the constants kernels asked for: converted weights, 64-byte aligned). ``chains``: run
     elementwise chains as one loop (chains.py); ``attention``: "auto" fuses attention where
     the cost rule says it wins, "always" wherever legal, "never" not (attention.py); ``folds``: fold transposes
-    into matmuls (strided_operands.py)."""
+    into matmuls (strided_operands.py). ``shared``: the derived constants of the other functions of a module
+    (``CPUBackend.compile_functions``), reused for the same constant operands (same offsets in the module's shared
+    constant region) so that a packed weight exists once."""
 
-    def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto", folds: bool = True):
+    def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto", folds: bool = True,
+                 shared: dict | None = None):
         self.irf = irf
         self.calls: list[Call] = []
         self.kernels: dict[str, KernelCode] = {}
@@ -111,7 +114,13 @@ class Program:
                 key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
                 if key not in placed:
                     placed[key] = []
-                    for arr in d.make([constant_value(b) for b in bufs]):
+                    module_key = (tuple((b.address, b.type) for b in bufs), d.tag)
+                    made = None if shared is None else shared.get(module_key)
+                    if made is None:
+                        made = [np.ascontiguousarray(a) for a in d.make([constant_value(b) for b in bufs])]
+                        if shared is not None:
+                            shared[module_key] = made
+                    for arr in made:
                         arr = np.ascontiguousarray(arr)
                         placed[key].append(end)
                         self.derived.append((end, arr))

@@ -336,11 +336,13 @@ def _toposort_nodes(g) -> list:
 
 
 def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants: dict | None = None,
-                 name: str = "main") -> Function:
+                 name: str = "main", initializers: dict | None = None) -> Function:
     """Build the high-level Function of an ONNX model.
 
     ``input_shapes`` gives concrete shapes for inputs with symbolic dims; ``constants`` gives values for
-    inputs to specialize (those feeding shape operands). Raises a ``GlowError`` naming the element at fault.
+    inputs to specialize (those feeding shape operands); ``initializers`` (name -> array), when given, is filled
+    with the initializers' arrays and reused: several imports of one model (for several input shapes) then hold
+    its weights once. Raises a ``GlowError`` naming the element at fault.
     """
     input_shapes = input_shapes or {}
     constants = constants or {}
@@ -374,7 +376,12 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
         env[nm].onnx_name = nm
     for t in m.graph.initializer:
         if t.name not in env:
-            env[t.name] = fn.constant(tensor_to_array(t), t.name or "init")
+            arr = None if initializers is None else initializers.get(t.name)
+            if arr is None:
+                arr = tensor_to_array(t)
+                if initializers is not None:
+                    initializers[t.name] = arr
+            env[t.name] = fn.constant(arr, t.name or "init")
     if len(m.graph.sparse_initializer):
         raise UnsupportedOpError(f"sparse initializer '{m.graph.sparse_initializer[0].values.name}' is not supported")
     _import_nodes(fn, m.graph, env, opset)
