@@ -331,3 +331,9 @@ class Backend(abc.ABC):
     def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
         """Write a standalone bundle for ``function`` into ``out_dir``; returns the files written."""
         raise BackendError(f"backend '{self.name}' cannot emit bundles")
+
+    def device_manager(self) -> "type | None":
+        """The ``glow_core.runtime.DeviceManager`` subclass that drives this backend's devices (``Host.add_device``
+        uses it when given no ``device_class``; the conformance suite's device tier checks it against the runtime
+        contract). Default None: the kit's DeviceManager (functions kept in host memory, a worker thread)."""
+        return None

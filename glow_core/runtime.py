@@ -390,10 +390,12 @@ class Host:
 
     # -- set-up -------------------------------------------------------------------------------------------
     def add_device(self, backend: str | Backend, count: int = 1, memory: int | None = None,
-                   device_class: type = DeviceManager, **options) -> list[DeviceManager]:
-        """Create ``count`` devices of ``backend`` (``device_class``: a vendor's DeviceManager subclass);
-        ``options`` reach the backend's compile for these devices (e.g. ``num_threads=1``)."""
+                   device_class: type | None = None, **options) -> list[DeviceManager]:
+        """Create ``count`` devices of ``backend`` (``device_class``: a vendor's DeviceManager subclass; by default
+        the backend's own, ``Backend.device_manager()``, else DeviceManager); ``options`` reach the backend's
+        compile for these devices (e.g. ``num_threads=1``)."""
         b = get_backend(backend)
+        device_class = device_class or b.device_manager() or DeviceManager
         with self._lock:
             if self._closed:
                 raise GlowError("the host is closed")

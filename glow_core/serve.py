@@ -42,7 +42,7 @@ import numpy as np
 from . import __version__
 from .errors import DeviceUnavailable, GlowError, InputError, ModelLoadError, RequestRefused
 from .importer.onnx_import import graph_input_specs, load_model
-from .runtime import DeviceManager, Host
+from .runtime import Host
 from .types import DType, dtype
 
 INSTALL = "pip install 'glow-kit[serve]'"
@@ -155,7 +155,7 @@ class GlowModelServer:
                  batch_wait_timeout_s: float, max_body_bytes: int | None, host_options: dict, device_class,
                  compile_options: dict):
         self.host = Host(**host_options)
-        self.host.add_device(backend, count=devices, device_class=device_class or DeviceManager)
+        self.host.add_device(backend, count=devices, device_class=device_class)  # None: the backend's own
         platform = f"glow-kit {__version__} ({self.host.devices[0].backend.name})"
         batched = is_batched(model, compile_options)
         if batched:

@@ -343,7 +343,9 @@ EXAMPLES = {
              "  glowc serve model.onnx --backend acme_npu --address auto     join this machine's Ray cluster\n"
              "then: curl http://127.0.0.1:8000/v2/models/resnet (Open Inference Protocol v2; tritonclient.http works)",
     "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
-                   "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
+                   "  glowc conformance --backend mypkg.backend:MyBackend -k conv\n"
+                   "  glowc conformance --backend cpu -n 2 --export-golden golden/   golden artifacts; then\n"
+                   "      make -C golden CC=aarch64-linux-gnu-gcc && golden/replay golden/   (on the board)",
     "profile": "example:\n  glowc profile model.onnx --input input=calibration.npy -o profile.json\n"
                "each --input file holds a stack of samples on its first axis (e.g. [16, 1, 3, 224, 224] for 16 "
                "samples\nof a [1, 3, 224, 224] input); then: glowc run model.onnx --quantize profile.json ...",
