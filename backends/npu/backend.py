@@ -352,6 +352,10 @@ class NpuFunction(CompiledFunction):
             raise UnsupportedOpError(f"instruction '{ins.name}': no job builder for {op} (the emitter has "
                                      f"{', '.join(sorted(self.JOBS))})")
         layer.jobs_todo = list(build(self, ins, fused, layer))
+        if fused is not None and not any(getattr(j, "residual", None) for j in layer.jobs_todo):
+            raise GlowError(f"instruction '{ins.name}' ({op}): its job builder ignored the residual '{fused.name}' "
+                            f"(qadd) of its instruction group; compute it in the jobs' epilogue (ConvJob.residual) or "
+                            f"return no such group from the backend's instruction_groups")
         return layer
 
     def _requant_table(self, ins, x_scale, w_scale, out_scale, f):

@@ -201,3 +201,25 @@ def test_depthwise_runs_on_the_vector_unit_when_cheaper():
     cfg = NpuConfig()
     assert st["layers"][0]["cycles"] < layer.macs / cfg.mac_cols
     assert "DwJob tile" in fn.describe()
+
+
+def test_a_job_builder_ignoring_the_residual_is_refused():
+    """A device built on the NPU that replaces the qconv builder with one that drops the fused qadd gets a clear
+    error, not a wrong answer."""
+    import glow_core
+    from glow_conformance import example_models
+    from glow_core import quantization
+    from glow_npu.backend import NpuFunction
+
+    class Plain(NpuFunction):
+        JOBS = {**NpuFunction.JOBS, "qconv": lambda fn, ins, fused, layer: fn._conv(ins, None, layer)}
+
+    class Vendor(NpuBackend):
+        name = "npu"
+        FUNCTION = Plain
+
+    m = example_models.resnet(seed=1, size=8, widths=(8,), blocks=1)
+    x = {"input": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    prof = quantization.profile(m, [x])
+    with pytest.raises(GlowError, match="ignored the residual .* instruction_groups"):
+        glow_core.compile(m, backend=[Vendor(), "cpu"], quantize=prof)

@@ -83,7 +83,8 @@ class {{ cookiecutter.__class_name }}(NpuBackend):
 
     def instruction_groups(self, function):
         """Instructions run as one kernel: each qconv with the qadd reading its result (the residual add in the
-        conv's epilogue), chosen before the memory plan."""
+        conv's epilogue), chosen before the memory plan. The qconv job builder receives the qadd as ``fused``: a
+        builder of yours that does not compute it must come with ``return []`` here."""
         return super().instruction_groups(function)
 
     def fallback_backends(self):
