@@ -27,7 +27,7 @@ from .errors import GlowError, InputError, MemoryLimitError, NeedsSpecialization
 from .fusion import fuse_activations
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
-from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
+from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, insert_deallocs, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .layout import assign_layouts
 from .lower import lower
 from .partition import PartitionedFunction, Partitioning, SplitNeeded, feeds_of, output_sources, single_report
@@ -343,6 +343,9 @@ def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction
     if problems:
         raise UnsupportedOpError("; ".join(problems[:10]))
     with stage(stats, "memory-plan"):
+        irf.groups = [list(g) for g in backend.instruction_groups(irf) if len(g) > 1]
+        if irf.groups:
+            insert_deallocs(irf)
         attach_scratch(irf, backend.scratch_bytes)
         plan_memory(irf)
     p = irf.plan

@@ -260,6 +260,14 @@ class Backend(abc.ABC):
         names (``ir.stored_shape``). Default None: every tensor plain, nothing inserted."""
         return None
 
+    def instruction_groups(self, function: IRFunction) -> list[list]:
+        """Instructions of ``function`` (its IR after the IR passes, before the memory plan) this backend runs as
+        one kernel, e.g. a convolution and the residual add that reads its result: a list of groups, each a list
+        of ``ir.Instr`` of ``function.code``. The memory planner keeps every activation a group names live from the
+        group's first instruction to its last, so no output of the group is placed over an input it still reads;
+        ``function.groups`` holds them for ``compile``. Default: none."""
+        return []
+
     def should_share_buffers(self) -> bool:
         """Whether IR buffer sharing (in-place reuse) may run for this backend."""
         return True

@@ -148,6 +148,9 @@ class IRFunction:
     graph: Function | None = None
     plan: MemoryPlan | None = None
     layout_notes: list[str] = field(default_factory=list)  # the layout pass's decisions, for the dump
+    #: Instructions the backend runs as one kernel (``Backend.instruction_groups``), each a list in code order:
+    #: the memory plan keeps every activation a group names live over the whole group.
+    groups: list[list[Instr]] = field(default_factory=list)
     #: Persistent placeholders by name (buffers of kind "state"): read at the start of a run as the previous run
     #: (of this function or another of its module) left them, updated in place.
     state: dict[str, Buffer] = field(default_factory=dict)
@@ -282,7 +285,9 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
 
 def insert_deallocs(irf: IRFunction):
     """(Re)place every activation's allocactivation before its first use and deallocactivation after its
-    last use (uses of views count as uses of their root)."""
+    last use (uses of views count as uses of their root). An activation named by an instruction group
+    (``irf.groups``) is live at least from the group's first instruction to its last: the group runs as one
+    kernel, which reads every input while it writes every output."""
     code = [i for i in irf.instrs if i.op not in ("allocactivation", "deallocactivation")]
     first, last = {}, {}
     for idx, ins in enumerate(code):
@@ -291,6 +296,21 @@ def insert_deallocs(irf: IRFunction):
             if r.kind == "activation":
                 first.setdefault(id(r), (idx, r))
                 last[id(r)] = (idx, r)
+    if irf.groups:
+        pos = {id(ins): idx for idx, ins in enumerate(code)}
+        for group in irf.groups:
+            at = [pos.get(id(ins)) for ins in group]
+            if None in at:
+                missing = group[at.index(None)]
+                raise VerifyError(f"instruction group {[i.name for i in group]}: '{missing.name}' ({missing.op}) "
+                                  f"is not an instruction of '{irf.name}'")
+            lo, hi = min(at), max(at)
+            for ins in group:
+                for b, _ in ins.operands:
+                    r = b.root
+                    if r.kind == "activation":
+                        first[id(r)] = min(first[id(r)], (lo, r), key=lambda t: t[0])
+                        last[id(r)] = max(last[id(r)], (hi, r), key=lambda t: t[0])
     before: dict[int, list[Buffer]] = {}
     after: dict[int, list[Buffer]] = {}
     for idx, r in first.values():
@@ -654,6 +674,8 @@ def dump_ir(irf: IRFunction) -> str:
         lines.append(f"  {idx} %{ins.name} = {ins.op} {ops}" + (f" {{ {attrs} }}" if attrs else ""))
     lines.append("}")
     lines.extend(f"; layout: {n}" for n in irf.layout_notes)
+    lines.extend(f"; group: {' + '.join('%' + i.name for i in g)} (one kernel; its buffers live over all of it)"
+                 for g in irf.groups)
     if irf.plan is not None:
         p = irf.plan
         lines.append("")
