@@ -128,6 +128,8 @@ def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int
     if dh.trivial and dw.trivial:
         k = max((k for k in range(1, dh.size + 1) if dh.size % k == 0 and dh.size // k >= min_rows), default=1)
         dh, dw = flat_dim(dh.size // k), flat_dim(k * dw.size)
+        if prep:  # the copy in the rows the kernel reads (a depthwise strip copies its own rows by their index)
+            prep.update(h=dh.size, w=dw.size, hp=dh.size, wp=dw.size)
     return prep, dh, dw, -(-c * mult // icb) * icb * dh.size * dw.size
 
 
