@@ -179,6 +179,9 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     else:
         icb, per_group = 1, nfb
     aligned = icb != 1 or G == 1
+    if not aligned and epi.in_place and out_layout != "nchw":
+        return Unsupported("conv engine: groups across channel blocks may run twice (a non-finite input: see "
+                           "conv_direct.c.j2), which a residual in y's own memory does not allow")
     parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS
     few_groups = parallel and -(-nfb // min(4, per_group)) < 4 * nt  # too few work items without row blocks
     # an item converting its own output rows to nchw does so while they are in L2: row blocks that bound them
@@ -249,7 +252,7 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
         # the residual: res, or in place y itself (read by the register tiles through yp when they store y)
         res_base="" if not epi.residual or (epi.in_place and not unblock) else ("y" if epi.in_place else "res"),
         res_src="yp" if epi.in_place and not unblock else "rp", epi=epi.c_steps(cb),
-        epi_looped=epi.looped)
+        epi_looped=epi.looped, masked=None if aligned else dict(cg=cg, fg=fg))
     ktaps = [(ph[0], pw[0]) for ph, pw in phases]
     kshape = (1,) * (2 - len(geom.kernel)) + tuple(geom.kernel)
 
