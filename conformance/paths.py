@@ -107,6 +107,13 @@ def depthwise_strip_width() -> int:
     return _conv_algorithms().DW_STRIP_BYTES // (8 * 4 * 8)
 
 
+def engine_parallel_macs(depthwise: bool = False) -> int:
+    """The least multiply-adds for which a CPU conv engine kernel opens its OpenMP region
+    (``conv_algorithms.PARALLEL_MIN_MACS``; a quarter of it for depthwise)."""
+    macs = _conv_algorithms().PARALLEL_MIN_MACS
+    return macs // 4 if depthwise else macs
+
+
 def engine_geometries() -> dict:
     """name -> (x shape, w shape, strides, pads, group) of float32 convs that the CPU conv engine
     (``conv_algorithms``; constant filters) runs by each of its algorithms, with output planes large enough
