@@ -58,11 +58,12 @@ def one_node(op, operands, attrs=None, n_out=1, opset=OPSET, domain=""):
     return onnx.shape_inference.infer_shapes(m), feeds
 
 
-def reference_answer(model, feeds, out_names):
-    """The reference interpreter's outputs for ``model`` (the expectation for any other backend)."""
+def reference_answer(model, feeds, out_names, options=None):
+    """The reference interpreter's outputs for ``model`` (the expectation for any other backend), compiled with
+    ``options`` (the backend's ``required_options()``: the same arithmetic)."""
     import glow_core
     with np.errstate(all="ignore"):
-        return glow_core.compile(model, "interpreter").run(feeds)
+        return glow_core.compile(model, "interpreter", **(options or {})).run(feeds)
 
 
 def expected(model, feeds, ctx, out_names, oracle=None):
@@ -78,7 +79,7 @@ def expected(model, feeds, ctx, out_names, oracle=None):
             raise Unsupported(f"no oracle: onnx.reference.ReferenceEvaluator cannot run this case "
                               f"({type(e).__name__}: {str(e)[:120]})", kind="no-oracle") from None
         return dict(zip(out_names, [np.asarray(r) for r in res]))
-    return reference_answer(model, feeds, out_names)
+    return reference_answer(model, feeds, out_names, ctx.backend.required_options())
 
 
 def _abs_model(model, feeds):

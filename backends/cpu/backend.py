@@ -40,6 +40,9 @@ class CPUBackend(Backend):
         if p is None:
             return kernels_nn.supported(node_info)
         if p.quantized == "own":
+            if node_info.attrs.get("requant", "float32") != "float32":
+                return Unsupported(f"requant={node_info.attrs['requant']!r}: the cpu backend's int8 kernels "
+                                   "requantize in float32 only")
             return quantized_supported(node_info)
         if node_info.in_dtypes and node_info.in_dtypes[0] not in p.dtypes:
             return False
