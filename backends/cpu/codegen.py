@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from math import prod
 from typing import Callable
 
-import jinja2
 import numpy as np
 
 from glow_core.backend import Unsupported
@@ -35,54 +34,17 @@ from glow_core.types import TensorType, dtype as to_dtype
 
 from .codegen_int8 import BAKED, QuantizedKernels
 from .codegen_int8 import scratch_bytes as int8_scratch_bytes
-from .conv_algorithms import template_env
 from .conv_engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
 from .conv_fusion import RESIDUAL
 from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import kernels_ew, kernels_nn, storage_cast
-
-TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
-_ENV: jinja2.Environment | None = None
-
-#: Least work (elements, or multiply-adds for GEMM blocks) for which a kernel's loop runs as an OpenMP parallel
-#: region; smaller loops stay serial (waking a second thread costs a few microseconds). Tuned on 2 cores with
-#: bench/bench_cpu.py (BERT-style encoder at 2 threads: 12.0 -> 9.8 ms, from 131072/262144/2097152).
-PARALLEL_MIN_WORK = {"elementwise": 32768, "window": 65536, "gemm": 524288}
-
-
-
-@functools.lru_cache(maxsize=None)
-def bytecode_cache() -> "jinja2.BytecodeCache | None":
-    """Compiled templates cached under $GLOW_CACHE_DIR/jinja (None when that directory cannot be made); shared by
-    codegen's and the conv engine's environments."""
-    from .toolchain import cache_dir
-    try:
-        d = os.path.join(cache_dir(), "jinja")
-        os.makedirs(d, exist_ok=True)
-        return jinja2.FileSystemBytecodeCache(d)
-    except OSError:
-        return None
-
-
-def template(name: str) -> jinja2.Template:
-    """A template of templates/ (StrictUndefined; compiled templates cached under $GLOW_CACHE_DIR/jinja)."""
-    global _ENV
-    if _ENV is None:
-        _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                                  keep_trailing_newline=True, autoescape=False, bytecode_cache=bytecode_cache())
-        _ENV.globals["par_min"] = PARALLEL_MIN_WORK
-    return _ENV.get_template(name)
+from .templates import PARALLEL_MIN_WORK, prelude_text, template
 
 
 # Error kinds (see glow_prelude.h): the entry returns (1-based instruction number) * 8 + kind.
 ERR_INDEX, ERR_DIV0 = 1, 2
 ERR_KINDS = {ERR_INDEX: "index out of range", ERR_DIV0: "integer division or remainder by zero"}
-
-
-def prelude_text() -> str:
-    with open(os.path.join(TEMPLATES, "glow_prelude.h.j2")) as f:
-        return f.read()
 
 
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _.,:;=+-()[]<>|@!~^&{}'\"")
@@ -428,9 +390,6 @@ def engine_conv(ki, num_threads: int):
     key = (ki.signature[:2] + tuple(s for s in ki.signature[2] if s[0] != "scratch"), num_threads)
     if key in _ENGINE_MEMO:
         return _ENGINE_MEMO[key]
-    env = template_env()
-    if env.bytecode_cache is None:
-        env.bytecode_cache = bytecode_cache()
     epilogue = _engine_epilogue(ki.attrs)
     if x.type.dtype.name != "float32" or not w.const:
         plan = Unsupported("conv engine: float32 convolutions with a constant filter only")

@@ -4,18 +4,14 @@ threading for one geometry, renders its template and returns a ConvKernel with t
 from __future__ import annotations
 
 import dataclasses
-import os
-from functools import lru_cache
 
-import jinja2
 import numpy as np
 
 from glow_core.backend import Unsupported
 
+from .templates import template
 from .conv_geometry import (ConvEngineError, ConvGeometry, ConvKernel, SpatialDim, Target, align, c_float, flat_dim,
                             spatial_dims, subsampled)
-
-TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 
 #: Least multiply-adds for which a conv kernel runs as an OpenMP region (waking a thread costs microseconds).
 PARALLEL_MIN_MACS = 1 << 19
@@ -25,17 +21,6 @@ SLAB_BYTES = 40 * 1024
 DW_STRIP_BYTES = 64 * 1024
 #: Bytes of blocked output a direct conv's work item computes before converting them to nchw (L2-resident).
 UNBLOCK_ITEM_BYTES = 512 * 1024
-#: OpenMP schedule of the work items: static partitioning (each thread its contiguous share, no atomics).
-SCHEDULE = "static"
-
-
-@lru_cache(maxsize=None)
-def template_env() -> jinja2.Environment:
-    """The templates/ environment (StrictUndefined; ``schedule`` global)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False, trim_blocks=False)
-    env.globals["schedule"] = SCHEDULE
-    return env
 
 
 # -- direct convolution ------------------------------------------------------------------------------------------------
@@ -243,7 +228,7 @@ def plan_direct(geom, target, epi, nt, in_layout, out_layout, name, force):
     desc = (f"direct {how}, tile {j} blocks x {t} px, chunk {chunk}, {rblocks} row block(s), "
             f"{len(phases)} phase(s), {'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, "
             f"{nt if parallel else 1} thread(s){', epilogue looped' if epi.looped else ''}")
-    src = template_env().get_template("conv_direct.c.j2").render(
+    src = template("conv_direct.c.j2").render(
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
         ukernels=[dict(j=a, t=b) for a, b in ukernels], groups=groups, phases=ptable, taps=taps or [0],
         items=len(phases) * len(groups) * rblocks, rblocks=rblocks, chunk=chunk, tile=t, ostep=dh.step,
@@ -316,7 +301,7 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     desc = (f"depthwise nchwc{f' x{mult} channels' if mult > 1 else ''}, tile {t} px, {rblocks} row block(s), "
             f"strips of {strip} row(s), {'padded copy per strip' if prep else 'reads x'}, {in_layout}->{out_layout}, "
             f"{nt if parallel else 1} thread(s){', epilogue looped' if epi.looped else ''}")
-    src = template_env().get_template("conv_depthwise.c.j2").render(
+    src = template("conv_depthwise.c.j2").render(
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F,
         tiles=tiles, tile=t, kh=kh, kw=kw, dh=dh.sub_dil, dw=dw.sub_dil, sh=dh.stride, sw=dw.stride,
         xrow=dw.size * cb, xcb=dh.size * dw.size * cb, ximg=ximg, oh=oh, ow=ow, nfb=nfb, rblocks=rblocks,
@@ -451,7 +436,7 @@ def plan_winograd(geom, target, epi, nt, in_layout, out_layout, name, force, m):
     desc = (f"winograd F({m}x{m},3x3) nchwc, {tiles} tiles in {batches} batch(es) of {tb}, GEMM tile {j} blocks "
             f"x {t} tiles, {'padded copy' if prep else 'reads x'}, {in_layout}->{out_layout}, "
             f"{nt if parallel else 1} thread(s)")
-    src = template_env().get_template("conv_winograd.c.j2").render(
+    src = template("conv_winograd.c.j2").render(
         name=name, describe=desc, cb=cb, nt=nt, parallel=parallel, batch=N, prep=prep, unblock=unblock, f=F, m=m,
         a=a, bt_rows=[_lincomb(r) for r in BT], at_rows=[_lincomb(r) for r in AT], ukernels=[
             dict(j=x, t=y) for x, y in ukernels], groups=groups, tb=tb, tile=t, tiles=tiles, tiles_w=tiles_w,

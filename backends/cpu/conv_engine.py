@@ -48,7 +48,8 @@ import re
 
 from glow_core.backend import Unsupported
 
-from .conv_algorithms import (PARALLEL_MIN_MACS, plan_depthwise, plan_direct, plan_winograd, template_env,
+from .templates import template
+from .conv_algorithms import (PARALLEL_MIN_MACS, plan_depthwise, plan_direct, plan_winograd,
                               winograd_choice, winograd_fits)
 from .conv_geometry import (ACTIVATIONS, ConvEngineError, ConvGeometry, ConvKernel, Epilogue, LayoutKernel, Target,
                             host_target)
@@ -87,7 +88,7 @@ def layout_kernel(shape, src_layout: str, dst_layout: str, *, num_threads: int =
                     mult=1)
     desc = (f"layout {src_layout}->{dst_layout} cb{cb} of {'x'.join(map(str, shape))}, "
             f"{num_threads if parallel else 1} thread(s)")
-    src = template_env().get_template("conv_layout.c.j2").render(
+    src = template("conv_layout.c.j2").render(
         name=name, describe=desc, cb=cb, nt=num_threads, parallel=parallel, batch=n, prep=prep, c=c, hw=h * w,
         img_in=nb * cb * h * w, img_out=nb * cb * h * w)
     return LayoutKernel(name, src, "conv engine: " + desc, src_layout, dst_layout, tuple(shape), cb)

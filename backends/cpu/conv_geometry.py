@@ -13,6 +13,8 @@ import numpy as np
 
 from glow_core.errors import GlowError
 
+from .host import feature_flags
+
 
 class ConvEngineError(GlowError):
     """A conv engine request that is malformed (unknown layout or epilogue step, shapes that disagree)."""
@@ -41,16 +43,7 @@ class Target:
 @lru_cache(maxsize=None)
 def host_target() -> Target:
     """The machine compiling with -march=native: AVX-512F, AVX2/FMA, NEON (aarch64) or plain SSE2."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags = line
-                    break
-    except OSError:
-        pass
-    words = set(flags.split())
+    words = feature_flags()
     if "avx512f" in words:
         return Target("avx512", 16, 32)
     if "avx2" in words and "fma" in words:

@@ -2,19 +2,18 @@
 constants of a conv or matmul, the requantization of an output, and the checks every planner shares."""
 from __future__ import annotations
 
-import os
 import platform
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Callable
 
-import jinja2
 import numpy as np
 
 from glow_core.errors import GlowError
 
-TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+from .host import feature_flags
+from .templates import template
 #: Least multiply-adds (or elements x 64 for elementwise kernels) for which a kernel opens an OpenMP region.
 PARALLEL_MIN_MACS = 1 << 20
 #: The integer types the engine reads and writes, with their C type and range.
@@ -40,15 +39,7 @@ class QTarget:
 @lru_cache(maxsize=None)
 def host_qtarget() -> QTarget:
     """The machine compiling with -march=native."""
-    words: set[str] = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    words = set(line.split())
-                    break
-    except OSError:
-        pass
+    words = feature_flags()
     if {"avx512_vnni", "avx512bw", "avx512vl"} <= words:
         return QTarget("avx512vnni", 16, 32)
     if "avx_vnni" in words:
@@ -230,13 +221,6 @@ class WeightTerms:
 def c_float(v: float) -> str:
     """A float32 as an exact C literal."""
     return np.float32(v).item().hex() + "f"
-
-
-@lru_cache(maxsize=None)
-def template_env() -> jinja2.Environment:
-    """templates/ (StrictUndefined)."""
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
-                              keep_trailing_newline=True, autoescape=False)
 
 
 def threads_for(work: int, num_threads: int) -> int:

@@ -21,7 +21,7 @@ import numpy as np
 from glow_core.backend import Unsupported
 
 from .int8_common import (QTYPES, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, ResidualAdd, WeightTerms,
-                          check_weighted, host_qtarget, template_env, threads_for)
+                          check_weighted, host_qtarget, template, threads_for)
 from .int8_elementwise import plan_qadd
 
 #: Cycles of one vpdpbusd and of one load (throughput on the development machine: about 0.24 ns per zmm vpdpbusd
@@ -179,7 +179,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             f"s{sh},{sw}: transform to {len(phases)} plane(s) of {hh}x{wh} dwords, tile {mr}ch x {nv}x{lanes}px, "
             f"{'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'} requant"
             f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}, {nt} thread(s), {target.name}")
-    src = template_env().get_template("qconv.c.j2").render(
+    src = template("qconv.c.j2").render(
         name=name, describe=desc, lanes=lanes, n=n, c=c, h=h, w=w, f=f, fg=fg, cg=cg, c4=c4, group=group,
         oh=oh, ow=ow, ohw=oh * ow, sh=sh, sw=sw, pad_t=pt, pad_l=pl, hh=hh, wh=wh, plen=plen,
         nplanes=len(phases), phs=", ".join(str(p[0]) for p in phases), pws=", ".join(str(p[1]) for p in phases),

@@ -10,7 +10,7 @@ from glow_core.backend import Unsupported
 from glow_core.ops.primitives.quantized import multiplier
 
 from .int8_common import (QTYPES, Int8EngineError, Int8Kernel, QTarget, Requant, c_float, check_dtype, check_name,
-                          check_offset, host_qtarget, template_env, threads_for)
+                          check_offset, host_qtarget, template, threads_for)
 
 #: Elementwise kernels count 64 "multiply-adds" per element against PARALLEL_MIN_MACS.
 ELEMENT_WORK = 64
@@ -44,7 +44,7 @@ def plan_qrescale(shape, *, x_dtype: str, x_offset: int, multiplier: float, y: R
     nt = threads_for(size * ELEMENT_WORK, num_threads)
     desc = (f"int8 rescale {x_dtype}->{y.dtype} of {size} elements (x {m!r} from offset {x_offset} to "
             f"{y.offset}), {nt} thread(s)")
-    src = template_env().get_template("qelementwise.c.j2").render(
+    src = template("qelementwise.c.j2").render(
         op="rescale", name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
         x_ctype=QTYPES[x_dtype][0], y_ctype=QTYPES[y.dtype][0], xoff=x_offset, m=c_float(m), flo=flo, fhi=fhi,
         yoff=y.offset, parallel=nt > 1, nt=nt)
@@ -89,7 +89,7 @@ def _binary(op, shape, a_dtype, a_offset, b_dtype, b_offset, ma, mb, y, num_thre
     size = _size(shape)
     nt = threads_for(size * ELEMENT_WORK, num_threads)
     desc = f"int8 {op} {a_dtype},{b_dtype}->{y.dtype} of {size} elements, requantization fused, {nt} thread(s)"
-    src = template_env().get_template("qelementwise.c.j2").render(
+    src = template("qelementwise.c.j2").render(
         op=op, name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
         a_ctype=QTYPES[a_dtype][0], b_ctype=QTYPES[b_dtype][0], y_ctype=QTYPES[y.dtype][0], aoff=a_offset,
         boff=b_offset, ma=c_float(ma), mb=c_float(mb), lo=lo, hi=hi, yoff=y.offset, parallel=nt > 1, nt=nt,
@@ -108,7 +108,7 @@ def plan_qlookup(shape, *, x_dtype: str, y_dtype: str, num_threads: int = 1, tar
     size = _size(shape)
     nt = threads_for(size * ELEMENT_WORK, num_threads)
     desc = f"int8 lookup table {x_dtype}->{y_dtype} of {size} elements, {nt} thread(s)"
-    src = template_env().get_template("qelementwise.c.j2").render(
+    src = template("qelementwise.c.j2").render(
         op="lookup", name=name, describe=desc, lanes=(target or host_qtarget()).lanes, size=size,
         xmin=QTYPES[x_dtype][1], flip=128 if x_dtype == "int8" else 0, parallel=nt > 1, nt=nt)
     return Int8Kernel(name, "lookup", src, 0, desc, size)
@@ -166,7 +166,7 @@ def plan_qpool(op: str, x_shape, kernel, strides, dilations, pads, *, x_dtype: s
     nt = threads_for(size * kh * kw * 4, num_threads)
     desc = (f"int8 {op} pool {x_dtype}->{y.dtype} {n}x{c}x{h}x{w} k{kh}x{kw} s{sh},{sw} -> {oh}x{ow}"
             f"{', count_include_pad' if op == 'avg' and count_include_pad else ''}, {nt} thread(s)")
-    src = template_env().get_template("qpool.c.j2").render(
+    src = template("qpool.c.j2").render(
         op=op, name=name, describe=desc, lanes=(target or host_qtarget()).lanes, n=n, c=c, h=h, w=w, oh=oh, ow=ow,
         kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pad_t=pt, pad_l=pl, pad_b=pb, pad_r=pr,
         include_pad=bool(count_include_pad), ctype=QTYPES[x_dtype][0], y_ctype=QTYPES[y.dtype][0],

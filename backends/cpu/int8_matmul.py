@@ -15,7 +15,7 @@ import numpy as np
 from glow_core.backend import Unsupported
 
 from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, WeightTerms, check_weighted,
-                          host_qtarget, template_env, threads_for)
+                          host_qtarget, template, threads_for)
 from .int8_conv import _blocks, choose_tile
 
 
@@ -59,7 +59,7 @@ def plan_qmatmul(a_shape, w_shape, *, a_dtype: str, a_offset: int, w_dtype: str 
     desc = (f"int8 matmul {a_dtype}x{w_dtype}->{y.dtype} {batch}x[{m}x{k}]x[{k}x{n}]: rows packed to {kp} bytes, "
             f"tile {mr} rows x {nv}x{lanes} columns, {'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'}"
             f" requant{', row sums for weight offsets' if xsum else ''}, {nt} thread(s), {target.name}")
-    src = template_env().get_template("qgemm.c.j2").render(
+    src = template("qgemm.c.j2").render(
         name=name, describe=desc, lanes=lanes, batch=batch, m=m, k=k, n=n, kp=kp, npad=npad, flip=flip,
         xsum=xsum, ap_bytes=ap_bytes, scratch=scratch, variants=variants, mr_full=mr, nv_full=nv, nrb=nrb,
         ncb=ncb, items=ncb * nrb, requant=requant, flo=flo, fhi=fhi, yoff=y.offset, full_mask=(1 << lanes) - 1,

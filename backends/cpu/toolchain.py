@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import platform
 import resource
 import shlex
 import shutil
@@ -24,7 +23,9 @@ from dataclasses import dataclass, field
 
 from glow_core.errors import BackendError
 
-from .codegen import TEMPLATES, KernelCode, gemm_source, prelude_text, template
+from . import host
+from .codegen import KernelCode, gemm_source
+from .templates import cache_dir, prelude_text, source, template
 
 #: Number of compiler invocations in this process (tests use it to check cache hits).
 COMPILER_RUNS = 0
@@ -66,12 +67,6 @@ def default_flags(num_threads: int) -> list[str]:
     return flags
 
 
-def cache_dir() -> str:
-    d = os.environ.get("GLOW_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "glow_kit")
-    os.makedirs(d, exist_ok=True)
-    return d
-
-
 def compile_jobs() -> int:
     """Compiler processes to run at once: the cores this process may use."""
     try:
@@ -89,32 +84,16 @@ def _compiler_identity(cc: list[str]) -> str:
         return " ".join(cc)
 
 
-@functools.lru_cache(maxsize=None)
-def _cpu_identity() -> str:
-    ident = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "flags", "Features")):
-                    ident += "|" + line.strip()
-                if line.startswith(("flags", "Features")):
-                    break
-    except OSError:
-        ident += "|" + platform.processor()
-    return ident
-
-
 def _host_identity(flags) -> str:
     """With -march=native the code depends on the host CPU: its model and feature flags join the key."""
     if not any(f.startswith(("-march=native", "-mcpu=native", "-mtune=native")) for f in flags):
         return ""
-    return _cpu_identity()
+    return host.identity()
 
 
 @functools.lru_cache(maxsize=1)
 def _fixed_text() -> str:
-    with open(os.path.join(TEMPLATES, "shard.c.j2")) as f:
-        return prelude_text() + "\0" + f.read()
+    return prelude_text() + "\0" + source("shard.c.j2")
 
 
 def _hash(*parts: str) -> str:

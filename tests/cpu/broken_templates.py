@@ -19,10 +19,10 @@ def broken_backend(tmp_path, template: str, old: str, new: str) -> tuple[str, di
     assert src.count(old) == 1, f"{template}: {old!r} must occur once"
     (tdir / template).write_text(src.replace(old, new))
     (tmp_path / "broken_cpu.py").write_text(textwrap.dedent(f"""
-        import glow_cpu.codegen as codegen
+        import glow_cpu.templates as templates
         from glow_cpu.backend import CPUBackend
-        codegen.TEMPLATES = {str(tdir)!r}
-        codegen._ENV = None
+        templates.FOLDER = {str(tdir)!r}
+        templates._ENV = None
 
         class BrokenCPU(CPUBackend):
             name = "broken-cpu"
