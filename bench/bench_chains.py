@@ -1,4 +1,4 @@
-"""Elementwise chains on the CPU backend (backends/cpu/chains.py): one loop per chain against one kernel per
+"""Elementwise chains on the CPU backend (backends/cpu/fusion/chains.py): one loop per chain against one kernel per
 instruction (``elementwise_chains=False``) and onnxruntime.
 
     python bench/bench_chains.py [--models vit_tiny,bert_encoder] [--threads 1,2] [--rounds 5] [--n 1048576]

@@ -15,7 +15,7 @@ VECTOR_BYTES = (16, 32, 64)
 
 @lru_cache(maxsize=1)
 def _codegen():
-    from glow_cpu import codegen
+    from glow_cpu.kernels import codegen
     return codegen
 
 
@@ -79,7 +79,7 @@ def parallel_side(work: int, per_point: int, channels: int) -> int:
 
 @lru_cache(maxsize=1)
 def _conv_algorithms():
-    from glow_cpu import conv_algorithms
+    from glow_cpu.conv import algorithms as conv_algorithms
     return conv_algorithms
 
 
@@ -150,7 +150,7 @@ def int8_parallel_elements() -> int:
     """Elements of an int8 elementwise kernel (qadd, qmul, rescale) past the CPU int8 engine's threading threshold
     (``int8_common.PARALLEL_MIN_MACS`` of work at ``int8_elementwise.ELEMENT_WORK`` per element), with a ragged
     tail so the threads' chunks end unevenly."""
-    from glow_cpu import int8_common, int8_elementwise
+    from glow_cpu.int8 import common as int8_common, elementwise as int8_elementwise
     return int8_common.PARALLEL_MIN_MACS // int8_elementwise.ELEMENT_WORK + 37
 
 
@@ -158,5 +158,5 @@ def int8_parallel_conv_rows(channels: int, filters: int, taps: int, width: int) 
     """Output rows of a stride-1 int8 conv (``channels`` -> ``filters``, ``taps`` per window, ``width`` output
     columns) whose multiply-adds pass the CPU int8 engine's threading threshold (``int8_common.PARALLEL_MIN_MACS``),
     plus one so the threads' shares of register tiles end unevenly."""
-    from glow_cpu import int8_common
+    from glow_cpu.int8 import common as int8_common
     return int8_common.PARALLEL_MIN_MACS // (channels * filters * taps * width) + 2

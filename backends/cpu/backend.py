@@ -9,16 +9,22 @@ from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
-from . import kernels_nn, layouts, sanitize, toolchain
-from .attention import planned_scratch
-from .bundle import write_bundle
-from .codegen import ENGINE_SCRATCH_THREADS, KernelInstr, prelude_text, scratch_layout
-from .codegen_int8 import supported as quantized_supported
-from .ctypes_map import supported
-from .kernels_ew import ACTIVATION_PARAMS
+from .kernels import nn as kernels_nn
+
+from . import layouts
+
+from .build import sanitize
+
+from .build import toolchain
+from .fusion.attention import planned_scratch
+from .build.bundle import write_bundle
+from .kernels.codegen import ENGINE_SCRATCH_THREADS, KernelInstr, prelude_text, scratch_layout
+from .kernels.quantized import supported as quantized_supported
+from .kernels.ctypes_map import supported
+from .kernels.ew import ACTIVATION_PARAMS
 from .program import Program
-from .runtime import CPUFunction
-from .storage_cast import ONE_BYTE_STORAGE
+from .build.runtime import CPUFunction
+from .kernels.storage_cast import ONE_BYTE_STORAGE
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
 FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS]

@@ -15,8 +15,8 @@ from __future__ import annotations
 from glow_core.ir import PLAIN
 from glow_core.layout import LayoutRequirement
 
-from .codegen import KernelInstr, engine_conv
-from .conv_engine import host_target
+from .kernels.codegen import KernelInstr, engine_conv
+from .conv.engine import host_target
 
 #: Elementwise ops computing the same per element on any layout, finite on finite padding lanes (a fused
 #: activation of glow_core.fusion included: relu, clip, sigmoid, tanh, leaky_relu are finite on finite input).

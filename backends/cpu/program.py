@@ -8,16 +8,16 @@ import numpy as np
 
 from glow_core.memory import align_up
 
-from .attention import ATTENDED, attention_call, attention_patterns
-from .chains import chain_kernel, elementwise_chains
-from .codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, engine_conv, gemm_source,
+from .fusion.attention import ATTENDED, attention_call, attention_patterns
+from .fusion.chains import chain_kernel, elementwise_chains
+from .kernels.codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, engine_conv, gemm_source,
                       kernel_code, matmul_plan,
                       stacked, template)
-from .codegen_int8 import engine_conv as int8_engine_conv
-from .conv_fusion import fuse_float_residuals
-from .int8_fusion import fuse_residuals
-from .stacking import read_in_place
-from .strided_operands import Folds, fold_transposes, touched_by
+from .kernels.quantized import engine_conv as int8_engine_conv
+from .fusion.residual_float import fuse_float_residuals
+from .fusion.residual_int8 import fuse_residuals
+from .fusion.broadcasts import read_in_place
+from .fusion.transposes import Folds, fold_transposes, touched_by
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
 REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}

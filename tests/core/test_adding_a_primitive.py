@@ -3,7 +3,7 @@ vendor_guide/adding_a_primitive.md makes them in the files:
 
 1. its record with its reference kernel (``glow_core.ops.registry.primitive``; in a file:
    ``glow_core/ops/primitives/elementwise.py``),
-2. its CPU table entry (``glow_cpu.kernels_ew.C_MATH``; in a file: ``backends/cpu/kernels_ew.py``),
+2. its CPU table entry (``glow_cpu.kernels.ew.C_MATH``; in a file: ``backends/cpu/kernels/ew.py``),
 3. one conformance case line (``glow_conformance.tier_primitives.LINES``; in a file:
    ``conformance/tier_primitives.py``).
 
@@ -22,7 +22,7 @@ from glow_conformance import tier_primitives
 from glow_core.errors import ShapeError
 from glow_core.ops.registry import PRIMITIVES, primitive
 from glow_core.types import FLOATS, TensorType
-from glow_cpu import codegen, kernels_ew
+from glow_cpu.kernels import codegen, ew as kernels_ew
 
 TOY = "expm1"
 

@@ -1,4 +1,4 @@
-"""Fused attention on the CPU backend (backends/cpu/attention.py, templates/attention.c.j2): the pattern
+"""Fused attention on the CPU backend (backends/cpu/fusion/attention.py, templates/attention.c.j2): the pattern
 MatMul(Q, K^T) [-> Mul/Div by a scalar] [-> Add mask] -> Softmax -> MatMul(P, V) runs as one kernel over heads x
 row blocks. Checked against numpy's attention written from the ONNX ops, bit for bit against the unfused kernels
 (``attention="never"``), the matcher's refusals, the cost rule, and the choice in ``glowc dump --source``."""
@@ -15,7 +15,7 @@ import glow_core
 from conformance import networks as M
 from conformance import tier_models
 from glow_tools.cli import main as glowc
-from glow_cpu import attention
+from glow_cpu.fusion import attention
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None
                               and not os.environ.get("CC"), reason="no C compiler")

@@ -1,4 +1,4 @@
-"""Elementwise chains on the CPU backend (backends/cpu/chains.py): a DAG of elementwise instructions whose
+"""Elementwise chains on the CPU backend (backends/cpu/fusion/chains.py): a DAG of elementwise instructions whose
 intermediates are read only inside it runs as one loop. The fused loop must compute bit for bit what one kernel
 per instruction computes (``elementwise_chains=False``), which must equal numpy evaluating the ONNX ops in the
 same dtype; the chain shows in ``glowc dump --source``."""

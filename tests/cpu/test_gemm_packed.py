@@ -1,4 +1,4 @@
-"""The CPU backend's GEMM with B packed at compile time (backends/cpu/gemm_blocking.py: a constant MatMul B in
+"""The CPU backend's GEMM with B packed at compile time (backends/cpu/kernels/gemm_blocking.py: a constant MatMul B in
 the micro-kernel's panel layout), at the panel-width, kc and nc edges and above the parallel threshold
 (conformance.paths.packed_b_shapes, read from the generator's tables), at 1 and 2 threads, against numpy in
 float64."""
@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
 from conformance import paths
-from glow_cpu.codegen import KernelInstr, kernel_code
+from glow_cpu.kernels.codegen import KernelInstr, kernel_code
 
 _T = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE}
 

@@ -1,4 +1,4 @@
-"""Operator stacking on the CPU backend (backends/cpu/stacking.py): a broadcast whose readers are all elementwise
+"""Operator stacking on the CPU backend (backends/cpu/fusion/broadcasts.py): a broadcast whose readers are all elementwise
 kernels is not materialized; they index its source in place. Checked against numpy (the ONNX semantics) and
 onnxruntime, and shown in ``glowc dump --source``."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
-from glow_cpu.codegen import broadcast_split
+from glow_cpu.kernels.codegen import broadcast_split
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None
                               and not os.environ.get("CC"), reason="no C compiler")

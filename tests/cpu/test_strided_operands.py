@@ -1,4 +1,4 @@
-"""Transposes folded into batched matmuls on the CPU backend (backends/cpu/strided_operands.py): the matmul reads
+"""Transposes folded into batched matmuls on the CPU backend (backends/cpu/fusion/transposes.py): the matmul reads
 the transpose's source through strides (A row-strided, A column-strided, B row-strided, B transposed) or writes
 its result through strides into the transpose's output. Checked against numpy (the ONNX semantics), bit for bit
 against the unfolded program (``transpose_folding=False``: the same GEMM, the same sums), and in the listing."""

@@ -89,7 +89,7 @@ def test_conv_family_reaches_every_engine_path_at_one_channel_or_filter_per_grou
 #: The bug of commit a7ea856 put back: the engine's input copy in the source's rows while its kernel reads the
 #: rows of a 1x1 stride-1 conv flattened into one.
 UNFIXED_COPY = """
-    import glow_cpu.conv_algorithms as ca
+    import glow_cpu.conv.algorithms as ca
     _copy = ca._input_copy
 
     def _input_copy(dh, dw, *args, **kw):

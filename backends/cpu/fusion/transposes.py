@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 from glow_core.ir import PLAIN, PSEUDO, Instr
 
-from .codegen import STRIDED, row_strides, stacked
-from .int8_fusion import _overlap
-from .stacking import positions, readers
+from ..kernels.codegen import STRIDED, row_strides, stacked
+from .residual_int8 import _overlap
+from .broadcasts import positions, readers
 
 
 @dataclass

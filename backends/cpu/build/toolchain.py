@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 from glow_core.errors import BackendError
 
-from . import host
-from .codegen import KernelCode, gemm_source
-from .templates import cache_dir, prelude_text, source, template
+from .. import host
+from ..kernels.codegen import KernelCode, gemm_source
+from ..templates import cache_dir, prelude_text, source, template
 
 #: Number of compiler invocations in this process (tests use it to check cache hits).
 COMPILER_RUNS = 0

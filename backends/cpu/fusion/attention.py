@@ -39,12 +39,12 @@ from glow_core.fusion import FUSED_ACTIVATION
 from glow_core.ir import PLAIN, PSEUDO
 from glow_core.memory import align_up
 
-from . import stacking
-from .codegen import KernelCode, batch_offset, constant_value, template
-from .gemm_blocking import gemm_pack_width, gemm_scratch_bytes
-from .int8_fusion import _overlap
-from .kernels_ew import reduce_parts
-from .kernels_nn import ROW_LANES
+from . import broadcasts as stacking
+from ..kernels.codegen import KernelCode, batch_offset, constant_value, template
+from ..kernels.gemm_blocking import gemm_pack_width, gemm_scratch_bytes
+from .residual_int8 import _overlap
+from ..kernels.ew import reduce_parts
+from ..kernels.nn import ROW_LANES
 
 #: Query rows per block: a multiple of both GEMM micro-tile heights (6 and 8), the tile at most TILE_BYTES.
 ROW_QUANTUM = 24

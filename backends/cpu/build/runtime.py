@@ -13,7 +13,7 @@ import numpy as np
 from glow_core.backend import CompiledFunction
 from glow_core.errors import GlowError
 
-from .codegen import ERR_KINDS
+from ..kernels.codegen import ERR_KINDS
 
 _LIBS: dict[str, ctypes.CDLL] = {}
 

@@ -9,8 +9,8 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
-from .templates import template
-from .conv_geometry import (ConvEngineError, ConvGeometry, ConvKernel, SpatialDim, Target, align, c_float, flat_dim,
+from ..templates import template
+from .geometry import (ConvEngineError, ConvGeometry, ConvKernel, SpatialDim, Target, align, c_float, flat_dim,
                             spatial_dims, subsampled)
 
 #: Least multiply-adds for which a conv kernel runs as an OpenMP region (waking a thread costs microseconds).

@@ -103,7 +103,7 @@ def require_runtime(names):
     if "address" in names and not runtime_loaded():
         raise BackendError("cpu backend: an AddressSanitizer build can only be loaded into a process started with "
                            "the ASan runtime preloaded; run the command again under "
-                           "`python -m glow_cpu.sanitize COMMAND ...` (it sets LD_PRELOAD and ASAN_OPTIONS), or set "
+                           "`python -m glow_cpu.build.sanitize COMMAND ...` (it sets LD_PRELOAD and ASAN_OPTIONS), or set "
                            f"LD_PRELOAD={runtime_library('asan')} and ASAN_OPTIONS=detect_leaks=0")
 
 
@@ -122,10 +122,10 @@ def reexec(names, log_dir: str | None = None):
 
 
 def main(argv=None) -> int:
-    """``python -m glow_cpu.sanitize COMMAND ...``: run COMMAND with the sanitizer runtime preloaded."""
+    """``python -m glow_cpu.build.sanitize COMMAND ...``: run COMMAND with the sanitizer runtime preloaded."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv:
-        print("usage: python -m glow_cpu.sanitize COMMAND [ARGS...]  (sanitizers from $GLOW_CPU_SANITIZE, "
+        print("usage: python -m glow_cpu.build.sanitize COMMAND [ARGS...]  (sanitizers from $GLOW_CPU_SANITIZE, "
               "default address,undefined)", file=sys.stderr)
         return 2
     names = requested() or KNOWN

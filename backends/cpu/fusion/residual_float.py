@@ -24,7 +24,7 @@ from __future__ import annotations
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.ir import Instr
 
-from .int8_fusion import Residual, _overlap, _read_later, _same, next_add
+from .residual_int8 import Residual, _overlap, _read_later, _same, next_add
 
 #: The attribute of a conv instruction carrying its fused residual add (the add's activation and parameters).
 RESIDUAL = "residual"

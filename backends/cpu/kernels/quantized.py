@@ -25,9 +25,9 @@ from glow_core.backend import NodeInfo, Unsupported
 from glow_core.errors import BackendError
 from glow_core.ops.primitives.quantized import ACC, multiplier, multipliers, qrange
 
-from . import int8_engine as E
+from ..int8 import engine as E
 from .ctypes_map import ctype
-from .int8_common import c_float
+from ..int8.common import c_float
 
 #: The quantized primitives the backend runs.
 INT8_OPS = frozenset(("quantize", "dequantize", "rescale", "qconv", "qmatmul", "qadd", "qmul", "qavg_pool",

@@ -32,7 +32,7 @@ from math import prod
 import numpy as np
 
 from .gemm_blocking import gemm_scratch_bytes, pack_b
-from .kernels_ew import reduce_parts
+from .ew import reduce_parts
 
 
 def _trailing(shape) -> tuple:

@@ -20,9 +20,9 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
-from .int8_common import (QTYPES, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, ResidualAdd, WeightTerms,
+from .common import (QTYPES, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, ResidualAdd, WeightTerms,
                           check_weighted, host_qtarget, template, threads_for)
-from .int8_elementwise import plan_qadd
+from .elementwise import plan_qadd
 
 #: Cycles of one vpdpbusd and of one load (throughput on the development machine: about 0.24 ns per zmm vpdpbusd
 #: in a good tile, loads 2 per cycle) and per tile outside the K loop (epilogue, call); the tile chooser's model.

@@ -32,7 +32,7 @@ import subprocess
 
 from glow_core.memory import align_up
 
-from .codegen import c_comment, c_ident, template
+from ..kernels.codegen import c_comment, c_ident, template
 from .toolchain import ToolchainError
 
 MANIFEST = "bundle.json"

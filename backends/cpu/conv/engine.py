@@ -48,10 +48,10 @@ import re
 
 from glow_core.backend import Unsupported
 
-from .templates import template
-from .conv_algorithms import (PARALLEL_MIN_MACS, plan_depthwise, plan_direct, plan_winograd,
+from ..templates import template
+from .algorithms import (PARALLEL_MIN_MACS, plan_depthwise, plan_direct, plan_winograd,
                               winograd_choice, winograd_fits)
-from .conv_geometry import (ACTIVATIONS, ConvEngineError, ConvGeometry, ConvKernel, Epilogue, LayoutKernel, Target,
+from .geometry import (ACTIVATIONS, ConvEngineError, ConvGeometry, ConvKernel, Epilogue, LayoutKernel, Target,
                             host_target)
 
 LAYOUTS = ("nchw", "nchwc", "nhwc")

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.ir import PSEUDO
 
-from . import stacking
-from .codegen import KernelInstr, Operand
+from . import broadcasts as stacking
+from ..kernels.codegen import KernelInstr, Operand
 
 #: Longest stretch of instructions a member may run ahead of its root (beyond it, it stays a kernel of its own).
 MAX_SPAN = 64

@@ -13,7 +13,7 @@ import numpy as np
 
 from glow_core.errors import GlowError
 
-from .host import feature_flags
+from ..host import feature_flags
 
 
 class ConvEngineError(GlowError):

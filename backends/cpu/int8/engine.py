@@ -44,11 +44,11 @@ else 8), so pack with the same target the source was rendered for.
 """
 from __future__ import annotations
 
-from .int8_common import (PARALLEL_MIN_MACS, TARGETS, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant,
+from .common import (PARALLEL_MIN_MACS, TARGETS, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant,
                           ResidualAdd, host_qtarget)
-from .int8_conv import plan_qconv
-from .int8_elementwise import avg_pool_multipliers, plan_qadd, plan_qlookup, plan_qmul, plan_qpool, plan_qrescale
-from .int8_matmul import plan_qmatmul
+from .conv import plan_qconv
+from .elementwise import avg_pool_multipliers, plan_qadd, plan_qlookup, plan_qmul, plan_qpool, plan_qrescale
+from .matmul import plan_qmatmul
 
 __all__ = ["PARALLEL_MIN_MACS", "TARGETS", "Int8EngineError", "Int8Kernel", "QConstants", "QTarget", "Requant",
            "ResidualAdd",

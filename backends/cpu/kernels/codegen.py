@@ -32,14 +32,16 @@ from glow_core.layout import LAYOUT_CONVERT
 from glow_core.memory import align_up
 from glow_core.types import TensorType, dtype as to_dtype
 
-from .codegen_int8 import BAKED, QuantizedKernels
-from .codegen_int8 import scratch_bytes as int8_scratch_bytes
-from .conv_engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
-from .conv_fusion import RESIDUAL
+from .quantized import BAKED, QuantizedKernels
+from .quantized import scratch_bytes as int8_scratch_bytes
+from ..conv.engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
+from ..fusion.residual_float import RESIDUAL
 from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
 from .ctypes_map import INT_LIMITS, ctype, supported
-from . import kernels_ew, kernels_nn, storage_cast
-from .templates import PARALLEL_MIN_WORK, prelude_text, template
+from . import ew as kernels_ew
+from . import nn as kernels_nn
+from . import storage_cast
+from ..templates import PARALLEL_MIN_WORK, prelude_text, template
 
 
 # Error kinds (see glow_prelude.h): the entry returns (1-based instruction number) * 8 + kind.
@@ -381,7 +383,7 @@ def engine_layout(layout: str) -> str:
 
 
 def engine_conv(ki, num_threads: int):
-    """The conv engine's kernel (backends/cpu/conv_engine.py) for a float32 ``conv`` with a constant filter,
+    """The conv engine's kernel (backends/cpu/conv/engine.py) for a float32 ``conv`` with a constant filter,
     reading and writing the layouts of its operands (from plain NCHW the kernel converts to its blocked layout
     inside, through its scratch), or a falsy Unsupported naming why the generic kernel (``conv_plan``) computes
     it."""

@@ -14,9 +14,9 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
-from .int8_common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, WeightTerms, check_weighted,
+from .common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, WeightTerms, check_weighted,
                           host_qtarget, template, threads_for)
-from .int8_conv import _blocks, choose_tile
+from .conv import _blocks, choose_tile
 
 
 def plan_qmatmul(a_shape, w_shape, *, a_dtype: str, a_offset: int, w_dtype: str = "int8", w_offset=0,

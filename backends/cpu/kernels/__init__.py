@@ -1,0 +1,1 @@
+"""Kernel generation: the C of each instruction, by family."""
