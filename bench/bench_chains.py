@@ -31,8 +31,8 @@ sys.path.insert(0, ROOT)
 from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
 from bench.bench_cpu import build, glow_compile, ort_session, spawn  # noqa: E402
 
-#: Kernels that compute nothing (program.py: elided broadcasts, fused residuals, chain members).
-NOTHING = ("glow_k_nothing", "glow_k_fused", "glow_k_chained")
+#: The kernel that computes nothing (fusion.STUB: every instruction a fusion absorbed).
+NOTHING = ("glow_k_absorbed",)
 #: name -> (bench_cpu's worker runtime, compile options)
 RUNTIMES = {"chains": ("glow", {"elementwise_chains": True}), "unfused": ("glow", {"elementwise_chains": False}),
             "ort": ("ort", {})}

@@ -73,7 +73,7 @@ def test_lowered_gelu_is_one_loop(dt, threads, capsys):
     assert bitwise_equal(got["y"], want["y"])
     assert [c.split(":")[0] for c in chains(cm)] == ["elementwise chain of 6 in one loop"], chains(cm)
     calls = cm.last.compiled.program.calls
-    assert sum(c.code.name == "glow_k_chained" for c in calls) == 5
+    assert sum(c.code.choice == "computed in the elementwise chain loop of a later instruction" for c in calls) == 5
     src, unfused = cm.last.compiled.source, ref.last.compiled.source
     defined = lambda s: len(re.findall(r"GLOW_KERNEL int glow_k_[0-9a-f]+\(", s))  # noqa: E731
     assert defined(unfused) - defined(src) >= 4  # add, mul, erf, add, mul, mul -> one chain (+ shared mul/add)

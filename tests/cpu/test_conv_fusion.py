@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import glow_core
-import glow_cpu.program as program
+import glow_cpu.fusion as fusion
 from conformance import networks as M
 from glow_conformance import example_models
 
@@ -29,13 +29,13 @@ def fused_pairs(cm):
     """(conv name, add name) of every add the program runs in a conv's epilogue."""
     calls = cm.last.compiled.program.calls
     return [(calls[i - 1].instr.name, c.instr.name) for i, c in enumerate(calls)
-            if c.code.name == program.FUSED_ADD.name]
+            if c.code.name == fusion.STUB.name and c.instr.op == "add" and "epilogue of the conv" in c.code.choice]
 
 
 def unfused(model, threads, monkeypatch):
-    """The model compiled with the float residual fusion off (the add as its own kernel)."""
+    """The model compiled with the residual rule off (the add as its own kernel)."""
     with monkeypatch.context() as m:
-        m.setattr(program, "fuse_float_residuals", lambda *a, **k: {})
+        m.setattr(fusion, "RULES", tuple(r for r in fusion.RULES if r.name != "residual"))
         return glow_core.compile(model, "cpu", num_threads=threads)
 
 

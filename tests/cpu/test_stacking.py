@@ -1,5 +1,5 @@
-"""Operator stacking on the CPU backend (backends/cpu/fusion/broadcasts.py): a broadcast whose readers are all elementwise
-kernels is not materialized; they index its source in place. Checked against numpy (the ONNX semantics) and
+"""Operator stacking on the CPU backend (backends/cpu/fusion/broadcasts.py): a broadcast whose readers are all
+elementwise kernels is not materialized; they index its source in place. Checked against numpy (the ONNX semantics) and
 onnxruntime, and shown in ``glowc dump --source``."""
 from __future__ import annotations
 

@@ -102,8 +102,8 @@ def require_runtime(names):
     """Refuse (BackendError) to load an ASan build into a process without the ASan runtime preloaded."""
     if "address" in names and not runtime_loaded():
         raise BackendError("cpu backend: an AddressSanitizer build can only be loaded into a process started with "
-                           "the ASan runtime preloaded; run the command again under "
-                           "`python -m glow_cpu.build.sanitize COMMAND ...` (it sets LD_PRELOAD and ASAN_OPTIONS), or set "
+                           "the ASan runtime preloaded; run the command again under `python -m "
+                           "glow_cpu.build.sanitize COMMAND ...` (it sets LD_PRELOAD and ASAN_OPTIONS), or set "
                            f"LD_PRELOAD={runtime_library('asan')} and ASAN_OPTIONS=detect_leaks=0")
 
 

@@ -1,9 +1,9 @@
-"""Fused attention on the planned IR: matmul(Q, K^T) -> [mul or div by a scalar constant] -> [add a mask] ->
+"""Rule "attention": matmul(Q, K^T) -> [mul or div by a scalar constant] -> [add a mask] ->
 Softmax(last axis) -> matmul(P, V) runs as one kernel (templates/attention.c.j2) that walks (batch x head, block
 of query rows) and keeps only a block x T tile of the score matrix, in scratch, where the unfused kernels write
 and read the [..., S, T] scores three or four times.
 
-``attention_patterns(irf, num_threads, sources, skip, mode)`` finds the instances. Legality, per instance:
+``match`` finds an instance at its first matmul. Legality, per instance:
 * all float32 in the plain layout; Q [..., S, D], K^T [..., D, T], V [..., T, Dv] with one batch shape (no
   broadcast batch); the first matmul's output is a whole activation (no view of it anywhere);
 * each intermediate (the scores, each scaled or masked step, the probabilities) is read, until next written,
@@ -36,15 +36,15 @@ import numpy as np
 
 from glow_core.errors import BackendError
 from glow_core.fusion import FUSED_ACTIVATION
-from glow_core.ir import PLAIN, PSEUDO
+from glow_core.ir import PLAIN
 from glow_core.memory import align_up
+from glow_core.plan_queries import overlap as _overlap
 
-from . import broadcasts as stacking
 from ..kernels.codegen import KernelCode, batch_offset, constant_value, template
-from ..kernels.gemm_blocking import gemm_pack_width, gemm_scratch_bytes
-from .residual_int8 import _overlap
 from ..kernels.ew import reduce_parts
+from ..kernels.gemm_blocking import gemm_pack_width, gemm_scratch_bytes
 from ..kernels.nn import ROW_LANES
+from . import Group, Rule
 
 #: Query rows per block: a multiple of both GEMM micro-tile heights (6 and 8), the tile at most TILE_BYTES.
 ROW_QUANTUM = 24
@@ -79,6 +79,8 @@ class Attention:
     work: tuple  # (buffer, byte offset, bytes) of the threads' parts
     copy_q: bool  # O overlaps Q: Q is copied with K^T before any store
     choice: str
+    strided: "dict | None" = None  # operands read and O written through strides (rule "transposes")
+    folded_out: object = None  # the buffer O is then written to
 
 
 def block_rows(s: int, t: int) -> int:
@@ -133,50 +135,58 @@ def _f32(b) -> bool:
     return b.type.dtype.name == "float32" and b.layout == PLAIN
 
 
-def attention_patterns(irf, num_threads: int, sources: dict, skip: set, mode: str = "auto") -> tuple[dict, dict]:
-    """({id(member): Attention} for every fused instance of ``irf`` (see the module doc), {id(second matmul):
-    why not fused} for the legal instances the cost rule keeps unfused). ``sources``: stacking.Elided.sources;
-    ``skip``: ids of the instructions that run no kernel (elided broadcasts); ``mode``: "auto" (the cost rule
-    decides), "always" (wherever legal) or "never"."""
+ABSORBED = "computed in the fused attention kernel of a later matmul"
+
+
+def match(fused, mm) -> "Group | None":
+    """The fused instance starting at matmul ``mm`` (see the module doc), or None; a legal instance the cost
+    rule keeps unfused gets a note on its second matmul. Option ``attention``: "auto" (the cost rule decides),
+    "always" (wherever legal) or "never"."""
+    mode = fused.options.get("attention", "auto")
     if mode not in MODES:
         raise BackendError(f"cpu backend: option attention={mode!r} is not one of {', '.join(MODES)}")
-    if mode == "never":
-        return {}, {}
-    instrs = irf.instrs
-    pos, touches = stacking.positions(irf)
-    viewed = {id(b.root) for b in irf.buffers if b.base is not None}
-    elided = {id(b.root) for i in irf.code if id(i) in skip for b in i.outs}
-    found, declined = {}, {}
-    for mm in irf.code:
-        if mm.op != "matmul" or id(mm) in found:
-            continue
-        inst = _match(mm, instrs, pos, touches, viewed, sources, skip, elided, num_threads)
-        if inst is None:
-            continue
-        *batch, s, d = inst.q.type.shape
-        t = inst.k.type.shape[-1]
-        if mode == "auto" and not fused_wins(s, t, d, num_threads):
-            declined[id(inst.members[-1])] = (f"attention not fused (cost rule: T {t} < {MIN_KEYS} keys at 1 "
-                                              "thread)")
-            continue
-        rule = "always" if mode == "always" else f"cost rule: T {t} >= {MIN_KEYS}" if t >= MIN_KEYS else \
-            f"cost rule: {num_threads} threads"
-        inst.choice = f"attention fused ({rule}): {inst.choice}"
-        found.update({id(m): inst for m in inst.members})
-    return found, declined
-
-
-def _next(ins, cur, instrs, pos, touches, viewed):
-    """The one instruction reading ``cur`` (ins's output) and its slot, or None."""
-    if cur.kind != "activation" or cur.base is not None or id(cur) in viewed:
+    if mode == "never" or mm.op != "matmul" or id(mm) in fused.taken:
         return None
-    rd = stacking.readers(instrs, touches[id(cur)], pos[id(ins)], cur)
+    st = fused.state.get("attention")
+    if st is None:  # the instructions that run no kernel so far (elided broadcasts) and their outputs' roots
+        skip = set(fused.taken)
+        st = fused.state["attention"] = (skip, {id(b.root) for i in fused.irf.code if id(i) in skip for b in i.outs})
+    skip, elided = st
+    inst = _match(mm, fused.index, fused.sources, skip, elided, fused.num_threads)
+    if inst is None:
+        return None
+    *batch, s, d = inst.q.type.shape
+    t = inst.k.type.shape[-1]
+    if mode == "auto" and not fused_wins(s, t, d, fused.num_threads):
+        fused.notes[id(inst.members[-1])] = f"attention not fused (cost rule: T {t} < {MIN_KEYS} keys at 1 thread)"
+        return None
+    rule = "always" if mode == "always" else f"cost rule: T {t} >= {MIN_KEYS}" if t >= MIN_KEYS else \
+        f"cost rule: {fused.num_threads} threads"
+    inst.choice = f"attention fused ({rule}): {inst.choice}"
+    # its scratch lies in the members' buffers: every member's position touches all of them
+    touches = [b for m in inst.members for b in fused.operands(m)]
+    return Group("attention", inst.members, inst.members[-1], ABSORBED, touches, spread=True, data=inst)
+
+
+def kernel(group, fused):
+    """The fused kernel at the second matmul (its operands read or written through strides when the transposes
+    rule folded some: ``Attention.strided``)."""
+    a = group.data
+    code, bufs = attention_call(a, fused.num_threads, a.strided, a.folded_out)
+    return group.at, code, bufs
+
+
+def _next(ins, cur, index):
+    """The one instruction reading ``cur`` (ins's output) and its slot, or None."""
+    if cur.kind != "activation" or cur.base is not None or id(cur) in index.viewed:
+        return None
+    rd = index.readers(cur, index.position(ins))
     if not rd or len(rd) != 1 or len(rd[0][1]) != 1:
         return None
     return rd[0][0], rd[0][1][0]
 
 
-def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Attention | None":
+def _match(mm, index, sources, skip, elided, nt) -> "Attention | None":
     q, k = mm.ins
     (cur,) = mm.outs
     if FUSED_ACTIVATION in mm.attrs and mm.attrs[FUSED_ACTIVATION]:
@@ -187,7 +197,7 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
     t = k.type.shape[-1]
     members, scale, mask, reads = [mm], None, None, [(q, mm), (k, mm)]
     ins = mm
-    step = _next(ins, cur, instrs, pos, touches, viewed)
+    step = _next(ins, cur, index)
     while step is not None:
         nxt, slot = step
         if nxt.op in ("mul", "div", "add") and not nxt.attrs.get(FUSED_ACTIVATION) and len(nxt.ins) == 2:
@@ -208,7 +218,7 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
                 reads.append((ob, nxt))
             members.append(nxt)
             ins, cur = nxt, o
-            step = _next(ins, cur, instrs, pos, touches, viewed)
+            step = _next(ins, cur, index)
             continue
         break
     if step is None:
@@ -220,7 +230,7 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
     if pr.type != cur.type or not _f32(pr):
         return None
     members.append(sm)
-    step = _next(sm, pr, instrs, pos, touches, viewed)
+    step = _next(sm, pr, index)
     if step is None or step[0].op != "matmul" or step[1] != 1 or step[0].attrs.get(FUSED_ACTIVATION):
         return None
     mm2 = step[0]
@@ -229,10 +239,11 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
     if not (_f32(v) and _f32(out)) or v.type.shape[:-1] != (*batch, t):
         return None
     dv = v.type.shape[-1]
-    end = pos[id(mm2)]
-    if end - pos[id(mm)] > MAX_SPAN:
+    end = index.position(mm2)
+    if end - index.position(mm) > MAX_SPAN:
         return None
-    if any(not _stable(b, pos[id(r)], end, instrs, skip, {id(m) for m in members}) for b, r in reads):
+    inside = skip | {id(m) for m in members}
+    if any(not index.unwritten(b, index.position(r), end, inside) for b, r in reads):
         return None
     copy_q = _overlap(out, q)
     _, per, shared = scratch_parts(prod(batch), s, t, d, dv, copy_q)
@@ -240,11 +251,11 @@ def _match(mm, instrs, pos, touches, viewed, sources, skip, elided, nt) -> "Atte
         return None
     unused = {id(b.root) for m in members for b in m.outs} | elided
     owned = [c for c in (mm2.scratch, mm.outs[0].root, pr)
-             if c is not None and _owned(c, touches[id(c.root)][0], end, instrs, unused)]
+             if c is not None and _owned(c, index.touching(c)[0], end, index.instrs, unused)]
     # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then.
     # Away from the output of a transpose reading O alone if it fits (O may then be written into it through
     # strides: strided_operands.py), else anywhere.
-    merge = _next(mm2, out, instrs, pos, touches, viewed)
+    merge = _next(mm2, out, index)
     merged = merge[0].outs[0] if merge is not None and merge[0].op == "transpose" else None
     for spare in ([merged], [None]):
         kpack = _place(owned, shared, [q, k, v, mask, out, *spare], [])
@@ -306,18 +317,6 @@ def _owned(c, start, end, instrs, unused) -> bool:
     return True
 
 
-def _stable(x, start, end, instrs, skip, members) -> bool:
-    """Whether ``x`` keeps its bytes from ``start`` to ``end`` (no kernel in between writes over it)."""
-    if x.region == "constant":
-        return True
-    for ins in instrs[start + 1:end]:
-        if ins.op in PSEUDO or id(ins) in skip or id(ins) in members:
-            continue
-        if any(kind != "in" and _overlap(b, x) for b, kind in ins.operands):
-            return False
-    return True
-
-
 def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tuple[KernelCode, list]:
     """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch).
     ``strided``: {slot: (batch shape, batch strides, row stride, column stride)} of the operands q, k, v read and o
@@ -358,6 +357,4 @@ def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tu
     return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), choice), bufs
 
 
-#: The kernel of a member of a fused attention (the first matmul, scale, mask, Softmax): the second runs it.
-ATTENDED = KernelCode("glow_k_attended", "GLOW_KERNEL int glow_k_attended(uint8_t *const *p) { (void)p; return 0; }\n",
-                      (), (), "computed in the fused attention kernel of a later matmul")
+RULE = Rule("attention", match, kernel)

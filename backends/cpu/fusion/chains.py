@@ -1,13 +1,13 @@
-"""Elementwise chains on the planned IR (the Glow paper's operator stacking): a DAG of elementwise instructions
-over one iteration space runs as one loop that computes every member's value per element in registers.
+"""Rule "chains" (the Glow paper's operator stacking): a DAG of elementwise instructions over one iteration space
+runs as one loop that computes every member's value per element in registers.
 
-``elementwise_chains(irf, fusable, sources)`` groups the instructions. A member M (an instruction for which
-``fusable(instr)`` holds: one output, an activation no view aliases) joins the chain of its readers when the
-value it writes is read, from M until its buffer is next written, only by instructions of that one chain, and
-its output has the chain root's shape and layout (its dtype may differ: casts, predicates). The root, the chain's last instruction, writes the only
-output; the members' outputs are never written (their memory stays planned and unused). The loop runs where the
-root ran, so every buffer a member reads from outside the chain (``sources`` applied: a broadcast's source read
-in place, stacking.py) must keep its bytes from the member to the root: no other instruction in between writes
+The rule runs last instruction first. A member M (an instruction no earlier rule took whose kernel is the
+elementwise loop, ``codegen.chainable``: one output, an activation no view aliases) joins the chain of its
+readers when the value it writes is read, from M until its buffer is next written, only by instructions of that
+one chain, and its output has the chain root's shape and layout (its dtype may differ: casts, predicates). The
+root, the chain's last instruction, writes the only output; the members' outputs are never written (their memory stays planned and unused). The loop runs where the
+root ran, so every buffer a member reads from outside the chain (a broadcast's source read in place: rule
+"broadcasts") must keep its bytes from the member to the root: no other instruction in between writes
 over them, and the root's output meets them only at the same address with the same element size, read element
 for element (in-place reuse). Reverse program order, each instruction looking at the readers of its own output
 and at the instructions between it and its root (at most ``MAX_SPAN`` of them): linear in the code's length.
@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
-from glow_core.ir import PSEUDO
+from glow_core.plan_queries import overlap
 
-from . import broadcasts as stacking
-from ..kernels.codegen import KernelInstr, Operand
+from ..kernels.codegen import KernelInstr, Operand, chainable, kernel_code
+from . import Group, Rule
 
 #: Longest stretch of instructions a member may run ahead of its root (beyond it, it stays a kernel of its own).
 MAX_SPAN = 64
@@ -38,68 +38,67 @@ class Chain:
     bound: dict = field(default_factory=dict)
 
 
-def elementwise_chains(irf, fusable, sources) -> dict:
-    """The chains of two or more instructions of ``irf``, by ``id`` of each member (the root included); see the
-    module doc. ``sources``: id(instr) -> {slot: buffer read instead} (stacking.Elided.sources)."""
-    instrs = irf.instrs
-    pos, touches = stacking.positions(irf)
-    viewed = {id(b.root) for b in irf.buffers if b.base is not None}
-    chain_of: dict[int, Chain] = {}
-    for ins in reversed(irf.code):
-        if not fusable(ins):
-            continue
-        (out,) = ins.outs
-        chain = None
-        if out.kind == "activation" and out.base is None and id(out) not in viewed:
-            readers = stacking.readers(instrs, touches[id(out)], pos[id(ins)], out)
-            chain = _joined(readers, chain_of, ins, out, instrs, pos, sources)
-            if chain is not None:
-                for r, slots in readers:
-                    chain.bound.update({(id(r), s): ins for s in slots})
-        if chain is None:
-            chain = Chain(ins)
-        chain.members.insert(0, ins)
-        chain_of[id(ins)] = chain
-    return {k: c for k, c in chain_of.items() if len(c.members) > 1}
+ABSORBED = "computed in the elementwise chain loop of a later instruction"
 
 
-def _joined(readers, chain_of, ins, out, instrs, pos, sources) -> "Chain | None":
-    """The chain ``ins`` joins (that of all its readers), or None."""
+def match(fused, ins) -> "Group | None":
+    """The chain ``ins`` belongs to (its readers', grown by ins, or a new one), or None when ins cannot be in
+    one; called last instruction first (chains of one member are dropped: Rule.least)."""
+    if id(ins) in fused.taken or not chainable(ins):
+        return None
+    (out,) = ins.outs
+    index = fused.index
+    group = None
+    if out.kind == "activation" and out.base is None and id(out) not in index.viewed:
+        readers = index.readers(out, index.position(ins))
+        group = _joined(readers, fused, ins, out)
+        if group is not None:
+            for r, slots in readers:
+                group.data.bound.update({(id(r), s): ins for s in slots})
+    if group is None:
+        chain = Chain(ins)
+        group = Group("chains", chain.members, ins, ABSORBED, data=chain)
+    group.data.members.insert(0, ins)
+    group.touches = [b for m in group.members for b in fused.operands(m)]
+    return group
+
+
+def kernel(group, fused):
+    """The chain's loop at its root."""
+    ki, bufs = chain_kernel(group.data, fused.sources)
+    return group.at, kernel_code(ki, fused.num_threads), bufs
+
+
+def _joined(readers, fused, ins, out) -> "Group | None":
+    """The chain group ``ins`` joins (that of all its readers), or None."""
     if not readers:
         return None
-    chain = chain_of.get(id(readers[0][0]))
-    if chain is None or len(chain.members) >= MAX_MEMBERS or any(chain_of.get(id(r)) is not chain
-                                                                  for r, _ in readers):
+    group = fused.group_of(readers[0][0])
+    if group is None or group.rule != "chains" or len(group.members) >= MAX_MEMBERS or \
+            any(fused.group_of(r) is not group for r, _ in readers):
         return None
-    root = chain.root
+    root = group.at
     (rout,) = root.outs
     if out.type.shape != rout.type.shape or out.layout != rout.layout:
         return None
-    start, end = pos[id(ins)], pos[id(root)]
+    start, end = fused.index.position(ins), fused.index.position(root)
     if end - start > MAX_SPAN:
         return None
-    members = {id(m) for m in chain.members}
-    subst = sources.get(id(ins), {})
+    members = {id(m) for m in group.members}
+    sub = fused.sources.get(id(ins), {})
     for s, (b, kind) in enumerate(ins.operands):
-        if kind == "in" and not _stable(subst.get(s, b), out, rout, instrs, start, end, members):
+        if kind == "in" and not _stable(sub.get(s, b), out, rout, fused.index, start, end, members):
             return None
-    return chain
+    return group
 
 
-def _stable(x, out, rout, instrs, start, end, members) -> bool:
+def _stable(x, out, rout, index, start, end, members) -> bool:
     """Whether input ``x`` of a member at ``start`` (output ``out``) still holds its bytes when the root at
     ``end`` (output ``rout``) runs the loop, and the loop's stores to rout never overwrite an element of x it
     has still to read."""
-    if x.region == "constant":
-        return True
-    lo, hi = x.address, x.address + x.size
-    for ins in instrs[start + 1:end]:
-        if ins.op in PSEUDO or id(ins) in members:
-            continue
-        for b, kind in ins.operands:
-            if kind != "in" and b.region == x.region and b.address < hi and lo < b.address + b.size:
-                return False
-    if rout.region == x.region and rout.address < hi and lo < rout.address + rout.size:
+    if not index.unwritten(x, start, end, members):
+        return False
+    if overlap(rout, x):
         return (rout.address == x.address and x.type.shape == out.type.shape and x.layout == out.layout
                 and x.type.dtype.itemsize == rout.type.dtype.itemsize)
     return True
@@ -138,3 +137,6 @@ def chain_kernel(chain, sources) -> tuple[KernelInstr, list]:
                       ki.outs[0].type.dtype.name, m.attrs.get(FUSED_ACTIVATION),
                       dict(m.attrs.get(FUSED_PARAMS) or {})))
     return KernelInstr("elementwise_chain", {"steps": steps}, operands), bufs
+
+
+RULE = Rule("chains", match, kernel, option="elementwise_chains", order="reverse", least=2)

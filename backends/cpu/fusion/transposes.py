@@ -1,14 +1,14 @@
-"""Transposes folded into batched matmuls on the planned IR: a matmul reads an operand, or writes its result,
-through strides instead of a transpose kernel copying it (the attention heads' split and merge in transformers).
+"""Rule "transposes": transposes folded into batched matmuls on the planned IR: a matmul reads an operand, or
+writes its result, through strides instead of a transpose kernel copying it (the attention heads' split and merge
+in transformers).
 
-``fold_transposes(irf, gemm, touched, skip, attended)`` looks at every consumer M (``Consumer``: its operand slots
-that accept strides, the instruction reading each, its result slot): each matmul for which ``gemm(M)`` holds (the
-GEMM kernel runs it: float32/float64 in gemm mode; the naive and convert modes keep the copies) and that is not in
-``skip`` (instructions another pass took: elided broadcasts, fused adds, chain members, fused attention members),
-with slots A, B and C; and each fused attention of ``attended`` (attention.Attention), with slots q, k (read by
-its first matmul), v and o (its second matmul's), its result overlapping none of q, k, v, the mask and the byte
-ranges of its scratch. Memory is checked against what each call really touches once those passes are applied
-(``touched``, see touched_by). Below, "M" is the instruction reading the slot (or writing the result).
+``match`` looks at every consumer M (``Consumer``: its operand slots that accept strides, the instruction reading
+each, its result slot), in program order: each matmul the GEMM kernel runs (float32/float64 in gemm mode; the
+naive and convert modes keep the copies) that no earlier rule took, with slots A, B and C; and each fused
+attention (rule "attention", at its second matmul), with slots q, k (read by its first matmul), v and o (its
+second matmul's), its result overlapping none of q, k, v, the mask and the byte ranges of its scratch. Memory is
+checked against what each call really touches once the earlier groups apply (``Fused.touched``). Below, "M" is
+the instruction reading the slot (or writing the result).
 
 Operand fold (A or B of M): the operand is T = transpose(X, perm), where
   - T is a whole plain activation that only M touches after the transpose, reading it in one slot, as T or as a
@@ -40,73 +40,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from glow_core.ir import PLAIN, PSEUDO, Instr
+from glow_core.plan_queries import Span, overlap as _overlap
 
-from ..kernels.codegen import STRIDED, row_strides, stacked
-from .residual_int8 import _overlap
-from .broadcasts import positions, readers
+from ..kernels.codegen import STRIDED, KernelInstr, kernel_code, matmul_plan, row_strides, stacked
+from . import Group, Rule
 
 
 @dataclass
-class Folds:
-    """The folds of one IRFunction: the rewritten matmuls (by id of the original), the fused attentions' strided
-    operands (by id of the attention.Attention: (the STRIDED dict, the buffer O is written to)), the folded
-    transposes (by id, with what absorbed them) and the roots whose bytes their producer writes elsewhere
-    (id(R) -> T)."""
+class _State:
+    """The rule's working state over one function: the uses of memory outside the plan by the folds made so far
+    (``spans``: (first, last position, buffer)) and the results written elsewhere (id(C) -> Y)."""
 
-    matmuls: dict = field(default_factory=dict)
-    attentions: dict = field(default_factory=dict)
-    transposes: dict = field(default_factory=dict)
-    moved: dict = field(default_factory=dict)
-
-    def address(self, b) -> tuple[str, int]:
-        """(region, byte offset) where ``b``'s bytes live once the folds are applied."""
-        t = self.moved.get(id(b.root))
-        if t is None:
-            return b.region, b.address
-        return t.region, t.address + b.address - b.root.address
+    spans: list = field(default_factory=list)
+    results: dict = field(default_factory=dict)
 
 
 def _plain(b) -> bool:
     return b.layout == PLAIN and b.root.layout == PLAIN
 
 
-def touched_by(elided, fused, chained, attended=None):
-    """``touched(instr)``: the buffers the call at ``instr``'s position reads or writes once the other passes are
-    applied: none for an elided broadcast (stacking.Elided), a fused add (Residual.add) or a chain member; a chain
-    root's every member's (chains.Chain); the fused conv's (Residual.conv); every member's of a fused attention
-    (attention.Attention, at each member: its kernel's scratch lies in the members' buffers); each with broadcast
-    sources read in place."""
-    attended = attended or {}
-
-    def touched(ins) -> list:
-        chain, res, att = chained.get(id(ins)), fused.get(id(ins)), attended.get(id(ins))
-        if id(ins) in elided.broadcasts or (chain is not None and chain.root is not ins) or \
-                (res is not None and res.add is ins):
-            return []
-        members = att.members if att is not None else \
-            chain.members if chain is not None else [res.conv if res is not None else ins]
-        return [elided.sources.get(id(m), {}).get(slot, b) for m in members for slot, (b, _) in enumerate(m.operands)]
-    return touched
-
-
-def _untouched(instrs, lo: int, hi: int, buf, touched) -> bool:
-    """Whether no call strictly between positions lo and hi touches memory overlapping ``buf``."""
-    return not any(_overlap(b, buf) for ins in instrs[lo + 1:hi] if ins.op not in PSEUDO for b in touched(ins))
-
-
 def _strides(shape, perm) -> list[int]:
     """The element strides of transpose(tensor of ``shape``, perm)'s axes in the tensor's row-major memory."""
     st = row_strides(shape)
     return [st[p] for p in perm]
-
-
-@dataclass
-class Span:
-    """Bytes of a region (part of a buffer: a fused kernel's scratch), as int8_fusion._overlap reads them."""
-
-    region: str
-    address: int
-    size: int
 
 
 @dataclass
@@ -122,68 +78,78 @@ class Consumer:
     avoid: list
 
 
-def _consumers(irf, gemm, attended, taken):
-    """The consumers of ``irf`` in program order: GEMM-mode matmuls not ``taken``, and fused attentions (their
-    members are taken; the instance is looked at once, at its kernel's position)."""
-    for ins in irf.code:
-        att = attended.get(id(ins))
-        if att is not None and att.members[-1] is ins:
-            first = att.members[0]
-            yield att, Consumer(ins, [("q", first, att.q), ("k", first, att.k), ("v", ins, att.v)],
-                                ("o", att.out),
-                                [b for b in (att.q, att.k, att.v, att.mask) if b is not None] +
-                                [Span(c.region, c.address + off, size) for c, off, size in (att.kpack, att.work)])
-        elif ins.op == "matmul" and id(ins) not in taken and STRIDED not in ins.attrs and gemm(ins):
-            yield ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins.outs[0]),
-                                [b for b, k in ins.operands if k != "out"])
+def _consumer(fused, ins):
+    """(key, Consumer) when ``ins`` is one: a GEMM-mode matmul no rule took (key: the matmul), or the second
+    matmul of a fused attention (key: its attention.Attention); else None."""
+    g = fused.group_of(ins)
+    if g is not None and g.rule == "attention" and g.at is ins:
+        att = g.data
+        first = att.members[0]
+        return att, Consumer(ins, [("q", first, att.q), ("k", first, att.k), ("v", ins, att.v)], ("o", att.out),
+                             [b for b in (att.q, att.k, att.v, att.mask) if b is not None] +
+                             [Span(c.region, c.address + off, size) for c, off, size in (att.kpack, att.work)])
+    if ins.op == "matmul" and id(ins) not in fused.taken and STRIDED not in ins.attrs and \
+            matmul_plan(KernelInstr.of(ins)).mode == "gemm":
+        return ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins.outs[0]),
+                             [b for b, k in ins.operands if k != "out"])
+    return None
 
 
-def fold_transposes(irf, gemm, touched, skip=frozenset(), attended=None) -> Folds:
-    """The transposes of ``irf`` folded into the matmuls and fused attentions (``attended``: attention_patterns'
-    {id(member): Attention}) reading or writing them (see the module doc)."""
-    instrs = irf.instrs
-    pos, touches = positions(irf)
-    writer = {id(ins.outs[0]): ins for ins in irf.code if ins.op == "transpose"}  # by id of T (a root)
-    folds, taken, spans, results = Folds(), set(skip), [], {}
+def match(fused, ins) -> "Group | None":
+    """The transposes consumer ``ins`` reads and writes through strides (see the module doc), or None."""
+    found = _consumer(fused, ins)
+    if found is None:
+        return None
+    key, con = found
+    st = fused.state.setdefault("transposes", _State())
+    if "writers" not in fused.state:
+        fused.state["writers"] = {id(t.outs[0]): t for t in fused.irf.code if t.op == "transpose"}  # by id of T
+    writer, index, taken = fused.state["writers"], fused.index, fused.taken
 
-    def now(ins) -> list:  # touched(ins) with the folds made so far applied
-        if id(ins) in folds.transposes:
+    def now(i) -> list:  # the buffers the call at i touches, the folds so far applied
+        if id(i) in absorbed:
             return []
-        if id(ins) in folds.matmuls:
-            return [b for b, _ in folds.matmuls[id(ins)].operands]
-        return [results.get(id(b), folds.moved.get(id(b.root), b)) for b in touched(ins)]
-    for key, con in _consumers(irf, gemm, attended or {}, taken):
-        strided = {}
-        for name, reader, b in con.reads:
-            tr = writer.get(id(b.root))
-            found = tr is not None and id(tr) not in taken and _operand(instrs, pos, touches, tr, b, reader, taken,
-                                                                        now)
-            if found and not _clash(spans, pos[id(found[0])], b):
-                spans.append((pos[id(found[0])], pos[id(con.at)], b))
-                p, r = found
-                strided[name] = _split(tr.outs[0].type.shape, _strides(tr.ins[0].type.shape, tr.attrs["perm"]))
-                folds.transposes[id(tr)] = (f"folded: {con.at.name} reads its source through strides (written into "
-                                            f"this buffer by {p.name})")
-                folds.moved[id(r)] = tr.outs[0]
-                taken.update((id(tr), id(p)))
-        name, c = con.result
-        res = _result(instrs, pos, touches, con.at, c, con.avoid, taken)
-        if res is not None and not _clash(spans, pos[id(con.at)], res[1]):
-            tr, y, st = res
-            spans.append((pos[id(con.at)], pos[id(con.at)], y))
-            strided[name] = _split(c.type.shape, st)
-            results[id(c)] = y
-            folds.transposes[id(tr)] = f"folded: {con.at.name} writes its result through strides"
-            taken.add(id(tr))
-        if not strided:
-            continue
-        if isinstance(key, Instr):
-            taken.add(id(key))
-            operands = [(results.get(id(b), b) if k == "out" else b, k) for b, k in key.operands]
-            folds.matmuls[id(key)] = Instr("matmul", operands, {**key.attrs, STRIDED: strided}, key.name)
-        else:
-            folds.attentions[id(key)] = (strided, results.get(id(c), c))
-    return folds
+        return [st.results.get(id(b), fused.moved.get(id(b.root), b)) for b in fused.touched(i)]
+    strided, members, claims, absorbed = {}, [], [], {}
+    for name, reader, b in con.reads:
+        tr = writer.get(id(b.root))
+        got = tr is not None and id(tr) not in taken and _operand(index, tr, b, reader, taken, now)
+        if got and not _clash(st.spans, index.position(got[0]), b):
+            st.spans.append((index.position(got[0]), index.position(con.at), b))
+            p, r = got
+            strided[name] = _split(tr.outs[0].type.shape, _strides(tr.ins[0].type.shape, tr.attrs["perm"]))
+            absorbed[id(tr)] = (f"folded: {con.at.name} reads its source through strides (written into this buffer "
+                                f"by {p.name})")
+            fused.moved[id(r)] = tr.outs[0]
+            taken.update((id(tr), id(p)))
+            members.append(tr)
+            claims.append(p)
+    name, c = con.result
+    res = _result(index, con.at, c, con.avoid, taken)
+    if res is not None and not _clash(st.spans, index.position(con.at), res[1]):
+        tr, y, strides = res
+        st.spans.append((index.position(con.at), index.position(con.at), y))
+        strided[name] = _split(c.type.shape, strides)
+        st.results[id(c)] = y
+        absorbed[id(tr)] = f"folded: {con.at.name} writes its result through strides"
+        taken.add(id(tr))
+        members.append(tr)
+    if not strided:
+        return None
+    if isinstance(key, Instr):
+        taken.add(id(key))
+        one = Instr("matmul", [(st.results.get(id(b), b) if k == "out" else b, k) for b, k in key.operands],
+                    {**key.attrs, STRIDED: strided}, key.name)
+        return Group("transposes", members + [key], key, absorbed, [b for b, _ in one.operands], claims=claims,
+                     data=one)
+    key.strided, key.folded_out = strided, st.results.get(id(c), c)
+    return Group("transposes", members, None, absorbed, claims=claims)
+
+
+def kernel(group, fused):
+    """The matmul reading or writing through strides (a fused attention's folds are its own kernel's)."""
+    one = group.data
+    return one, kernel_code(KernelInstr.of(one), fused.num_threads), [b for b, _ in one.operands]
 
 
 def _in_place(p, b, r, t) -> bool:
@@ -209,7 +175,7 @@ def _split(shape, st) -> tuple:
     return tuple(shape[:-2]), tuple(st[:-2]), st[-2], st[-1]
 
 
-def _operand(instrs, pos, touches, tr, b, mm, taken, touched):
+def _operand(index, tr, b, mm, taken, touched):
     """(producer P, root R) when transpose ``tr``'s output, read by ``mm`` as ``b`` (T or a view of it), may be
     read through strides from R's bytes moved to it; else None (see the module doc)."""
     (t,), (x,) = tr.outs, tr.ins
@@ -221,35 +187,37 @@ def _operand(instrs, pos, touches, tr, b, mm, taken, touched):
     if b is not t and not (b.address == t.address and b.size == t.size and b.type.shape[-2:] == t.type.shape[-2:]
                            and _plain(b)):
         return None
-    if [j for j in touches[id(t)] if j > pos[id(tr)] and instrs[j].op not in PSEUDO] != [pos[id(mm)]]:
+    instrs, at = index.instrs, index.position(tr)
+    if [j for j in index.touching(t) if j > at and instrs[j].op not in PSEUDO] != [index.position(mm)]:
         return None
     if [k for c, k in mm.operands if c.root is t] != ["in"]:
         return None
-    near = [j for j in touches[id(r)] if instrs[j].op not in PSEUDO]
-    if len(near) != 2 or near[1] != pos[id(tr)]:
+    near = [j for j in index.touching(r) if instrs[j].op not in PSEUDO]
+    if len(near) != 2 or near[1] != at:
         return None
     p = instrs[near[0]]
     if id(p) in taken or any(b.root is r and (b is not r or k != "out") for b, k in p.operands):
         return None
     if any(_overlap(b, t) and not _in_place(p, b, r, t) for b in touched(p) if b is not r):
         return None
-    if not _untouched(instrs, near[0], pos[id(tr)], t, touched):
+    if not index.untouched(t, near[0], at, touched):
         return None
     return p, r
 
 
-def _result(instrs, pos, touches, mm, c, avoid, taken):
+def _result(index, mm, c, avoid, taken):
     """(transpose, Y, strides of C's axes in Y) when ``mm`` may write its result ``c`` through strides into the
     output of the transpose that alone reads it, overlapping none of ``avoid``; else None (see the module doc)."""
     if c.kind != "activation" or c.base is not None or not _plain(c):
         return None
-    found = readers(instrs, touches[id(c)], pos[id(mm)], c)
+    instrs, at = index.instrs, index.position(mm)
+    found = index.readers(c, at)
     if not found or len(found) != 1 or len(found[0][1]) != 1:
         return None
     tr = found[0][0]
     if tr.op != "transpose" or id(tr) in taken or tr.ins[0] is not c:
         return None
-    if [j for j in touches[id(c)] if instrs[j].op not in PSEUDO] != [pos[id(mm)], pos[id(tr)]]:
+    if [j for j in index.touching(c) if instrs[j].op not in PSEUDO] != [at, index.position(tr)]:
         return None
     (y,) = tr.outs
     if y.region == "constant" or not _plain(y):
@@ -261,6 +229,9 @@ def _result(instrs, pos, touches, mm, c, avoid, taken):
         st[p] = ystr[d]
     if st[-1] != 1 or any(_overlap(y, b) for b in avoid):
         return None
-    if any(ins.op not in PSEUDO for ins in instrs[pos[id(mm)] + 1:pos[id(tr)]]):
+    if any(ins.op not in PSEUDO for ins in instrs[at + 1:index.position(tr)]):
         return None
     return tr, y, st
+
+
+RULE = Rule("transposes", match, kernel, option="transpose_folding")

@@ -35,7 +35,6 @@ from glow_core.types import TensorType, dtype as to_dtype
 from .quantized import BAKED, QuantizedKernels
 from .quantized import scratch_bytes as int8_scratch_bytes
 from ..conv.engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
-from ..fusion.residual_float import RESIDUAL
 from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
 from .ctypes_map import INT_LIMITS, ctype, supported
 from . import ew as kernels_ew
@@ -103,6 +102,9 @@ def literal(value, dt: str) -> str:
 #: {"a" | "b" | "c": (batch shape, per-axis batch strides, row stride, column stride)} in elements from the
 #: operand's address (batch ``bt`` of the matmul is the row-major ``bt``-th of that batch shape).
 STRIDED = "strided"
+#: The attribute of a conv (qconv) instruction carrying its fused residual add (fusion/residual.py): the add's
+#: activation and parameters (the qadd's attributes).
+RESIDUAL = "residual"
 
 
 def batch_offset(batch_shape, strides, var: str = "bt") -> str:
@@ -355,7 +357,7 @@ def _engine_steps(act, params) -> "tuple | None":
 
 def _engine_epilogue(attrs) -> "Epilogue | None":
     """The conv engine's in-register epilogue of a conv: its fused activation, then a fused residual add
-    (conv_fusion.RESIDUAL) and that add's activation. Without a residual, an activation the engine lacks is left
+    (RESIDUAL, fusion/residual.py) and that add's activation. Without a residual, an activation the engine lacks is left
     out (``_engine_conv`` applies it after the engine with the elementwise expression, so that a fused result
     equals the unfused one exactly, as glow_core.fusion requires); with one, None when any step is not in it (its
     ``in_place``: the residual is planned in the output's own memory, Epilogue.in_place)."""
