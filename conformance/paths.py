@@ -1,5 +1,5 @@
 """Sizes that reach every code path of the built-in CPU backend, read from its code generator's tables when the
-cases are collected: the OpenMP thresholds (``codegen.PARALLEL_MIN_WORK``: the least work for which a loop
+cases are collected: the OpenMP thresholds (``templates.PARALLEL_MIN_WORK``: the least work for which a loop
 runs on several threads) and the GEMM blocking table (``GEMM_TILES``: the cache blocks kc, mc, nc and the
 micro-kernel heights). Shapes derived here sit just above each threshold and on both sides of every tile
 edge, so that they follow the generator when its tables change. Micro-kernel widths are twice the vector
@@ -14,19 +14,25 @@ VECTOR_BYTES = (16, 32, 64)
 
 
 @lru_cache(maxsize=1)
-def _codegen():
-    from glow_cpu.kernels import codegen
-    return codegen
+def _gemm_blocking():
+    from glow_cpu.kernels import gemm_blocking
+    return gemm_blocking
+
+
+@lru_cache(maxsize=1)
+def _templates():
+    from glow_cpu import templates
+    return templates
 
 
 def thresholds() -> dict:
     """{"elementwise": n, "window": n, "gemm": n}: the least work run in parallel, per kernel kind."""
-    return dict(_codegen().PARALLEL_MIN_WORK)
+    return dict(_templates().PARALLEL_MIN_WORK)
 
 
 def gemm_tiles(sfx: str) -> dict:
     """The GEMM tile entry of ``sfx`` ("f32" or "f64"): kc, mc, nc, mr_wide and the narrow height."""
-    cg = _codegen()
+    cg = _gemm_blocking()
     table = getattr(cg, "GEMM_TILES", None) or getattr(cg, "_GEMM_TILES")
     t = dict(table[sfx])
     t.setdefault("mr_narrow", 6)
@@ -63,10 +69,10 @@ def gemm_shapes(sfx: str) -> list[tuple[int, int, int]]:
 
 
 def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
-    """The gemm_shapes that matter to a B packed at compile time (panels of ``codegen.gemm_pack_width`` columns):
+    """The gemm_shapes that matter to a B packed at compile time (panels of ``gemm_blocking.gemm_pack_width`` columns):
     N on both sides of the panel width, K beyond the kc block (panel offsets), N beyond the nc block, and the
     product above the parallel threshold."""
-    w, t = _codegen().gemm_pack_width(sfx), gemm_tiles(sfx)
+    w, t = _gemm_blocking().gemm_pack_width(sfx), gemm_tiles(sfx)
     shapes = gemm_shapes(sfx)
     return [s for s in shapes[:-1] if s[2] in (w - 1, w, w + 1) or s[1] in (t["kc"] + 1, 2 * t["kc"] + 3)] + [
         (5, 7, t["nc"] + 3)] + shapes[-1:]  # a K of 7: enough work for the GEMM (gemm_shapes' nc edges have less)

@@ -18,7 +18,9 @@ from .build import sanitize
 from .build import toolchain
 from .fusion.attention import planned_scratch
 from .build.bundle import write_bundle
-from .kernels.codegen import ENGINE_SCRATCH_THREADS, KernelInstr, prelude_text, scratch_layout
+from .kernels.codegen import KernelInstr, scratch_layout
+from .kernels.window import ENGINE_SCRATCH_THREADS
+from .templates import prelude_text
 from .kernels.quantized import supported as quantized_supported
 from .kernels.ctypes_map import supported
 from .kernels.ew import ACTIVATION_PARAMS

@@ -9,7 +9,8 @@ import numpy as np
 from glow_core.memory import align_up
 
 from .fusion import RULE, fuse, stub
-from .kernels.codegen import KernelCode, KernelInstr, c_comment, constant_value, gemm_source, kernel_code
+from .kernels.codegen import KernelCode, KernelInstr, c_comment, constant_value, kernel_code
+from .kernels.matmul import gemm_source
 from .templates import template
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.

@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
-from glow_cpu.kernels.codegen import broadcast_split
+from glow_cpu.kernels.elementwise import broadcast_split
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None
                               and not os.environ.get("CC"), reason="no C compiler")

@@ -32,7 +32,8 @@ import subprocess
 
 from glow_core.memory import align_up
 
-from ..kernels.codegen import c_comment, c_ident, template
+from ..kernels.codegen import c_comment, c_ident
+from ..templates import template
 from .toolchain import ToolchainError
 
 MANIFEST = "bundle.json"

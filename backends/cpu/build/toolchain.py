@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from glow_core.errors import BackendError
 
 from .. import host
-from ..kernels.codegen import KernelCode, gemm_source
+from ..kernels.codegen import KernelCode
+from ..kernels.matmul import gemm_source
 from ..templates import cache_dir, prelude_text, source, template
 
 #: Number of compiler invocations in this process (tests use it to check cache hits).

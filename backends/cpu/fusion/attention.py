@@ -40,10 +40,11 @@ from glow_core.ir import PLAIN
 from glow_core.memory import align_up
 from glow_core.plan_queries import overlap as _overlap
 
-from ..kernels.codegen import KernelCode, batch_offset, constant_value, template
+from ..kernels.codegen import KernelCode, batch_offset, constant_value
 from ..kernels.ew import reduce_parts
 from ..kernels.gemm_blocking import gemm_pack_width, gemm_scratch_bytes
 from ..kernels.nn import ROW_LANES
+from ..templates import template
 from . import Group, Rule
 
 #: Query rows per block: a multiple of both GEMM micro-tile heights (6 and 8), the tile at most TILE_BYTES.

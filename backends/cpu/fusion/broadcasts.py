@@ -1,17 +1,17 @@
 """Rule "broadcasts" (operator stacking): a ``broadcast`` whose every reader is an elementwise kernel is not
 materialized; the readers index its source in place (stride 0 along the broadcast dims).
 
-Per broadcast instruction: its output B (an activation, no view of it) is read, from the broadcast until B is
-next written, only as an input of instructions whose kernel is the elementwise loop (``codegen.stacked``), and
-its source S keeps its value over that window (a constant, or a buffer whose bytes nothing writes there, the
+Per broadcast instruction: its output B (an activation, no view of it) is read, from the broadcast until B is next
+written, only as an input of instructions whose kernel is the elementwise loop (``kernels.elementwise.stacked``),
+and its source S keeps its value over that window (a constant, or a buffer whose bytes nothing writes there, the
 last reader included). Then the broadcast runs no kernel and each reader's operand is S itself (the group's
 ``sources``): its kernel sees an input of a smaller shape and reads it through the broadcast's index map
-(codegen.k_elementwise). Linear in the code's length times the length of a broadcast's window (from it to its
-last reader: a few instructions).
+(kernels/elementwise.py). Linear in the code's length times the length of a broadcast's window (from it to its last
+reader: a few instructions).
 """
 from __future__ import annotations
 
-from ..kernels.codegen import stacked
+from ..kernels.elementwise import stacked
 from . import Group, Rule
 
 ABSORBED = "not materialized: its elementwise readers index its source in place"

@@ -1,16 +1,17 @@
-"""Rule "chains" (the Glow paper's operator stacking): a DAG of elementwise instructions over one iteration space
-runs as one loop that computes every member's value per element in registers.
+"""Rule "chains" (the Glow paper's operator stacking): a DAG of elementwise instructions over one iteration space runs
+as one loop that computes every member's value per element in registers.
 
 The rule runs last instruction first. A member M (an instruction no earlier rule took whose kernel is the
-elementwise loop, ``codegen.chainable``: one output, an activation no view aliases) joins the chain of its
-readers when the value it writes is read, from M until its buffer is next written, only by instructions of that
-one chain, and its output has the chain root's shape and layout (its dtype may differ: casts, predicates). The
-root, the chain's last instruction, writes the only output; the members' outputs are never written (their memory stays planned and unused). The loop runs where the
-root ran, so every buffer a member reads from outside the chain (a broadcast's source read in place: rule
-"broadcasts") must keep its bytes from the member to the root: no other instruction in between writes
-over them, and the root's output meets them only at the same address with the same element size, read element
-for element (in-place reuse). Reverse program order, each instruction looking at the readers of its own output
-and at the instructions between it and its root (at most ``MAX_SPAN`` of them): linear in the code's length.
+elementwise loop, ``kernels.elementwise.chainable``: one output, an activation no view aliases) joins the chain of
+its readers when the value it writes is read, from M until its buffer is next written, only by instructions of that
+one chain, and its output has the chain root's shape and layout (its dtype may differ: casts, predicates). The root,
+the chain's last instruction, writes the only output; the members' outputs are never written (their memory stays
+planned and unused). The loop runs where the root ran, so every buffer a member reads from outside the chain (a
+broadcast's source read in place: rule "broadcasts") must keep its bytes from the member to the root: no other
+instruction in between writes over them, and the root's output meets them only at the same address with the same
+element size, read element for element (in-place reuse). Reverse program order, each instruction looking at the
+readers of its own output and at the instructions between it and its root (at most ``MAX_SPAN`` of them): linear in
+the code's length.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.plan_queries import overlap
 
-from ..kernels.codegen import KernelInstr, Operand, chainable, kernel_code
+from ..kernels.codegen import KernelInstr, Operand, kernel_code
+from ..kernels.elementwise import chainable
 from . import Group, Rule
 
 #: Longest stretch of instructions a member may run ahead of its root (beyond it, it stays a kernel of its own).

@@ -11,7 +11,7 @@ after the add; B is not C; Y and B lie apart from the conv's scratch; and, per k
   C, and is either disjoint from B (the engine keeps partial sums in Y and reads B through a restrict pointer)
   or exactly B (a downsampling block's add, whose sum the memory plan puts over the shortcut: the engine then
   reads each residual from Y itself just before the same thread stores that position, ``Epilogue.in_place``);
-  and the engine runs the fused conv with every step of its epilogue in registers (codegen.engine_conv). The
+  and the engine runs the fused conv with every step of its epilogue in registers (kernels.window.engine_conv). The
   fused instruction is the conv writing Y with B as a fourth input and attribute ``residual`` (the add's
   activation and parameters, ``in_place``).
 * int8: B and Y are 8-bit; the qadd reads C with the conv's output scale and offset and has no private
@@ -29,8 +29,9 @@ from glow_core.fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from glow_core.ir import Instr
 from glow_core.plan_queries import overlap, same_bytes
 
-from ..kernels.codegen import RESIDUAL, KernelInstr, engine_conv, kernel_code
+from ..kernels.codegen import RESIDUAL, KernelInstr, kernel_code
 from ..kernels.quantized import engine_conv as int8_engine_conv
+from ..kernels.window import engine_conv
 from . import Group, Rule
 
 _EIGHT = ("int8", "uint8")

@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 from glow_core.ir import PLAIN, PSEUDO, Instr
 from glow_core.plan_queries import Span, overlap as _overlap
 
-from ..kernels.codegen import STRIDED, KernelInstr, kernel_code, matmul_plan, row_strides, stacked
+from ..kernels.codegen import STRIDED, KernelInstr, kernel_code, row_strides
+from ..kernels.elementwise import stacked
+from ..kernels.matmul import matmul_plan
 from . import Group, Rule
 
 

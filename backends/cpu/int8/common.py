@@ -13,7 +13,6 @@ import numpy as np
 from glow_core.errors import GlowError
 
 from ..host import feature_flags
-from ..templates import template
 #: Least multiply-adds (or elements x 64 for elementwise kernels) for which a kernel opens an OpenMP region.
 PARALLEL_MIN_MACS = 1 << 20
 #: The integer types the engine reads and writes, with their C type and range.

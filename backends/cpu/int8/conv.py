@@ -20,8 +20,9 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
+from ..templates import template
 from .common import (QTYPES, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, ResidualAdd, WeightTerms,
-                          check_weighted, host_qtarget, template, threads_for)
+                          check_weighted, host_qtarget, threads_for)
 from .elementwise import plan_qadd
 
 #: Cycles of one vpdpbusd and of one load (throughput on the development machine: about 0.24 ns per zmm vpdpbusd

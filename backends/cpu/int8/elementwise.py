@@ -9,8 +9,9 @@ import numpy as np
 from glow_core.backend import Unsupported
 from glow_core.ops.primitives.quantized import multiplier
 
+from ..templates import template
 from .common import (QTYPES, Int8EngineError, Int8Kernel, QTarget, Requant, c_float, check_dtype, check_name,
-                          check_offset, host_qtarget, template, threads_for)
+                          check_offset, host_qtarget, threads_for)
 
 #: Elementwise kernels count 64 "multiply-adds" per element against PARALLEL_MIN_MACS.
 ELEMENT_WORK = 64

@@ -14,8 +14,9 @@ import numpy as np
 
 from glow_core.backend import Unsupported
 
+from ..templates import template
 from .common import (Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, WeightTerms, check_weighted,
-                          host_qtarget, template, threads_for)
+                          host_qtarget, threads_for)
 from .conv import _blocks, choose_tile
 
 

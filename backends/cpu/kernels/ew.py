@@ -13,9 +13,6 @@ C_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "sin": "sin", "cos": "cos"
           "acos": "acos", "atan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
           "acosh": "acosh", "atanh": "atanh", "erf": "erf", "floor": "floor", "ceil": "ceil", "round": "nearbyint"}
 
-UNARY = set(C_MATH) | {"neg", "abs", "sign", "reciprocal", "sigmoid", "isnan", "isinf", "not", "bitwise_not"}
-BINARY = {"add", "sub", "mul", "div", "pow", "max", "min", "and", "or", "xor", "bitwise_and", "bitwise_or",
-          "bitwise_xor", "shl", "shr", "eq", "lt", "le", "gt", "ge", "mod"}
 
 
 def _fsfx(ct) -> str:
@@ -26,86 +23,117 @@ def _dsfx(ct) -> str:
     return "f" if ct.compute == "float" else "d"
 
 
+def _neg(ct, a):
+    return f"({ct.compute})(-{a})" if ct.is_float or ct.signed else f"({ct.compute})(0u - {a})"
+
+
+def _abs(ct, a):
+    if ct.is_float:
+        return f"fabs{_fsfx(ct)}({a})"
+    return f"({ct.compute})({a} < 0 ? -{a} : {a})" if ct.signed else a
+
+
+def _sign(ct, a):
+    return f"glow_sign{_dsfx(ct)}({a})" if ct.is_float else f"({ct.compute})(({a} > 0) - ({a} < 0))"
+
+
+def libm(op):
+    """The C of a C_MATH primitive: its libm function (the float compute type adds the f suffix)."""
+    return lambda ct, a: f"{C_MATH[op]}{_fsfx(ct)}({a})"
+
+
+#: Unary primitive -> C of ``f(ctype, a)``: an expression in the compute type (0/1 for predicates). Float exp and
+#: erf are the prelude's branch-free polynomials (loops over them vectorize); the other C_MATH ops call libm.
+UNARY_C = {
+    **{op: libm(op) for op in C_MATH},
+    "neg": _neg, "abs": _abs, "sign": _sign,
+    "reciprocal": lambda ct, a: f"(({ct.compute})1 / {a})",
+    "sigmoid": lambda ct, a: f"glow_sigmoid{_dsfx(ct)}({a})",
+    "isnan": lambda ct, a: f"({a} != {a})",
+    "isinf": lambda ct, a: f"(isinf({a}) != 0)",
+    "not": lambda ct, a: f"(!{a})",
+    "bitwise_not": lambda ct, a: f"({ct.compute})(~{a})",
+}
+for _op in ("exp", "erf"):
+    UNARY_C[_op] = (lambda op, libm: lambda ct, a: f"glow_{op}f({a})" if ct.compute == "float" else libm(ct, a))(
+        _op, UNARY_C[_op])
+
+
 def unary(op, dt, a) -> str:
     """Expression in the compute type of ``dt`` (or a 0/1 int for predicates)."""
-    ct = ctype(dt)
-    c = ct.compute
-    if op in ("exp", "erf") and c == "float":  # branch-free, so loops over them vectorize (glow_prelude.h)
-        return f"glow_{op}f({a})"
-    if op in C_MATH:
-        return f"{C_MATH[op]}{_fsfx(ct)}({a})"
-    if op == "neg":
-        return f"({c})(-{a})" if ct.is_float or ct.signed else f"({c})(0u - {a})"
-    if op == "abs":
+    return UNARY_C[op](ctype(dt), a)
+
+
+def _arith(sym):
+    def expr(ct, a, b, attrs):
+        if not ct.is_float and ct.bits < 64 and not ct.signed:
+            return f"({ct.compute})((uint64_t){a} {sym} (uint64_t){b})", []
+        return f"({ct.compute})({a} {sym} {b})", []
+    return expr
+
+
+def _div(ct, a, b, attrs):
+    if ct.is_float:
+        return f"({a} / {b})", []
+    fn = "glow_sdiv((int64_t)" if ct.signed else "glow_udiv((uint64_t)"
+    cast = "(int64_t)" if ct.signed else "(uint64_t)"
+    return f"({ct.compute}){fn}{a}, {cast}{b})", ["{b} == 0"]
+
+
+def _mod(ct, a, b, attrs):
+    fmod = attrs.get("fmod", 0)
+    if ct.is_float:
+        return (f"fmod{_fsfx(ct)}({a}, {b})" if fmod else f"glow_pymod{_dsfx(ct)}({a}, {b})"), []
+    if not ct.signed:
+        return f"({ct.compute})glow_urem((uint64_t){a}, (uint64_t){b})", ["{b} == 0"]
+    fn = "glow_srem" if fmod else "glow_spymod"
+    return f"({ct.compute}){fn}((int64_t){a}, (int64_t){b})", ["{b} == 0"]
+
+
+def _pow(ct, a, b, attrs):
+    if ct.is_float:
+        return f"pow{_fsfx(ct)}({a}, {b})", []
+    return f"({ct.compute})glow_ipow((int64_t){a}, (int64_t){b})", []
+
+
+def _extreme(op):
+    def expr(ct, a, b, attrs):
         if ct.is_float:
-            return f"fabs{_fsfx(ct)}({a})"
-        return f"({c})({a} < 0 ? -{a} : {a})" if ct.signed else a
-    if op == "sign":
-        if ct.is_float:
-            return f"glow_sign{_dsfx(ct)}({a})"
-        return f"({c})(({a} > 0) - ({a} < 0))"
-    if op == "reciprocal":
-        return f"(({c})1 / {a})"
-    if op == "sigmoid":
-        return f"glow_sigmoid{_dsfx(ct)}({a})"
-    if op == "isnan":
-        return f"({a} != {a})"
-    if op == "isinf":
-        return f"(isinf({a}) != 0)"
-    if op == "not":
-        return f"(!{a})"
-    if op == "bitwise_not":
-        return f"({c})(~{a})"
-    raise KeyError(op)
+            return f"glow_{op}{_dsfx(ct)}({a}, {b})", []
+        return f"({a} {'>' if op == 'max' else '<'} {b} ? {a} : {b})", []
+    return expr
+
+
+def _plain(fmt, typed=False):
+    return lambda ct, a, b, attrs: ((f"({ct.compute})" if typed else "") + fmt.format(a=a, b=b), [])
+
+
+def _shift(sym):
+    return lambda ct, a, b, attrs: (f"(({b}) >= {ct.bits} ? ({ct.compute})0 : ({ct.compute})((uint64_t){a} {sym} {b}))",
+                                    [])
+
+
+#: Binary primitive -> C of ``f(ctype, a, b, attrs)``: (expression in the compute type, zero-checks on the raw
+#: operand b, with ``{b}`` for it). Integers wrap as numpy's do; division and remainder by 0 never trap.
+BINARY_C = {
+    "add": _arith("+"), "sub": _arith("-"), "mul": _arith("*"), "div": _div, "mod": _mod, "pow": _pow,
+    "max": _extreme("max"), "min": _extreme("min"),
+    "and": _plain("({a} && {b})"), "or": _plain("({a} || {b})"), "xor": _plain("(({a} != 0) ^ ({b} != 0))"),
+    "bitwise_and": _plain("({a} & {b})", True), "bitwise_or": _plain("({a} | {b})", True),
+    "bitwise_xor": _plain("({a} ^ {b})", True), "shl": _shift("<<"), "shr": _shift(">>"),
+    "eq": _plain("({a} == {b})"), "lt": _plain("({a} < {b})"), "le": _plain("({a} <= {b})"),
+    "gt": _plain("({a} > {b})"), "ge": _plain("({a} >= {b})"),
+}
 
 
 def binary(op, dt, a, b, attrs) -> tuple[str, list[str]]:
     """(expression, zero-checks on the raw operand b) for a binary primitive."""
-    ct = ctype(dt)
-    c = ct.compute
-    if op in ("add", "sub", "mul"):
-        sym = {"add": "+", "sub": "-", "mul": "*"}[op]
-        if not ct.is_float and ct.bits < 64 and not ct.signed:
-            return f"({c})((uint64_t){a} {sym} (uint64_t){b})", []
-        return f"({c})({a} {sym} {b})", []
-    if op == "div":
-        if ct.is_float:
-            return f"({a} / {b})", []
-        fn = "glow_sdiv((int64_t)" if ct.signed else "glow_udiv((uint64_t)"
-        cast = "(int64_t)" if ct.signed else "(uint64_t)"
-        return f"({c}){fn}{a}, {cast}{b})", ["{b} == 0"]
-    if op == "mod":
-        fmod = attrs.get("fmod", 0)
-        if ct.is_float:
-            return (f"fmod{_fsfx(ct)}({a}, {b})" if fmod else f"glow_pymod{_dsfx(ct)}({a}, {b})"), []
-        if not ct.signed:
-            return f"({c})glow_urem((uint64_t){a}, (uint64_t){b})", ["{b} == 0"]
-        fn = "glow_srem" if fmod else "glow_spymod"
-        return f"({c}){fn}((int64_t){a}, (int64_t){b})", ["{b} == 0"]
-    if op == "pow":
-        if ct.is_float:
-            return f"pow{_fsfx(ct)}({a}, {b})", []
-        return f"({c})glow_ipow((int64_t){a}, (int64_t){b})", []
-    if op in ("max", "min"):
-        if ct.is_float:
-            return f"glow_{op}{_dsfx(ct)}({a}, {b})", []
-        return f"({a} {'>' if op == 'max' else '<'} {b} ? {a} : {b})", []
-    if op == "and":
-        return f"({a} && {b})", []
-    if op == "or":
-        return f"({a} || {b})", []
-    if op == "xor":
-        return f"(({a} != 0) ^ ({b} != 0))", []
-    if op.startswith("bitwise_"):
-        sym = {"bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}[op]
-        return f"({c})({a} {sym} {b})", []
-    if op in ("shl", "shr"):
-        sym = "<<" if op == "shl" else ">>"
-        return f"(({b}) >= {ct.bits} ? ({c})0 : ({c})((uint64_t){a} {sym} {b}))", []
-    if op in ("eq", "lt", "le", "gt", "ge"):
-        sym = {"eq": "==", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
-        return f"({a} {sym} {b})", []
-    raise KeyError(op)
+    return BINARY_C[op](ctype(dt), a, b, attrs)
+
+
+#: The elementwise primitives of the tables (views: an entry added to a table is in them).
+UNARY = UNARY_C.keys()
+BINARY = BINARY_C.keys()
 
 
 def cast(src, dst, a) -> str:

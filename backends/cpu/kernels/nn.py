@@ -31,8 +31,9 @@ from math import prod
 
 import numpy as np
 
-from .gemm_blocking import gemm_scratch_bytes, pack_b
+from .codegen import ScratchLayout, kernel, kernel_scratch
 from .ew import reduce_parts
+from .gemm_blocking import gemm_scratch_bytes, pack_b
 
 
 def _trailing(shape) -> tuple:
@@ -109,36 +110,39 @@ def _rows(x, axis: int) -> tuple[int, int]:
 ROW_LANES = 16
 
 
-def k_softmax(kernel, ki, fn) -> str:
+@kernel("Softmax")
+def k_softmax(gen, ki, fn) -> str:
     x, out = ki.ins[0], ki.outs[0]
     rows, n = _rows(x, -1)
     acc_t, init, update = reduce_parts("reduce_max", "float32")
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
-    kernel.choice = (f"softmax whole: {rows} rows of {n}, one kernel (max in {ROW_LANES} lanes, vector exp, "
+    gen.choice = (f"softmax whole: {rows} rows of {n}, one kernel (max in {ROW_LANES} lanes, vector exp, "
                      f"sum in {ROW_LANES} lanes, divide)")
-    return kernel.t("softmax.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), rows=rows, n=n,
+    return gen.t("softmax.c.j2", fn=fn, x=gen.ptr(x), y=gen.ptr(out), rows=rows, n=n,
                     max_t=acc_t, max_init=init, max_update=update, sum_t=sum_t, lanes=ROW_LANES)
 
 
-def k_layernorm(kernel, ki, fn) -> str:
+@kernel("LayerNormalization")
+def k_layernorm(gen, ki, fn) -> str:
     x, out = ki.ins[0], ki.outs[0]
     rows, n = _rows(x, ki.attrs.get("axis", -1))
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
     eps = _f32(ki.attrs.get("epsilon", 1e-5))
-    kernel.choice = (f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance in {ROW_LANES} lanes, "
+    gen.choice = (f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance in {ROW_LANES} lanes, "
                      f"normalize-scale-shift)")
-    return kernel.t("layernorm.c.j2", fn=fn, x=kernel.ptr(x), y=kernel.ptr(out), scale=kernel.ptr(ki.ins[1]),
-                    bias=kernel.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps,
+    return gen.t("layernorm.c.j2", fn=fn, x=gen.ptr(x), y=gen.ptr(out), scale=gen.ptr(ki.ins[1]),
+                    bias=gen.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps,
                     lanes=ROW_LANES)
 
 
 _GATES = {"LSTM": 4, "GRU": 3}
 
 
-def k_gelu(kernel, ki, fn) -> str:
+@kernel("Gelu")
+def k_gelu(gen, ki, fn) -> str:
     tanh = ki.attrs.get("approximate", "none") == "tanh"
-    kernel.choice = f"gelu whole ({'tanh' if tanh else 'erf'} form): one loop"
-    return kernel.t("gelu.c.j2", fn=fn, x=kernel.ptr(ki.ins[0]), y=kernel.ptr(ki.outs[0]), n=ki.ins[0].type.numel,
+    gen.choice = f"gelu whole ({'tanh' if tanh else 'erf'} form): one loop"
+    return gen.t("gelu.c.j2", fn=fn, x=gen.ptr(ki.ins[0]), y=gen.ptr(ki.outs[0]), n=ki.ins[0].type.numel,
                     tanh=tanh, c_cube=_f32(0.044715),
                     c_scale=_f32(math.sqrt(2.0 / math.pi) if tanh else 1.0 / math.sqrt(2.0)))
 
@@ -195,36 +199,36 @@ def rnn_scratch_bytes(ki) -> int:
     return 4 * (steps * batch * _GATES[ki.op] * hidden + 2 * batch * hidden + hidden)
 
 
-def k_rnn(kernel, ki, fn) -> str:
+@kernel("LSTM", "GRU")
+def k_rnn(gen, ki, fn) -> str:
     steps, batch, inp, hidden = _rnn_dims(ki)
     gates = _GATES[ki.op] * hidden
-    outs = [kernel.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
+    outs = [gen.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
     lbr = bool(ki.attrs.get("linear_before_reset", 0))
     if _lstm_packed(ki):
         blocks = -(-hidden // LSTM_UNITS)
-        wt, rb, bias = kernel.derive_many([b.slot for b in ki.ins[1:]],
+        wt, rb, bias = gen.derive_many([b.slot for b in ki.ins[1:]],
                                           lambda arrays: _pack_lstm(arrays, hidden), "lstm packed", 3)
-        kernel.gemms.add("f32")
+        gen.gemms.add("f32")
         par = 4 * hidden * hidden * batch >= LSTM_PARALLEL_MIN
-        kernel.choice = (f"lstm whole, weights packed at compile time: input projections of {steps} steps in one "
+        gen.choice = (f"lstm whole, weights packed at compile time: input projections of {steps} steps in one "
                          f"packed GEMM [{steps * batch} x {inp}] x [{inp} x {4 * blocks * LSTM_UNITS}], {steps} "
                          f"steps of {blocks} fused GEMV + cell blocks of {LSTM_UNITS} units"
-                         + (f" split over {kernel.nt} threads" if par and kernel.nt > 1 else ""))
-        return kernel.t("rnn.c.j2", fn=fn, cell="lstm_packed", x=kernel.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias,
-                        y=outs[0], y_h=outs[1], y_c=outs[2], scratch=kernel.scratch_ptr(), steps=steps,
+                         + (f" split over {gen.nt} threads" if par and gen.nt > 1 else ""))
+        return gen.t("rnn.c.j2", fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias,
+                        y=outs[0], y_h=outs[1], y_c=outs[2], scratch=gen.scratch_ptr(), steps=steps,
                         batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS,
-                        gp=4 * blocks * LSTM_UNITS, par=par and kernel.nt > 1,
+                        gp=4 * blocks * LSTM_UNITS, par=par and gen.nt > 1,
                         gemm_off=-(-4 * (steps * batch * 4 * blocks * LSTM_UNITS + 3 * batch * hidden) // 64) * 64)
-    kernel.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
+    gen.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
                      f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps")
-    return kernel.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=kernel.ptr(ki.ins[0]), w=kernel.ptr(ki.ins[1]),
-                    r=kernel.ptr(ki.ins[2]), b=kernel.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0],
-                    y_h=outs[1], y_c=outs[2] if ki.op == "LSTM" else None, scratch=kernel.scratch_ptr(),
+    return gen.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=gen.ptr(ki.ins[0]), w=gen.ptr(ki.ins[1]),
+                    r=gen.ptr(ki.ins[2]), b=gen.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0],
+                    y_h=outs[1], y_c=outs[2] if ki.op == "LSTM" else None, scratch=gen.scratch_ptr(),
                     steps=steps, batch=batch, inp=inp, hidden=hidden, gates=gates, lanes=32, rows=4,
                     rb_rows=gates if ki.op == "LSTM" else 2 * hidden, linear_before_reset=lbr)
 
 
-#: ONNX op -> kernel renderer ``(codegen._Kernel, KernelInstr, function name) -> C source``.
-KERNELS = {"Softmax": k_softmax, "LayerNormalization": k_layernorm, "LSTM": k_rnn, "GRU": k_rnn, "Gelu": k_gelu}
-#: ONNX op -> bytes of scratch its kernel needs.
-SCRATCH = {"LSTM": rnn_scratch_bytes, "GRU": rnn_scratch_bytes}
+@kernel_scratch("LSTM", "GRU")
+def rnn_scratch(ki) -> ScratchLayout:
+    return ScratchLayout.of([("nn", rnn_scratch_bytes(ki))])

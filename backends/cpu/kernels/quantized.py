@@ -26,15 +26,14 @@ from glow_core.errors import BackendError
 from glow_core.ops.primitives.quantized import ACC, multiplier, multipliers, qrange
 
 from ..int8 import engine as E
-from .ctypes_map import ctype
 from ..int8.common import c_float
+from .codegen import BAKED, ScratchLayout, kernel, kernel_scratch
+from .ctypes_map import ctype
+from .window import pool
 
 #: The quantized primitives the backend runs.
 INT8_OPS = frozenset(("quantize", "dequantize", "rescale", "qconv", "qmatmul", "qadd", "qmul", "qavg_pool",
                       "lookup"))
-#: Inputs (by index) whose constant values a kernel's source depends on: a conv's or matmul's weight scales and
-#: offsets (codegen.KernelInstr carries them in its signature).
-BAKED = {"qconv": (3, 4), "qmatmul": (3, 4)}
 _EIGHT = ("int8", "uint8")
 #: Activation dtypes per primitive beyond _EIGHT: int16 convs and matmuls (direct loops, int64 accumulator) and
 #: int16 add and mul (the engine's elementwise kernels).
@@ -182,142 +181,163 @@ def scratch_bytes(ki) -> int:
     return k.scratch_bytes if k is not None else 0
 
 
-class QuantizedKernels:
-    """codegen._Kernel's methods for the quantized primitives (``k_<op>``)."""
+@kernel_scratch(*BAKED)
+def quantized_scratch(ki) -> ScratchLayout:
+    n = scratch_bytes(ki)
+    return ScratchLayout({"int8": 0}, n) if n else ScratchLayout({}, 0)
 
-    def _engine(self, ki, fn, call_args: list[str]) -> str:
-        """The engine kernel's source and the GLOW_KERNEL wrapper calling it on ``call_args``."""
-        k = plan(ki, self.nt)
-        self.choice = k.describe
-        return (k.source + f"\nGLOW_KERNEL int {fn}(uint8_t *const *p) {{\n  {fn}_q({', '.join(call_args)});\n"
-                f"  return 0;\n}}\n")
 
-    def _weights(self, ki, fn):
-        """conv and matmul with a constant weight: packed weights, corrections and multipliers (derived)."""
-        k = plan(ki, self.nt)
-        w, bias, ws, wo = ki.ins[1:5]
-        tag = "int8 pack " + hashlib.sha1(k.source.encode()).hexdigest()
+def _engine(gen, ki, fn, call_args: list[str]) -> str:
+    """The engine kernel's source and the GLOW_KERNEL wrapper calling it on ``call_args``."""
+    k = plan(ki, gen.nt)
+    gen.choice = k.describe
+    return (k.source + f"\nGLOW_KERNEL int {fn}(uint8_t *const *p) {{\n  {fn}_q({', '.join(call_args)});\n"
+            f"  return 0;\n}}\n")
 
-        def make(arrays):
-            c = k.pack(arrays[0], arrays[1])
-            return [c.weights, c.corrections, c.multipliers]
-        wp, corr, mult = self.derive_many((w.slot, bias.slot, ws.slot, wo.slot), make, tag, 3)
-        residual = [self.ptr(ki.ins[5]), self.ptr(ki.outs[1])] if k.kind == "conv+add" else []
-        return self._engine(ki, fn, [f"(const uint8_t *){self.ptr(ki.ins[0])}", f"(const int8_t *){wp}",
-                                     f"(const int32_t *){corr}", f"(const float *){mult}", self.ptr(ki.outs[0]),
-                                     f"(uint8_t *){self.scratch_ptr() if k.scratch_bytes else '0'}", *residual])
 
-    def _loops(self, ki, fn, template: str, **ctx) -> str:
-        """A conv or matmul whose weight is computed at run time: plain int32 loops (``template``)."""
-        x, w, bias = ki.ins[:3]
-        out = ki.outs[0]
-        m, wo, y = _weight_params(ki)
-        acc = ACC[x.type.dtype.name]
-        requant = y.dtype != acc
-        flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
-        why = "int16 operands" if acc == "int64" else "the weight is not constant, or 3-d"
-        self.choice = f"{acc} loops ({'requantized' if requant else f'{acc} result'}; {why})"
-        return self.t(template, acc_s=f"{acc}_t", acc_u=f"u{acc}_t",
-                      fn=fn, x_t=ctype(x.type.dtype.name).storage, w_t=ctype(w.type.dtype.name).storage,
-                      y_t=ctype(out.type.dtype.name).storage, x_ptr=self.ptr(x), w_ptr=self.ptr(w),
-                      bias_ptr=self.ptr(bias), y_ptr=self.ptr(out), w_off=[str(int(v)) for v in wo],
-                      mult=[c_float(v) for v in m], requant=requant, flo=flo, fhi=fhi, y_off=y.offset, **ctx)
+def _weights(gen, ki, fn):
+    """conv and matmul with a constant weight: packed weights, corrections and multipliers (derived)."""
+    k = plan(ki, gen.nt)
+    w, bias, ws, wo = ki.ins[1:5]
+    tag = "int8 pack " + hashlib.sha1(k.source.encode()).hexdigest()
 
-    def k_qconv(self, ki, fn):
-        if plan(ki, self.nt) is not None:
-            return self._weights(ki, fn)
-        x, w = ki.ins[:2]
-        a = ki.attrs
-        g = _window3(a, x.type.shape, ki.outs[0].type.shape, w.type.shape[2:])
-        return self._loops(ki, fn, "qconv_loops.c.j2", x_off=int(a["x_offset"]), n=x.type.shape[0],
-                           c=x.type.shape[1], f=w.type.shape[0], cg=w.type.shape[1],
-                           fg=w.type.shape[0] // a.get("group", 1), work=ki.outs[0].type.numel * prod(w.type.shape[1:]),
-                           **g)
+    def make(arrays):
+        c = k.pack(arrays[0], arrays[1])
+        return [c.weights, c.corrections, c.multipliers]
+    wp, corr, mult = gen.derive_many((w.slot, bias.slot, ws.slot, wo.slot), make, tag, 3)
+    residual = [gen.ptr(ki.ins[5]), gen.ptr(ki.outs[1])] if k.kind == "conv+add" else []
+    return _engine(gen, ki, fn, [f"(const uint8_t *){gen.ptr(ki.ins[0])}", f"(const int8_t *){wp}",
+                                 f"(const int32_t *){corr}", f"(const float *){mult}", gen.ptr(ki.outs[0]),
+                                 f"(uint8_t *){gen.scratch_ptr() if k.scratch_bytes else '0'}", *residual])
 
-    def k_qmatmul(self, ki, fn):
-        if plan(ki, self.nt) is not None:
-            return self._weights(ki, fn)
-        a = ki.ins[0]
-        m, k = a.type.shape[-2:]
-        return self._loops(ki, fn, "qmatmul_loops.c.j2", a_off=int(ki.attrs["a_offset"]),
-                           batch=prod(a.type.shape[:-2]), m=m, k=k, n=ki.ins[1].type.shape[-1])
 
-    def k_rescale(self, ki, fn):
-        return self._engine(ki, fn, [self.ptr(ki.ins[0]), self.ptr(ki.outs[0])])
+def _loops(gen, ki, fn, template: str, **ctx) -> str:
+    """A conv or matmul whose weight is computed at run time: plain int32 loops (``template``)."""
+    x, w, bias = ki.ins[:3]
+    out = ki.outs[0]
+    m, wo, y = _weight_params(ki)
+    acc = ACC[x.type.dtype.name]
+    requant = y.dtype != acc
+    flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
+    why = "int16 operands" if acc == "int64" else "the weight is not constant, or 3-d"
+    gen.choice = f"{acc} loops ({'requantized' if requant else f'{acc} result'}; {why})"
+    return gen.t(template, acc_s=f"{acc}_t", acc_u=f"u{acc}_t",
+                  fn=fn, x_t=ctype(x.type.dtype.name).storage, w_t=ctype(w.type.dtype.name).storage,
+                  y_t=ctype(out.type.dtype.name).storage, x_ptr=gen.ptr(x), w_ptr=gen.ptr(w),
+                  bias_ptr=gen.ptr(bias), y_ptr=gen.ptr(out), w_off=[str(int(v)) for v in wo],
+                  mult=[c_float(v) for v in m], requant=requant, flo=flo, fhi=fhi, y_off=y.offset, **ctx)
 
-    def k_qadd(self, ki, fn):
-        return self._engine(ki, fn, [self.ptr(ki.ins[0]), self.ptr(ki.ins[1]), self.ptr(ki.outs[0])])
 
-    k_qmul = k_qadd
+@kernel("qconv")
+def qconv(gen, ki, fn):
+    if plan(ki, gen.nt) is not None:
+        return _weights(gen, ki, fn)
+    x, w = ki.ins[:2]
+    a = ki.attrs
+    g = _window3(a, x.type.shape, ki.outs[0].type.shape, w.type.shape[2:])
+    return _loops(gen, ki, fn, "qconv_loops.c.j2", x_off=int(a["x_offset"]), n=x.type.shape[0],
+                       c=x.type.shape[1], f=w.type.shape[0], cg=w.type.shape[1],
+                       fg=w.type.shape[0] // a.get("group", 1), work=ki.outs[0].type.numel * prod(w.type.shape[1:]),
+                       **g)
 
-    def k_qavg_pool(self, ki, fn):
-        a = ki.attrs
-        x, out = ki.ins[0], ki.outs[0]
-        table = E.avg_pool_multipliers(a["x_scale"], a["out_scale"], prod(a["kernel"]))
-        (mult,) = self.derive_many((), lambda arrays: [table], "avg pool multipliers " + table.tobytes().hex(), 1)
-        if plan(ki, self.nt) is not None:
-            return self._engine(ki, fn, [self.ptr(x), f"(const float *){mult}", self.ptr(out)])
-        y = _requant(a)
-        flo, fhi = y.float_bounds()
-        self.choice = "int32 loops over 3-d windows"
-        return self.t("qavg_pool_loops.c.j2",
-                      fn=fn, x_t=ctype(x.type.dtype.name).storage, y_t=ctype(out.type.dtype.name).storage,
-                      x_ptr=self.ptr(x), y_ptr=self.ptr(out), mult_ptr=mult, nc=prod(x.type.shape[:2]),
-                      x_off=int(a["x_offset"]), include_pad=bool(a.get("count_include_pad", 0)), flo=flo, fhi=fhi,
-                      y_off=y.offset, work=out.type.numel * prod(a["kernel"]),
-                      **_window3(a, x.type.shape, out.type.shape, a["kernel"]))
 
-    def k_max_pool(self, ki, fn):
-        """8-bit 1-d and 2-d max pooling on the int8 engine (rows, then columns); every other one generic."""
-        if plan(ki, self.nt) is None:
-            return self._pool(ki, fn)
-        return self._engine(ki, fn, [self.ptr(ki.ins[0]), "(const float *)0", self.ptr(ki.outs[0])])
+@kernel("qmatmul")
+def qmatmul(gen, ki, fn):
+    if plan(ki, gen.nt) is not None:
+        return _weights(gen, ki, fn)
+    a = ki.ins[0]
+    m, k = a.type.shape[-2:]
+    return _loops(gen, ki, fn, "qmatmul_loops.c.j2", a_off=int(ki.attrs["a_offset"]),
+                       batch=prod(a.type.shape[:-2]), m=m, k=k, n=ki.ins[1].type.shape[-1])
 
-    def k_lookup(self, ki, fn):
-        if plan(ki, self.nt) is None:  # a wider table: an indexed load
-            x, table, out = ki.ins[0], ki.ins[1], ki.outs[0]
-            xt, ot = ctype(x.type.dtype.name).storage, ctype(out.type.dtype.name).storage
-            self.choice = f"lookup table of {out.type.dtype.name}"
-            return self.t("elementwise.c.j2",
-                          fn=fn, decls=[f"{ot} *out = {self.tptr(out)}", f"const {xt} *in0 = {self.tptr(x, True)}",
-                                        f"const {ot} *tab = {self.tptr(table, True)}"],
-                          loads=[], store=f"out[i] = tab[(int32_t)in0[i] - ({qrange(x.type.dtype.name)[0]})]",
-                          n=out.type.numel, parallel=self.nt > 1, checks=[], err=0)
-        return self._engine(ki, fn, [self.ptr(ki.ins[0]), f"(const uint8_t *){self.ptr(ki.ins[1])}",
-                                     self.ptr(ki.outs[0])])
 
-    def k_quantize(self, ki, fn):
-        """saturate(rint(x / scale) + offset), the division in float32 (clamped before the conversion: the
-        bounds are integers, so clamping and rounding commute)."""
-        x, out = ki.ins[0], ki.outs[0]
-        a = ki.attrs
-        lo, hi = qrange(out.type.dtype.name)
-        off = int(a["offset"])
-        s = c_float(a["scale"])
-        ct = ctype(x.type.dtype.name)
-        ot = ctype(out.type.dtype.name).storage
-        self.choice = "quantize: float32 division, rint, saturate"
-        return self.t("elementwise.c.j2",
-                      fn=fn, decls=[f"{ot} *out = {self.tptr(out)}", f"const {ct.storage} *in0 = {self.tptr(x, True)}"],
-                      loads=[f"float f = rintf((float)({ct.ld('in0[i]')}) / {s})",
-                             f"f = f < {float(lo - off)!r}f ? {float(lo - off)!r}f : f",
-                             f"f = f > {float(hi - off)!r}f ? {float(hi - off)!r}f : f"],
-                      store=f"out[i] = ({ot})((int32_t)f + {off})", n=out.type.numel, parallel=self.nt > 1,
-                      checks=[], err=0)
+@kernel("rescale")
+def rescale(gen, ki, fn):
+    return _engine(gen, ki, fn, [gen.ptr(ki.ins[0]), gen.ptr(ki.outs[0])])
 
-    def k_dequantize(self, ki, fn):
-        """float32(q - offset) * scale, the parameters per ``axis`` when they are vectors."""
-        q, scale, offset = ki.ins
-        out = ki.outs[0]
-        qt = ctype(q.type.dtype.name).storage
-        per = scale.type.numel > 1
-        axis = ki.attrs.get("axis", 0)
-        c = f"(i / {prod(q.type.shape[axis + 1:])}) % {scale.type.numel}" if per else "0"
-        self.choice = "dequantize" + (f" per axis {axis}" if per else "")
-        return self.t("elementwise.c.j2",
-                      fn=fn, decls=[f"float *out = {self.tptr(out)}", f"const {qt} *in0 = {self.tptr(q, True)}",
-                                    f"const float *sc = {self.tptr(scale, True)}",
-                                    f"const int32_t *of = {self.tptr(offset, True)}"],
-                      loads=[f"const int64_t c = {c}"],
-                      store="out[i] = (float)((int64_t)in0[i] - (int64_t)of[c]) * sc[c]", n=out.type.numel,
-                      parallel=self.nt > 1, checks=[], err=0)
+
+@kernel("qadd", "qmul")
+def qadd(gen, ki, fn):
+    return _engine(gen, ki, fn, [gen.ptr(ki.ins[0]), gen.ptr(ki.ins[1]), gen.ptr(ki.outs[0])])
+
+
+@kernel("qavg_pool")
+def qavg_pool(gen, ki, fn):
+    a = ki.attrs
+    x, out = ki.ins[0], ki.outs[0]
+    table = E.avg_pool_multipliers(a["x_scale"], a["out_scale"], prod(a["kernel"]))
+    (mult,) = gen.derive_many((), lambda arrays: [table], "avg pool multipliers " + table.tobytes().hex(), 1)
+    if plan(ki, gen.nt) is not None:
+        return _engine(gen, ki, fn, [gen.ptr(x), f"(const float *){mult}", gen.ptr(out)])
+    y = _requant(a)
+    flo, fhi = y.float_bounds()
+    gen.choice = "int32 loops over 3-d windows"
+    return gen.t("qavg_pool_loops.c.j2",
+                  fn=fn, x_t=ctype(x.type.dtype.name).storage, y_t=ctype(out.type.dtype.name).storage,
+                  x_ptr=gen.ptr(x), y_ptr=gen.ptr(out), mult_ptr=mult, nc=prod(x.type.shape[:2]),
+                  x_off=int(a["x_offset"]), include_pad=bool(a.get("count_include_pad", 0)), flo=flo, fhi=fhi,
+                  y_off=y.offset, work=out.type.numel * prod(a["kernel"]),
+                  **_window3(a, x.type.shape, out.type.shape, a["kernel"]))
+
+
+@kernel("max_pool")
+def max_pool(gen, ki, fn):
+    """8-bit 1-d and 2-d max pooling on the int8 engine (rows, then columns); every other one generic."""
+    if plan(ki, gen.nt) is None:
+        return pool(gen, ki, fn)
+    return _engine(gen, ki, fn, [gen.ptr(ki.ins[0]), "(const float *)0", gen.ptr(ki.outs[0])])
+
+
+@kernel("lookup")
+def lookup(gen, ki, fn):
+    if plan(ki, gen.nt) is None:  # a wider table: an indexed load
+        x, table, out = ki.ins[0], ki.ins[1], ki.outs[0]
+        xt, ot = ctype(x.type.dtype.name).storage, ctype(out.type.dtype.name).storage
+        gen.choice = f"lookup table of {out.type.dtype.name}"
+        return gen.t("elementwise.c.j2",
+                      fn=fn, decls=[f"{ot} *out = {gen.tptr(out)}", f"const {xt} *in0 = {gen.tptr(x, True)}",
+                                    f"const {ot} *tab = {gen.tptr(table, True)}"],
+                      loads=[], store=f"out[i] = tab[(int32_t)in0[i] - ({qrange(x.type.dtype.name)[0]})]",
+                      n=out.type.numel, parallel=gen.nt > 1, checks=[], err=0)
+    return _engine(gen, ki, fn, [gen.ptr(ki.ins[0]), f"(const uint8_t *){gen.ptr(ki.ins[1])}",
+                                 gen.ptr(ki.outs[0])])
+
+
+@kernel("quantize")
+def quantize(gen, ki, fn):
+    """saturate(rint(x / scale) + offset), the division in float32 (clamped before the conversion: the
+    bounds are integers, so clamping and rounding commute)."""
+    x, out = ki.ins[0], ki.outs[0]
+    a = ki.attrs
+    lo, hi = qrange(out.type.dtype.name)
+    off = int(a["offset"])
+    s = c_float(a["scale"])
+    ct = ctype(x.type.dtype.name)
+    ot = ctype(out.type.dtype.name).storage
+    gen.choice = "quantize: float32 division, rint, saturate"
+    return gen.t("elementwise.c.j2",
+                  fn=fn, decls=[f"{ot} *out = {gen.tptr(out)}", f"const {ct.storage} *in0 = {gen.tptr(x, True)}"],
+                  loads=[f"float f = rintf((float)({ct.ld('in0[i]')}) / {s})",
+                         f"f = f < {float(lo - off)!r}f ? {float(lo - off)!r}f : f",
+                         f"f = f > {float(hi - off)!r}f ? {float(hi - off)!r}f : f"],
+                  store=f"out[i] = ({ot})((int32_t)f + {off})", n=out.type.numel, parallel=gen.nt > 1,
+                  checks=[], err=0)
+
+
+@kernel("dequantize")
+def dequantize(gen, ki, fn):
+    """float32(q - offset) * scale, the parameters per ``axis`` when they are vectors."""
+    q, scale, offset = ki.ins
+    out = ki.outs[0]
+    qt = ctype(q.type.dtype.name).storage
+    per = scale.type.numel > 1
+    axis = ki.attrs.get("axis", 0)
+    c = f"(i / {prod(q.type.shape[axis + 1:])}) % {scale.type.numel}" if per else "0"
+    gen.choice = "dequantize" + (f" per axis {axis}" if per else "")
+    return gen.t("elementwise.c.j2",
+                  fn=fn, decls=[f"float *out = {gen.tptr(out)}", f"const {qt} *in0 = {gen.tptr(q, True)}",
+                                f"const float *sc = {gen.tptr(scale, True)}",
+                                f"const int32_t *of = {gen.tptr(offset, True)}"],
+                  loads=[f"const int64_t c = {c}"],
+                  store="out[i] = (float)((int64_t)in0[i] - (int64_t)of[c]) * sc[c]", n=out.type.numel,
+                  parallel=gen.nt > 1, checks=[], err=0)
