@@ -12,6 +12,8 @@
   requantizes (their attribute ``requant``, see glow_core/ops/primitives/quantized.py): ``float32`` (default)
   leaves the nodes as they are, ``fixed_point`` sets it on every such node, the quantizer's as it creates them
   (so the backend's ``is_op_supported`` sees the mode) and an imported model's (``set_requant``).
+- ``weight_only(model, bits=4, block_size=32, symmetric=True) -> onnx.ModelProto``: MatMul/Gemm with constant
+  weights become com.microsoft MatMulNBits (block-wise 4- or 8-bit weights, the format onnxruntime runs).
 
 ``run(fn, options, ask)`` is the pass ``glow_core.api.compile_graph`` runs after lowering: the quantizer or the
 QDQ fusion, the conversion, then the emulation of quantized primitives the backend refuses (``emulate``). The
@@ -35,6 +37,7 @@ from .report import Report, quantize_report
 from .rewrite import quantize_graph, quantized, set_requant
 from .schema import PRECISIONS, SCHEMAS, QParams
 from .schema import check as check_schema
+from .weight_only import weight_only
 
 #: compile options of this package, with their defaults
 OPTIONS = {"quantize": None, "schema": "asymmetric", "precision": "int8", "per_channel": False,
@@ -43,7 +46,7 @@ OPTIONS = {"quantize": None, "schema": "asymmetric", "precision": "int8", "per_c
 
 __all__ = ["profile", "Profile", "TensorStats", "QParams", "SCHEMAS", "PRECISIONS", "CALIBRATIONS", "TARGETS",
            "OPTIONS", "prepare", "run", "lowered_graph", "quantize_graph", "quantize_report", "Report", "set_requant",
-           "REQUANT_MODES"]
+           "REQUANT_MODES", "weight_only"]
 
 
 def prepare(options: dict) -> dict:

@@ -181,4 +181,7 @@ SKIP = {
     "Constant": "constants are drawn as initializers", "FlexAttention": "has no ONNX schema (custom op)",
     "OptionalGetElement": "takes optional-typed values, which the generator does not draw",
     "OptionalHasElement": "takes optional-typed values, which the generator does not draw",
+    **dict.fromkeys(("SimplifiedLayerNormalization", "com.microsoft.MatMulNBits", "com.microsoft.GroupQueryAttention",
+                     "com.microsoft.RotaryEmbedding", "com.microsoft.SkipSimplifiedLayerNormalization"),
+                    "onnxruntime's op, no ONNX schema for the checker (its conformance cases: ops_onnxruntime)"),
 }
