@@ -35,8 +35,8 @@ FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for
 
 class CPUBackend(Backend):
     """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
-    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine); float32 Softmax,
-    LayerNormalization, LSTM and GRU kept whole (kernels_nn). Storage-only
+    it; the quantized primitives on int8/uint8 activations (kernels/quantized.py, the int8 engine); float32 Softmax,
+    LayerNormalization, Gelu, LSTM and GRU kept whole (kernels/nn.py). Storage-only
     float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"

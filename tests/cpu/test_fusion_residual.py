@@ -1,4 +1,4 @@
-"""The float residual add folded into a conv-engine conv's epilogue on the planned IR (backends/cpu/conv_fusion):
+"""The float residual add folded into a conv-engine conv's epilogue on the planned IR (backends/cpu/fusion/residual.py):
 when it applies, what the listing says, and exactness: bit-equal to the same code with the add as its own kernel,
 equal to onnxruntime."""
 from __future__ import annotations

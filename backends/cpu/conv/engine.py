@@ -59,7 +59,7 @@ ALGORITHMS = ("direct", "depthwise", "winograd2", "winograd4")
 #: What ``force`` may override (studies and tests): the algorithm and the blocking the chooser would pick.
 FORCIBLE = ("algorithm", "tile", "chunk", "rblocks", "icb", "tb", "strip")
 __all__ = ["ACTIVATIONS", "ALGORITHMS", "ConvEngineError", "ConvGeometry", "ConvKernel", "Epilogue", "LAYOUTS",
-           "LayoutKernel", "Target", "host_target", "layout_kernel", "plan_conv"]
+           "LayoutKernel", "Target", "host_target", "layout_kernel", "plan_conv", "refusal"]
 
 
 def _check_name(name: str):
@@ -94,6 +94,21 @@ def layout_kernel(shape, src_layout: str, dst_layout: str, *, num_threads: int =
     return LayoutKernel(name, src, "conv engine: " + desc, src_layout, dst_layout, tuple(shape), cb)
 
 
+def refusal(geom: ConvGeometry, dtype: str = "float32") -> "Unsupported | None":
+    """Why the engine does not take a convolution whatever its layouts and epilogue, or None: what ``plan_conv``
+    checks before planning (its planners refuse nothing more on nchw / nchwc without a residual in y's own
+    memory), so a caller that only asks whether the engine runs a conv plans nothing."""
+    if dtype != "float32":
+        return Unsupported(f"conv engine: float32 only (got {dtype})")
+    if len(geom.spatial) not in (1, 2):
+        return Unsupported(f"conv engine: 1-d and 2-d convolutions only (this one is {len(geom.spatial)}-d)")
+    if any(o <= 0 for o in geom.out_spatial) or geom.batch == 0 or geom.channels == 0 or geom.filters == 0:
+        return Unsupported("conv engine: empty output or input")
+    if any(u != 1 for u in geom.input_dilation) and any(s != 1 for s in geom.strides):
+        return Unsupported("conv engine: input dilation (transposed conv) with a stride")
+    return None
+
+
 def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue | None = None,
               num_threads: int = 1, in_layout: str = "nchw", out_layout: str = "nchw", target: Target | None = None,
               name: str | None = None, force: dict | None = None):
@@ -114,14 +129,9 @@ def plan_conv(geom: ConvGeometry, *, dtype: str = "float32", epilogue: Epilogue 
                               f"{', '.join(FORCIBLE)}, algorithms {', '.join(ALGORITHMS)}")
     if in_layout not in LAYOUTS or out_layout not in LAYOUTS:
         raise ConvEngineError(f"conv engine: layouts {in_layout!r} -> {out_layout!r}; accepted: {', '.join(LAYOUTS)}")
-    if dtype != "float32":
-        return Unsupported(f"conv engine: float32 only (got {dtype})")
-    if len(geom.spatial) not in (1, 2):
-        return Unsupported(f"conv engine: 1-d and 2-d convolutions only (this one is {len(geom.spatial)}-d)")
-    if any(o <= 0 for o in geom.out_spatial) or geom.batch == 0 or geom.channels == 0 or geom.filters == 0:
-        return Unsupported("conv engine: empty output or input")
-    if any(u != 1 for u in geom.input_dilation) and any(s != 1 for s in geom.strides):
-        return Unsupported("conv engine: input dilation (transposed conv) with a stride")
+    refused = refusal(geom, dtype)
+    if refused is not None:
+        return refused
     if num_threads < 1:
         raise ConvEngineError(f"conv engine: num_threads must be >= 1, got {num_threads}")
     algorithm = force.get("algorithm")

@@ -1,6 +1,6 @@
 """The CPU backend's GEMM blocking (templates/gemm.c.j2): cache and micro-tile sizes, the scratch its packed
 panels take, and the compile-time packing of a constant B into the micro-kernel's panel layout. Shared by
-codegen (matmul, conv) and kernels_nn (the RNN input projections)."""
+kernels/matmul.py, kernels/window.py (conv) and kernels/nn.py (the RNN input projections)."""
 from __future__ import annotations
 
 import numpy as np

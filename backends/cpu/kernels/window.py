@@ -16,7 +16,7 @@ from glow_core.ir import PLAIN, stored_shape
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.types import dtype as to_dtype
 
-from ..conv.engine import ConvGeometry, Epilogue, layout_kernel, plan_conv
+from ..conv.engine import ConvGeometry, Epilogue, layout_kernel, plan_conv, refusal
 from . import ew as kernels_ew
 from .codegen import MEMO_LIMIT, RESIDUAL, ScratchLayout, accumulator, c_comment, kernel, kernel_scratch, row_strides
 from .ctypes_map import ctype
@@ -113,6 +113,18 @@ def engine_conv(ki, num_threads: int):
         _ENGINE_MEMO.clear()
     _ENGINE_MEMO[key] = plan
     return plan
+
+
+def engine_takes(ki) -> bool:
+    """Whether the conv engine runs conv ``ki`` on plain or blocked layouts with no residual in its epilogue (what
+    the layout pass asks: it plans nothing, ``conv.engine.refusal``), as ``engine_conv`` would answer."""
+    x, w = ki.ins[:2]
+    if x.type.dtype.name != "float32" or not w.const or _engine_epilogue(ki.attrs) is None:
+        return False
+    a = ki.attrs
+    geom = ConvGeometry.from_conv(x.type.shape, w.type.shape, a["strides"], a["dilations"], a["pads"],
+                                  a.get("group", 1))
+    return refusal(geom) is None
 
 
 def conv_plan(ki) -> ConvPlan:
