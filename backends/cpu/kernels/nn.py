@@ -32,7 +32,7 @@ from math import prod
 import numpy as np
 
 from .codegen import ScratchLayout, kernel, kernel_scratch
-from .ew import reduce_parts
+from .ew import activation, reduce_parts
 from .gemm_blocking import gemm_scratch_bytes, pack_b
 
 
@@ -140,11 +140,13 @@ _GATES = {"LSTM": 4, "GRU": 3}
 
 @kernel("Gelu")
 def k_gelu(gen, ki, fn) -> str:
+    """The fused activation's expression (ew.activation: gelu_erf, gelu_tanh, the lowering's order) per element."""
     tanh = ki.attrs.get("approximate", "none") == "tanh"
     gen.choice = f"gelu whole ({'tanh' if tanh else 'erf'} form): one loop"
+    params = {"cube": _f32(0.044715) + "f", "scale": _f32(math.sqrt(2.0 / math.pi)) + "f"} if tanh else \
+        {"scale": _f32(1.0 / math.sqrt(2.0)) + "f"}
     return gen.t("gelu.c.j2", fn=fn, x=gen.ptr(ki.ins[0]), y=gen.ptr(ki.outs[0]), n=ki.ins[0].type.numel,
-                    tanh=tanh, c_cube=_f32(0.044715),
-                    c_scale=_f32(math.sqrt(2.0 / math.pi) if tanh else 1.0 / math.sqrt(2.0)))
+                 expr=activation("gelu_tanh" if tanh else "gelu_erf", "float32", "v", params))
 
 
 def _rnn_dims(ki) -> tuple[int, int, int, int]:
