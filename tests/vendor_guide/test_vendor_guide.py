@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "vendor_guide"
 BIN = Path(sys.executable).parent
 PAGES = ("tutorial.md", "architecture.md", "backend_api.md", "primitives.md", "conformance.md", "bundles.md",
-         "adding_a_primitive.md", "custom_ops.md", "quantization.md")
+         "adding_a_primitive.md", "custom_ops.md", "quantization.md", "serving.md")
 
 
 def tutorial_blocks(text: str) -> list[str]:
@@ -92,6 +92,39 @@ def test_conformance_md_matches_the_suite():
     if m:
         for tier in re.findall(r'"([a-z_]+)"', m.group(1)):
             assert f"`{tier}`" in text, f"conformance.md does not describe the tier {tier}"
+
+
+def test_serving_md_matches_the_code():
+    """serving.md names every glowc serve option, every deployment() parameter, the endpoints, the Host's fault
+    options and stats keys and the Fault kinds; its FaultyDevice example runs."""
+    from glow_core import runtime, serve
+    from glow_tools.cli import build_parser
+    text = (GUIDE / "serving.md").read_text(encoding="utf-8")
+    sub = next(a for a in build_parser()._subparsers._group_actions if a.dest == "cmd").choices["serve"]
+    flags = [o for a in sub._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
+    assert len(flags) >= 10
+    for flag in flags:
+        assert f"`{flag}" in text, f"serving.md does not describe glowc serve {flag}"
+    for name in inspect.signature(serve.deployment).parameters:
+        if name != "compile_options":
+            assert re.search(rf"[`(, ]{name}[`=,)]", text), f"serving.md does not describe deployment's {name}"
+    for endpoint in ("/v2/health/live", "/v2/health/ready", "/v2/models/{name}", "/v2/models/{name}/infer",
+                     "Inference-Header-Content-Length", "binary_data_size"):
+        assert endpoint in text, endpoint
+    for name in ("max_retries", "device_timeout_s", "probe_interval_s", "retries", "healthy", "failures",
+                 "DeviceUnavailable", "probe(key, inputs)") + runtime.Fault.KINDS:
+        assert name in text, name
+    for datatype in serve.OIP_DATATYPES.values():
+        assert f"`{datatype}`" in text, datatype
+    (example,) = [b for b in re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M) if "FaultyDevice" in b]
+    scope: dict = {}
+    exec(compile(example, "serving.md", "exec"), scope)  # noqa: S102  (the page's own example)
+    h = scope["h"]
+    try:
+        assert [d.faults for d in h.devices] == [(runtime.Fault("raise", every=50),),
+                                                 (runtime.Fault("hang", at=(100,)),), ()]
+    finally:
+        h.close()
 
 
 def test_tutorial_runs(tmp_path, record_property):
