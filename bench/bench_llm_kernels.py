@@ -1,4 +1,4 @@
-"""The CPU backend's language-model kernels (backends/cpu/kernels_llm.py) against onnxruntime's, one-node models on
+"""The CPU backend's language-model kernels (backends/cpu/kernels/llm.py) against onnxruntime's, one-node models on
 the shapes of a LLaMA-style model of about 150 M parameters (hidden 768, 12 heads of 64, 4 KV heads, SwiGLU 2048,
 vocabulary 32000), prefill (128 tokens) and decode (one token after 511): com.microsoft MatMulNBits (4 bits,
 block 32) as GEMV and GEMM, GroupQueryAttention (rotary, KV cache), SkipSimplifiedLayerNormalization and
@@ -123,7 +123,7 @@ def read_bandwidth(mib=256):
     import ctypes
     import subprocess
     import tempfile
-    from glow_cpu.toolchain import find_compiler
+    from glow_cpu.build.toolchain import find_compiler
     d = tempfile.mkdtemp(prefix="glow_bw_")
     src, lib = os.path.join(d, "read.c"), os.path.join(d, "read.so")
     with open(src, "w") as f:

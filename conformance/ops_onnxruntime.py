@@ -31,7 +31,7 @@ MATMUL_NBITS = {
     "b8_bs64_zp_uint8_bias": ((2, 3, 128), 128, 16, 8, 64, "uint8", True, True),
     "b8_bs16_zp_uint8": ((5, 48), 48, 8, 8, 16, "uint8", False, True),  # (onnxruntime: no 8 bits with float zp)
     "b2_bs32_zp_uint8": ((3, 64), 64, 8, 2, 32, "uint8", False, True),
-    # the CPU backend's MatMulNBits paths (backends/cpu/kernels_llm.py): GEMVs of 1 to 4 rows with a row
+    # the CPU backend's MatMulNBits paths (backends/cpu/kernels/llm.py): GEMVs of 1 to 4 rows with a row
     # remainder, K ending inside a packed word, N inside a 16-column group; dequantized panels for M > 8
     "b4_rows7_k_word_tail": ((7, 100), 100, 37, 4, 32, "uint8", True, True),
     "b8_rows6_k_word_tail": ((6, 70), 70, 21, 8, 64, None, False, True),

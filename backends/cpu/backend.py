@@ -9,16 +9,20 @@ from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
-from . import kernels_nn, layouts, sanitize, toolchain
-from .attention import planned_scratch
-from .bundle import write_bundle
-from .codegen import ENGINE_SCRATCH_THREADS, KernelInstr, prelude_text, scratch_layout
-from .codegen_int8 import supported as quantized_supported
-from .ctypes_map import supported
-from .kernels_ew import ACTIVATION_PARAMS
+from . import layouts
+from .build import sanitize, toolchain
+from .build.bundle import write_bundle
+from .build.runtime import CPUFunction, aligned_bytes
+from .fusion.attention import planned_scratch
+from .kernels import nn as kernels_nn
+from .kernels.codegen import KernelInstr, scratch_layout
+from .kernels.ctypes_map import supported
+from .kernels.ew import ACTIVATION_PARAMS
+from .kernels.quantized import supported as quantized_supported
+from .kernels.storage_cast import ONE_BYTE_STORAGE
+from .kernels.window import ENGINE_SCRATCH_THREADS
 from .program import Program
-from .runtime import CPUFunction, aligned_bytes
-from .storage_cast import ONE_BYTE_STORAGE
+from .templates import prelude_text
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
 FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS]
@@ -27,8 +31,8 @@ FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for
 
 class CPUBackend(Backend):
     """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
-    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine); float32 Softmax,
-    LayerNormalization, LSTM and GRU kept whole (kernels_nn). Storage-only
+    it; the quantized primitives on int8/uint8 activations (kernels/quantized.py, the int8 engine); float32 Softmax,
+    LayerNormalization, Gelu, LSTM and GRU kept whole (kernels/nn.py). Storage-only
     float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"
@@ -60,7 +64,7 @@ class CPUBackend(Backend):
     def should_lower(self, node) -> bool:
         """Softmax over the last axis, LayerNormalization, and forward LSTM/GRU with default activations on
         float32 run whole (kernels_nn: one kernel instead of the lowering's reductions, elementwise
-        instructions and per-step recurrences), and so do the language-model ops of kernels_llm (MatMulNBits,
+        instructions and per-step recurrences), and so do the language-model ops of kernels/llm.py (MatMulNBits,
         RMS normalizations, rotary embeddings, GroupQueryAttention); everything else is lowered."""
         return not kernels_nn.keeps_whole(node)
 

@@ -1,4 +1,4 @@
-"""The CPU backend's language-model kernels (backends/cpu/kernels_llm.py): each op kept whole reaches its kernel
+"""The CPU backend's language-model kernels (backends/cpu/kernels/llm.py): each op kept whole reaches its kernel
 and matches the interpreter (the lowering) at 1 and 2 threads over the shapes that choose its paths; errors
 for caches or positions out of range; a genai-style decoder layer (float32, int4, int8) generates the same
 tokens as onnxruntime on the CPU backend with every op whole."""
@@ -36,7 +36,7 @@ def against_interpreter(m, feeds, whole, atol=1e-6):
 
 WEIGHTS = {"b4": (4, 128, 48, 32, False, False), "b4_tails_zp_bias": (4, 100, 37, 32, True, True),
            "b8_tails_zp": (8, 70, 21, 64, True, False), "b8_bs16_bias": (8, 256, 20, 16, False, True),
-           "b4_threaded": (4, 512, 1030, 64, True, False)}  # a GEMV above kernels_llm.PAR_MIN: threads fork
+           "b4_threaded": (4, 512, 1030, 64, True, False)}  # a GEMV above kernels.llm.PAR_MIN: threads fork
 
 
 # GEMV passes of 1..4 rows (and remainders), dequantized panels + the packed GEMM above 8 rows
@@ -62,7 +62,7 @@ def test_matmul_nbits(m_rows, weights):
     against_interpreter(m, feeds, f"{MS}.MatMulNBits", atol=1e-5)
 
 
-@pytest.mark.parametrize("rows, n", [(5, 40), (1536, 1024)])  # the second above kernels_llm.PAR_MIN: threads fork
+@pytest.mark.parametrize("rows, n", [(5, 40), (1536, 1024)])  # the second above kernels.llm.PAR_MIN: threads fork
 def test_rms_norms(rows, n):
     r = np.random.default_rng(1)
     x, s, g, b = (r.uniform(-2, 2, sh).astype(np.float32) for sh in ((2, rows // 2 or 1, n), (rows // 2 or 1, n),
@@ -113,7 +113,7 @@ def _gqa(s, past, seqlens, total, attrs=None, d=16, heads=4, kv=2, rotary=False)
     (1, 8, [5, 8], 9, {}, True),  # ragged decode, present grows by one
     (1, 16, [5, 8], 9, {"local_window_size": 3, "softcap": 0.5}, False),  # a cache of capacity 16
     (3, 6, [8], 9, {"smooth_softmax": 1, "rotary_interleaved": 1}, True),  # a chunk after a prefix
-    (1, 1024, [1000], 1024, {"heads": 16, "d": 64}, True),  # above kernels_llm.PAR_MIN: threads fork
+    (1, 1024, [1000], 1024, {"heads": 16, "d": 64}, True),  # above kernels.llm.PAR_MIN: threads fork
 ])
 def test_group_query_attention(s, past, seqlens, total, attrs, rotary):
     dims = {k: attrs.pop(k) for k in ("heads", "d") if k in attrs}
