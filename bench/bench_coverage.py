@@ -6,7 +6,7 @@ reachable, and every unreached line grouped with its reason.
 
 ``--run`` runs ``pytest conformance --backend=cpu --coverage`` (``nice -n 19``, an empty compile cache: every
 kernel is compiled instrumented) and prints its wall time. The analysis reads the ``coverage`` section of the
-reports (``backends/cpu/coverage.py``: per template, the lines executed, generated but never executed, never
+reports (``backends/cpu/build/coverage.py``: per template, the lines executed, generated but never executed, never
 generated); several reports are united (a line is reached when any run executed it).
 
 *Reachable* lines: the lines gcov counts in some build (executable) plus the lines no run generated that hold a
@@ -31,7 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from glow_cpu.coverage import _split_lead, c_lines  # noqa: E402
+from glow_cpu.build.coverage import _split_lead, c_lines  # noqa: E402
 
 TEMPLATES = os.path.join(ROOT, "backends", "cpu", "templates")
 
@@ -238,7 +238,7 @@ def main(argv=None):
         if not cov:
             ap.error(f"{p} has no coverage section (run the suite with --coverage)")
         reports.append(cov)
-    from glow_cpu.toolchain import find_compiler
+    from glow_cpu.build.toolchain import find_compiler
     res = analyse(reports, host_macros(find_compiler()))
     print_table(res)
     if args.json:

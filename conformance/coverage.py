@@ -1,5 +1,5 @@
 """The report's part of ``--coverage``: a backend's line coverage (``Backend.coverage_report``) as summary lines
-and an HTML table. Measuring it is the backend's (the cpu backend: ``glow_cpu.coverage``, gcov over its
+and an HTML table. Measuring it is the backend's (the cpu backend: ``glow_cpu.build.coverage``, gcov over its
 templates)."""
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ Keys read (all optional):
 - ``matmul``: ``tiles`` {dtype: {kc, mc, nc (cache blocks), mr (micro-tile heights), nr (micro-tile widths, every
   vector length the backend may use), pack_width (columns per panel of a B packed at compile time)}} for float32
   and float64, and ``parallel_work`` (m * n * k);
-- ``conv``: ``parallel_work``, ``geometries`` {name: (x shape, w shape, strides, pads, group)} of the convs its
+- ``conv``: ``parallel_work``, ``parallel_macs`` (the least multiply-adds for which a conv kernel of constant
+  filters runs on several threads; a quarter of it for depthwise), ``geometries`` {name: (x shape, w shape, strides, pads, group)} of the convs its
   algorithms each run (constant filters), ``chunked_channels`` (input channels whose 3x3 reduction is split into
   chunks), ``depthwise_tail_width`` (an output width ending in a partial tile), ``depthwise_strip_width`` (an
   input width whose rows overflow one strip);
@@ -31,7 +32,8 @@ GENERIC = {
                          "float64": {"kc": 256, "mc": 96, "nc": 2048, "mr": (8, 6), "nr": (4, 8, 16),
                                      "pack_width": 16}},
                "parallel_work": 524288},
-    "conv": {"parallel_work": 65536, "chunked_channels": 300, "depthwise_tail_width": 31, "depthwise_strip_width": 256,
+    "conv": {"parallel_work": 65536, "parallel_macs": 1 << 19, "chunked_channels": 300, "depthwise_tail_width": 31,
+             "depthwise_strip_width": 256,
              "geometries": {"3x3_pad1": ((1, 16, 26, 26), (24, 16, 3, 3), [1, 1], [1] * 4, 1),
                             "3x3_pad0_batch2": ((2, 16, 15, 15), (24, 16, 3, 3), [1, 1], [0] * 4, 1),
                             "3x3_stride2": ((1, 16, 33, 33), (24, 16, 3, 3), [2, 2], [0] * 4, 1),
@@ -147,6 +149,13 @@ def depthwise_strip_width() -> int:
     """The width of a depthwise 3x3 (pad 1) input whose padded rows of one channel block overflow the backend's
     strip budget within 8 rows: a map of 6+ rows then takes several strips."""
     return int(shapes_of("conv")["depthwise_strip_width"])
+
+
+def engine_parallel_macs(depthwise: bool = False) -> int:
+    """The least multiply-adds for which the backend's conv kernels (constant filters) run on several threads
+    (a quarter of it for depthwise)."""
+    macs = int(shapes_of("conv")["parallel_macs"])
+    return macs // 4 if depthwise else macs
 
 
 def engine_geometries() -> dict:

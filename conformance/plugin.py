@@ -27,7 +27,7 @@ from .cases import PROFILES, STAGES, CaseFailure, Context
 from .flows import FLOWS, flows_of
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition", "vendor")
+TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition", "device", "vendor")
 PROP = "glow_case"
 DEFAULT_SEED = 0
 
@@ -59,6 +59,10 @@ OPTIONS = [
                                      "alone)")),
     ("--conformance-report", dict(dest="glow_report", default=None, metavar="PATH",
                                   help="write an HTML report to PATH and its data to PATH with suffix .json")),
+    ("--export-golden", dict(dest="glow_golden", default=None, metavar="DIR",
+                             help="also write each case's compiled artifact (the backend's emit_bundle), inputs, "
+                                  "expected outputs and checks into DIR, with a C runner that replays them on a "
+                                  "device (glow_conformance.golden; compile groups off)")),
     ("--sanitize", dict(dest="glow_sanitize", nargs="?", const="address,undefined", default=None, metavar="LIST",
                         help="build the backend's generated code with these sanitizers (Backend.enable_sanitizers; "
                              "default address,undefined) and fail every case during which one reports")),
@@ -161,8 +165,9 @@ def _configure(config):
         return (f"glowc conformance --backend {shlex.quote(spec)} --conformance-seed {seed} "
                 f"--case {shlex.quote(case_id)}")
     ref = is_reference(backend)
-    ctx = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref, seed=seed,
-                  flush=bool(backend.flushes_subnormals()), required_ops=required)
+    golden = config.getoption("glow_golden")
+    ctx = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref and not golden,
+                  seed=seed, flush=bool(backend.flushes_subnormals()), required_ops=required)
     record_answers(backend, ctx.answers)
     config._glow = ctx
     config._glow_known = list(backend.known_failures())
@@ -252,6 +257,9 @@ class TierFile(pytest.File):
             flows = flows_of(case)
             if wanted and not set(flows) & set(wanted):
                 continue
+            if self.config.getoption("glow_golden"):
+                from .golden import wrap
+                case = wrap(case, os.path.abspath(self.config.getoption("glow_golden")))
             CASES[case.id] = case
             item = CaseItem.from_parent(self, name=case.id, case=case, flows=flows)
             if ctx.group_compile and case.info.get("group") is not None:  # a group compiles once, on one worker
@@ -534,6 +542,10 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"  # keep each compile group on one worker
     if getattr(config, "_glow", None) is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Results(config), "glow-conformance-results")
+        if config.getoption("glow_golden"):
+            from .golden import Exporter
+            config.pluginmanager.register(Exporter(config, os.path.abspath(config.getoption("glow_golden"))),
+                                          "glow-conformance-golden")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -301,7 +301,7 @@ def _structured():
     for v, (xs, ws, at) in conv.items():
         add("Conv", v, F, lambda r, d, xs=xs, ws=ws, at=at: one_node(
             "Conv", [rnd(d, xs, r), rnd(d, ws, r), rnd(d, (ws[0],), r)], at))
-    # Constant filters (the CPU backend's conv engine; see backends/cpu/conv_engine.py for its algorithms): a
+    # Constant filters (the CPU backend's conv engine; see backends/cpu/conv/engine.py for its algorithms): a
     # 3-channel strided stem, Winograd F(4x4) (24x24 maps) and F(2x2) (12x12), strided 1x1, depthwise,
     # grouped + dilated, 1-d, in-place 1x1, depthwise in several strips.
     conv_const = {

@@ -10,16 +10,24 @@ from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
-from . import conv_algorithms, gemm_blocking, int8_common, int8_elementwise, kernels_nn, layouts, sanitize, toolchain
-from .attention import planned_scratch
-from .bundle import write_bundle
-from .codegen import ENGINE_SCRATCH_THREADS, PARALLEL_MIN_WORK, KernelInstr, prelude_text, scratch_layout
-from .codegen_int8 import supported as quantized_supported
-from .ctypes_map import supported
-from .kernels_ew import ACTIVATION_PARAMS
+from . import layouts
+from .build import sanitize, toolchain
+from .build.bundle import write_bundle
+from .build.runtime import CPUFunction, aligned_bytes
+from .conv import algorithms as conv_algorithms
+from .fusion.attention import planned_scratch
+from .int8 import common as int8_common
+from .int8 import elementwise as int8_elementwise
+from .kernels import gemm_blocking
+from .kernels import nn as kernels_nn
+from .kernels.codegen import KernelInstr, scratch_layout
+from .kernels.ctypes_map import supported
+from .kernels.ew import ACTIVATION_PARAMS
+from .kernels.quantized import supported as quantized_supported
+from .kernels.storage_cast import ONE_BYTE_STORAGE
+from .kernels.window import ENGINE_SCRATCH_THREADS
 from .program import Program
-from .runtime import CPUFunction
-from .storage_cast import ONE_BYTE_STORAGE
+from .templates import PARALLEL_MIN_WORK, prelude_text
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
 FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS]
@@ -28,8 +36,8 @@ FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for
 
 class CPUBackend(Backend):
     """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
-    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine); float32 Softmax,
-    LayerNormalization, LSTM and GRU kept whole (kernels_nn). Storage-only
+    it; the quantized primitives on int8/uint8 activations (kernels/quantized.py, the int8 engine); float32 Softmax,
+    LayerNormalization, Gelu, LSTM and GRU kept whole (kernels/nn.py). Storage-only
     float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"
@@ -61,7 +69,8 @@ class CPUBackend(Backend):
     def should_lower(self, node) -> bool:
         """Softmax over the last axis, LayerNormalization, and forward LSTM/GRU with default activations on
         float32 run whole (kernels_nn: one kernel instead of the lowering's reductions, elementwise
-        instructions and per-step recurrences); everything else is lowered."""
+        instructions and per-step recurrences), and so do the language-model ops of kernels/llm.py (MatMulNBits,
+        RMS normalizations, rotary embeddings, GroupQueryAttention); everything else is lowered."""
         return not kernels_nn.keeps_whole(node)
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
@@ -91,12 +100,13 @@ class CPUBackend(Backend):
         n = options.get("num_threads")
         return max(1, int(n)) if n else (os.cpu_count() or 1)
 
-    def compile(self, function, options) -> CompiledFunction:
+    def compile(self, function, options, state=None, shared=None) -> CompiledFunction:
+        """``state``: the module's state region; ``shared``: its derived constants (``compile_functions``)."""
         options = dict(options or {})
         nt = self._threads(options)
         program = Program(function, nt, chains=options.get("elementwise_chains", True),
                           attention=options.get("attention", "auto"),
-                          folds=options.get("transpose_folding", True))
+                          folds=options.get("transpose_folding", True), shared=shared)
         flags = options.get("cflags")
         flags = list(flags.split() if isinstance(flags, str) else flags) if flags else toolchain.default_flags(nt)
         # Whatever the user's flags, the libraries must be position-independent and shared, and integer
@@ -107,12 +117,19 @@ class CPUBackend(Backend):
         sanitizers = sanitize.requested(options)
         sanitize.require_runtime(sanitizers)
         flags += sanitize.flags(sanitizers)
-        return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags))
+        return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags), state)
+
+    def compile_functions(self, functions, options) -> list[CompiledFunction]:
+        """One state region for all the functions; their weights are the same arrays (the plans share them), and so
+        are the constants kernels prepare from them (packed GEMM panels)."""
+        state = aligned_bytes(max((f.plan.state_size for f in functions), default=0))
+        shared: dict = {}
+        return [self.compile(f, options, state, shared) for f in functions]
 
     # -- the conformance suite's hooks ---------------------------------------------------------------------------
     def interesting_shapes(self, op: str) -> dict:
         """The sizes where the generated kernels change path, from the code generator's tables: the OpenMP
-        thresholds (codegen.PARALLEL_MIN_WORK), the GEMM blocking and micro-tiles for every candidate vector
+        thresholds (templates.PARALLEL_MIN_WORK, conv_algorithms.PARALLEL_MIN_MACS), the GEMM blocking and micro-tiles for every candidate vector
         length (gemm_blocking), the conv engine's algorithm-selecting geometries (conv_algorithms), the int8
         engine's threading thresholds (int8_common, int8_elementwise)."""
         p = get_primitive(op)
@@ -127,7 +144,8 @@ class CPUBackend(Backend):
                              "pack_width": gemm_blocking.gemm_pack_width(sfx)}
             return {"tiles": tiles, "parallel_work": PARALLEL_MIN_WORK["gemm"]}
         if op == "conv":
-            return {"parallel_work": PARALLEL_MIN_WORK["window"], "geometries": _engine_geometries(),
+            return {"parallel_work": PARALLEL_MIN_WORK["window"], "parallel_macs": conv_algorithms.PARALLEL_MIN_MACS,
+                    "geometries": _engine_geometries(),
                     "chunked_channels": conv_algorithms.SLAB_BYTES // (4 * 9 * 4) + 4,
                     "depthwise_tail_width": _prime_above(32 - 2),
                     "depthwise_strip_width": conv_algorithms.DW_STRIP_BYTES // (8 * 4 * 8)}
@@ -142,19 +160,19 @@ class CPUBackend(Backend):
         return {}
 
     def enable_sanitizers(self, names, log_dir):
-        """AddressSanitizer and UndefinedBehaviorSanitizer builds of the generated C (glow_cpu.sanitize),
+        """AddressSanitizer and UndefinedBehaviorSanitizer builds of the generated C (glow_cpu.build.sanitize),
         re-executing this process with the ASan runtime preloaded when it is not."""
         sanitize.reexec(sanitize.requested({"sanitize": ",".join(names)}), log_dir)
 
     def coverage_build(self, work_dir):
         """This backend rebuilt from a copy of its package whose templates emit #line directives, its C compiled
-        with gcov at -O0 into a cache of its own (glow_cpu.coverage)."""
-        from . import coverage
+        with gcov at -O0 into a cache of its own (glow_cpu.build.coverage)."""
+        from .build import coverage
         return coverage.instrumented(type(self), work_dir)
 
     def coverage_report(self, work_dir):
-        """Per template: the C lines executed, generated but never run, never generated (glow_cpu.coverage)."""
-        from . import coverage
+        """Per template: the C lines executed, generated but never run, never generated (glow_cpu.build.coverage)."""
+        from .build import coverage
         return coverage.collect(work_dir)
 
     def emit_bundle(self, function, out_dir, options) -> list[str]:

@@ -1,4 +1,4 @@
-"""The cpu backend's --coverage build (``CPUBackend.coverage_build``, glow_cpu.coverage): every ``#line`` directive
+"""The cpu backend's --coverage build (``CPUBackend.coverage_build``, glow_cpu.build.coverage): every ``#line`` directive
 on a line of its own, with the template line it names, whatever the template does around it (a macro's output
 after text or indentation, loops, tags)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 
 import jinja2
 
-from glow_cpu.coverage import c_lines, instrument
+from glow_cpu.build.coverage import c_lines, instrument
 
 TEMPLATE = """{% macro tile(n) -%}
 {% for i in range(n) %}  acc += x[{{ i }}];

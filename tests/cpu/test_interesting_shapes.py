@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from glow_conformance import paths
-from glow_cpu import gemm_blocking
+from glow_cpu.kernels import gemm_blocking
 from glow_cpu.backend import CPUBackend
-from glow_cpu.conv_engine import ConvGeometry, plan_conv
+from glow_cpu.conv.engine import ConvGeometry, plan_conv
 
 paths.use(CPUBackend())
 ENGINE = paths.engine_geometries()
@@ -16,7 +16,7 @@ KIND = {"winograd4": "winograd4", "winograd2": "winograd2", "direct": "direct", 
 
 
 def test_every_winograd_variant_has_geometries():
-    from glow_cpu import conv_algorithms
+    from glow_cpu.conv import algorithms as conv_algorithms
     for m, _ in conv_algorithms.WINOGRAD_LEAST_SIDE:
         assert {f"winograd{m}_pad1", f"winograd{m}_pad0_batch2"} <= set(ENGINE)
 
