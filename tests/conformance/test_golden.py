@@ -85,7 +85,8 @@ def test_replay_natively(golden, tmp_path):
     folder = _native(golden, tmp_path)
     r = _replay([], folder, "-v")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"golden replay: {len(SUBSET)} cases, {len(SUBSET)} input sets: {len(SUBSET)} passed, 0 failed" in r.stdout
+    # every case runs on two input sets (the suite's second-input runs), each replayed
+    assert f"golden replay: {len(SUBSET)} cases, {2 * len(SUBSET)} input sets: {len(SUBSET)} passed, 0 failed" in r.stdout
     assert r.stdout.count("PASS ") == len(SUBSET)
     r = _replay([], folder, "--case", "primitives/add/")
     assert "golden replay: 3 cases" in r.stdout and r.returncode == 0
@@ -106,6 +107,10 @@ def test_replay_catches_a_wrong_bundle_and_judges_bounds_as_the_checker(golden, 
     moved[3] = np.float32(np.float64(want[3]) + 3 * bound[3])  # an expectation the device's answer is far from
     moved[5] = np.nextafter(want[5], np.float32(np.inf))  # one ULP: inside the bound
     moved.tofile(out)
+    center = folder / "cases" / mm / "set0" / "center0.f64"  # DOT_PRODUCT: the runner measures from the fp64 reference
+    ref = np.fromfile(center, "<f8")
+    ref[3] += 3 * bound[3]
+    ref.tofile(center)
     got = want  # what the bundle computes (it is the host's answer: the host run passed)
     with pytest.raises(AssertionError, match=r"1 of 240 elements out of tolerance"):
         checker.compare(got.reshape(16, 15), moved.reshape(16, 15), "matmul", "d", "r", n=17,
@@ -132,7 +137,7 @@ def test_a_bundle_that_does_not_compile_is_left_out_and_reported(golden, tmp_pat
     r = _replay([], folder)
     assert r.returncode == 1, r.stdout
     assert f"SKIP primitives/lt/float32/17: entry {entry} is not in this build (its bundle did not compile" in r.stdout
-    assert f"{len(SUBSET)} cases, {len(SUBSET) - 1} input sets: {len(SUBSET) - 1} passed, 0 failed, 1 skipped" \
+    assert f"{len(SUBSET)} cases, {2 * (len(SUBSET) - 1)} input sets: {len(SUBSET) - 1} passed, 0 failed, 1 skipped" \
         in r.stdout
 
 
@@ -176,7 +181,7 @@ def test_a_backend_without_bundles_exports_data_only(tmp_path):
     assert m["counts"] == {"cases": 1, "replayable": 0, "data_only": 1, "not_exported": 0}
     (case,) = m["cases"]
     assert case["artifact"] is None and "cannot emit bundles" in case["no_artifact"]
-    assert case["outputs"][0]["check"] == "exact" and len(case["sets"]) == 1
+    assert case["outputs"][0]["check"] == "exact" and len(case["sets"]) == 2  # the case's two input sets
     assert (tmp_path / "g" / "golden.txt").read_text() == "glow-golden 1\n"
 
 
@@ -273,7 +278,9 @@ def test_runner_checks_agree_with_the_checker_element_by_element(tmp_path):
                 data["bound"] = np.broadcast_to(allowed, want.shape)
             assert bad.any() and not bad.all()
             expect[cid] = (int(bad.sum()), int(np.flatnonzero(bad)[0]))
-            _identity_case(tmp_path / "g", cid, got, want, dt, check, param, data)
+            # no flush rule: the checker expects subnormals unless the backend declares flushing (it then
+            # flushes the expectation itself, and the export records the flushed one)
+            _identity_case(tmp_path / "g", cid, got, want, dt, check, param, data, flush=False)
     for dt in ("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0", "float4e2m1",
                "float6e2m3", "float6e3m2"):  # the storage formats' codes: every NaN matches any NaN, -0 == +0
         from glow_core.types import dtype as gdtype
