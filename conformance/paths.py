@@ -58,10 +58,14 @@ def use(backend) -> bool:
     differ from the sizes used before (the tier modules' tables, computed when they were imported, are then
     stale: the plugin reloads them)."""
     global _backend, _signature
+    if _signature is None:  # tables made before any backend was named (a tier imported first): generic sizes
+        _backend = None
+        _answers.clear()
+        _signature = repr([shapes_of(op) for op in _KIND])
     _backend = backend
     _answers.clear()
     sig = repr([shapes_of(op) for op in _KIND])
-    changed = _signature is not None and sig != _signature
+    changed = sig != _signature
     _signature = sig
     return changed
 
