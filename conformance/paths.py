@@ -13,8 +13,8 @@ Keys read (all optional):
   vector length the backend may use), pack_width (columns per panel of a B packed at compile time)}} for float32
   and float64, and ``parallel_work`` (m * n * k);
 - ``conv``: ``parallel_work``, ``parallel_macs`` (the least multiply-adds for which a conv kernel of constant
-  filters runs on several threads; a quarter of it for depthwise), ``geometries`` {name: (x shape, w shape, strides, pads, group)} of the convs its
-  algorithms each run (constant filters), ``chunked_channels`` (input channels whose 3x3 reduction is split into
+  filters runs on several threads; a quarter of it for depthwise), ``geometries`` {name: (x shape, w shape,
+  strides, pads, group)} of the convs its algorithms each run (constant filters), ``chunked_channels`` (input channels whose 3x3 reduction is split into
   chunks), ``depthwise_tail_width`` (an output width ending in a partial tile), ``depthwise_strip_width`` (an
   input width whose rows overflow one strip);
 - ``qadd``: ``parallel_elements``; ``qconv``: ``parallel_macs``.
@@ -50,24 +50,20 @@ _backend = None
 _answers: dict = {}
 
 
-_signature = None
-
-
 def use(backend) -> bool:
     """Take the sizes from ``backend`` (the backend under test; None: the generic sizes only); True when they
-    differ from the sizes used before (the tier modules' tables, computed when they were imported, are then
-    stale: the plugin reloads them)."""
-    global _backend, _signature
-    if _signature is None:  # tables made before any backend was named (a tier imported first): generic sizes
-        _backend = None
-        _answers.clear()
-        _signature = repr([shapes_of(op) for op in _KIND])
+    differ from the sizes used before."""
+    global _backend
+    before = signature()
     _backend = backend
     _answers.clear()
-    sig = repr([shapes_of(op) for op in _KIND])
-    changed = sig != _signature
-    _signature = sig
-    return changed
+    return signature() != before
+
+
+def signature() -> str:
+    """The sizes in use, as text: a case module records the one its tables were made with (``PATHS_SIGNATURE``),
+    and the plugin re-imports the modules whose tables were made with other sizes."""
+    return repr([shapes_of(op) for op in _KIND])
 
 
 def shapes_of(op: str) -> dict:

@@ -20,6 +20,7 @@ import fnmatch
 import importlib
 import os
 import shlex
+import sys
 
 import pytest
 
@@ -157,7 +158,9 @@ def _configure(config):
     from . import paths
     from .harness import is_reference, record_answers
     CASES.clear()
-    if paths.use(backend):  # another backend's sizes in this process: the tables of the tiers follow them
+    paths.use(backend)
+    sig = paths.signature()  # tables made with other sizes in this process (another backend, none): remade
+    if any(getattr(sys.modules.get(f"glow_conformance.{m}"), "PATHS_SIGNATURE", sig) != sig for m in SIZED):
         _reload_tiers()
     seed = config.getoption("glow_seed")
 
@@ -178,10 +181,13 @@ def _configure(config):
     config._glow_runner = None
 
 
+#: The case modules whose tables depend on ``paths`` (each records ``PATHS_SIGNATURE``).
+SIZED = ("quantized_cases", "tier_primitives", "tier_ops", "tier_models")
+
+
 def _reload_tiers():
     """Re-import the case modules whose tables depend on ``paths`` (in dependency order), forgetting the compile
     groups of the cases made before."""
-    import sys
     from . import onnx_cases, primitive_cases
     primitive_cases.GROUPS.clear()
     onnx_cases.GROUPS.clear()

@@ -25,6 +25,9 @@ from .checker import compare
 from .harness import backend_attrs, reference_primitive, run_primitive, second_operands
 from .primitive_cases import second_seed
 
+#: The sizes of conformance.paths these tables were made with (the plugin re-imports this module for others).
+PATHS_SIGNATURE = paths.signature()
+
 F32 = np.float32
 RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
 ACC = {"int8": "int32", "uint8": "int32", "int16": "int64"}

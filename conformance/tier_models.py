@@ -22,6 +22,9 @@ from . import paths
 from .onnx_cases import model_case
 from .primitive_cases import specials, sprinkle
 
+#: The sizes of conformance.paths these tables were made with (the plugin re-imports this module for others).
+PATHS_SIGNATURE = paths.signature()
+
 
 def _feeds(model, rng):
     out = {}

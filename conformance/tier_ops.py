@@ -19,6 +19,9 @@ from . import ops_onnxruntime, paths
 from .onnx_cases import Init, model_case as _model_case, one_node
 from .primitive_cases import acc_specials, pairs, specials, sprinkle
 
+#: The sizes of conformance.paths these tables were made with (the plugin re-imports this module for others).
+PATHS_SIGNATURE = paths.signature()
+
 F = ("float32", "float16", "float64")
 I = ("int32", "int64", "int8", "uint8")
 

@@ -29,6 +29,9 @@ from .cases import profiles_for
 from .primitive_cases import acc_specials, full_range, make_case, num_range, pairs, rand, specials, sprinkle
 from .quantized_cases import cases as quantized_cases
 
+#: The sizes of conformance.paths these tables were made with (the plugin re-imports this module for others).
+PATHS_SIGNATURE = paths.signature()
+
 BOOL = ("bool",)
 MAIN = NUMERIC + BOOL
 EW_SHAPES = [(), (0,), (17,), (2, 3, 4, 17)]

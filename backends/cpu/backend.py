@@ -129,9 +129,9 @@ class CPUBackend(Backend):
     # -- the conformance suite's hooks ---------------------------------------------------------------------------
     def interesting_shapes(self, op: str) -> dict:
         """The sizes where the generated kernels change path, from the code generator's tables: the OpenMP
-        thresholds (templates.PARALLEL_MIN_WORK, conv_algorithms.PARALLEL_MIN_MACS), the GEMM blocking and micro-tiles for every candidate vector
-        length (gemm_blocking), the conv engine's algorithm-selecting geometries (conv_algorithms), the int8
-        engine's threading thresholds (int8_common, int8_elementwise)."""
+        thresholds (templates.PARALLEL_MIN_WORK, conv_algorithms.PARALLEL_MIN_MACS), the GEMM blocking and
+        micro-tiles for every candidate vector length (gemm_blocking), the conv engine's algorithm-selecting
+        geometries (conv_algorithms), the int8 engine's threading thresholds (int8_common, int8_elementwise)."""
         p = get_primitive(op)
         family = p.family if p is not None else op
         if op in ("matmul", "gemm"):

@@ -86,7 +86,8 @@ def test_replay_natively(golden, tmp_path):
     r = _replay([], folder, "-v")
     assert r.returncode == 0, r.stdout + r.stderr
     # every case runs on two input sets (the suite's second-input runs), each replayed
-    assert f"golden replay: {len(SUBSET)} cases, {2 * len(SUBSET)} input sets: {len(SUBSET)} passed, 0 failed" in r.stdout
+    sets = 2 * len(SUBSET)
+    assert f"golden replay: {len(SUBSET)} cases, {sets} input sets: {len(SUBSET)} passed, 0 failed" in r.stdout
     assert r.stdout.count("PASS ") == len(SUBSET)
     r = _replay([], folder, "--case", "primitives/add/")
     assert "golden replay: 3 cases" in r.stdout and r.returncode == 0
