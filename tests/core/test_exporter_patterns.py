@@ -1,0 +1,119 @@
+"""Lowering choices for what torch's exporters and Hugging Face models write: the results against numpy (float64,
+from the ONNX spec) and onnxruntime, and the lowered graph holding the cheaper form."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import glow_core
+from glow_core.fusion import FUSED_ACTIVATION
+from glow_core.importer.onnx_import import import_model
+from glow_core.lower import lower
+
+F = TensorProto.FLOAT
+ort = pytest.importorskip("onnxruntime")
+
+
+def model_of(nodes, inputs, outputs, inits=(), opset=18):
+    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def ort_run(model, feed):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+
+
+def pow_model(exponent, x_shape=(4, 37), dt=np.float32):
+    e = numpy_helper.from_array(np.asarray(exponent, dtype=dt), "e")
+    return model_of([helper.make_node("Pow", ["x", "e"], ["y"])],
+                    [helper.make_tensor_value_info("x", F, list(x_shape))],
+                    [helper.make_tensor_value_info("y", F, None)], [e])
+
+
+def lowered_ops(model):
+    fn = import_model(model)
+    lower(fn)
+    return [n.op for n in fn.nodes]
+
+
+@pytest.mark.parametrize("exponent,dt,muls", [(2.0, np.float32, 1), (3.0, np.float32, 2), (2, np.int64, 1),
+                                              ([[2.0]], np.float32, 1), ([3.0] * 37, np.float32, 2)])
+def test_pow_by_2_or_3_is_products(exponent, dt, muls):
+    """Pow(x, 2) and Pow(x, 3) (T5's and LLaMA's variance, GPT-2's tanh GELU) lower to one or two muls."""
+    m = pow_model(exponent, dt=dt)
+    assert lowered_ops(m).count("mul") == muls and "pow" not in lowered_ops(m)
+    x = np.random.default_rng(0).standard_normal((4, 37)).astype(np.float32) * 4
+    x[0, :4] = [0.0, -0.0, np.inf, -np.inf]
+    x[1, 0] = np.nan
+    got = glow_core.compile(m, "interpreter").run({"x": x})["y"]
+    k = muls + 1
+    want = (x.astype(np.float64) ** k).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # a square is exact; a cube rounds twice: within 1 ulp of the correctly rounded cube
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
+    assert ulps[~np.isnan(want)].max() <= (0 if k == 2 else 1)
+    cpu = glow_core.compile(m, "cpu", num_threads=1).run({"x": x})["y"]
+    np.testing.assert_array_equal(cpu, got)
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})["y"], rtol=3e-7, atol=0)
+
+
+@pytest.mark.parametrize("exponent,x_shape", [(2.5, (4, 37)), ([2.0, 3.0], (4, 2)), ([[2.0]] * 3, (1, 5)),
+                                              (-2.0, (4, 37)), (np.nan, (4, 37))])
+def test_other_exponents_stay_pow(exponent, x_shape):
+    """A non-integer, mixed, widening, negative or NaN exponent keeps the pow primitive."""
+    m = pow_model(exponent, x_shape)
+    assert "pow" in lowered_ops(m)
+    x = np.random.default_rng(1).uniform(0.5, 2.0, x_shape).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        want = ort_run(m, {"x": x})["y"]
+    np.testing.assert_allclose(glow_core.compile(m, "interpreter").run({"x": x})["y"], want, rtol=1e-6)
+
+
+def test_integer_pow_stays_pow():
+    e = numpy_helper.from_array(np.asarray(2, np.int32), "e")
+    m = model_of([helper.make_node("Pow", ["x", "e"], ["y"])],
+                 [helper.make_tensor_value_info("x", TensorProto.INT32, [5])],
+                 [helper.make_tensor_value_info("y", TensorProto.INT32, None)], [e])
+    assert "pow" in lowered_ops(m)
+    x = np.array([-3, 0, 7, 46341, -46341], np.int32)
+    np.testing.assert_array_equal(glow_core.compile(m, "interpreter").run({"x": x})["y"], ort_run(m, {"x": x})["y"])
+
+
+def gelu_new_model(n=16, k=32, m=64, opset=18):
+    """GPT-2's MLP as the dynamo exporter writes it: Gemm with bias, then 0.5 * x * (1 + tanh(sqrt(2/pi) *
+    (x + 0.044715 * Pow(x, 3))))."""
+    rng = np.random.default_rng(2)
+    c = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
+    inits = [c("w", rng.standard_normal((k, m)) * 0.2), c("b", rng.standard_normal(m) * 0.1), c("half", 0.5),
+             c("three", 3.0), c("cube", 0.044715), c("scale", np.sqrt(2 / np.pi)), c("one", 1.0)]
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"]),
+             helper.make_node("Mul", ["h", "half"], ["h2"]),
+             helper.make_node("Pow", ["h", "three"], ["p"]),
+             helper.make_node("Mul", ["p", "cube"], ["pc"]),
+             helper.make_node("Add", ["h", "pc"], ["s"]),
+             helper.make_node("Mul", ["s", "scale"], ["ss"]),
+             helper.make_node("Tanh", ["ss"], ["t"]),
+             helper.make_node("Add", ["t", "one"], ["t1"]),
+             helper.make_node("Mul", ["h2", "t1"], ["y"])]
+    return model_of(nodes, [helper.make_tensor_value_info("x", F, [n, k])], [helper.make_tensor_value_info("y", F, None)],
+                    inits, opset)
+
+
+def test_gpt2_gelu_with_pow_fuses_as_gelu_tanh():
+    """With the cube as products, GPT-2's GELU is the declared gelu_tanh pattern: one fused bias add on the cpu
+    backend (no pow, tanh or mul left), matching onnxruntime."""
+    m = gelu_new_model()
+    cm = glow_core.compile(m, "cpu", num_threads=1)
+    x = np.random.default_rng(3).standard_normal((16, 32)).astype(np.float32)
+    got = cm.run({"x": x})["y"]
+    ops = [i.op for i in cm.ir.code]
+    assert not {"pow", "tanh", "mul"} & set(ops), ops
+    assert [i.attrs.get(FUSED_ACTIVATION) for i in cm.ir.code if i.op == "add"] == ["gelu_tanh"]
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+    # fused and unfused differ by the C compiler's multiply-add contraction only (as test_fusion's gelu_tanh)
+    np.testing.assert_allclose(got, glow_core.compile(m, "interpreter").run({"x": x})["y"], rtol=1e-6, atol=1e-6)
