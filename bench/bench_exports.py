@@ -12,7 +12,8 @@ random weights, opsets 18-23; onnx.helper builds where torch is absent).
    process reports the median of its timed runs, the table the median over rounds and the ratio cpu/ort. Per
    thread count: the geometric mean of the ratios and the highest (issue 24's target: geometric mean <= 1.0 at 1
    and 2 threads, no model above 1.3). The compile time of each glow process (kernel cache warm) beside it.
-3. Per model (``--layers``: by default those above 1.0 at the first thread count): the per-op-kind table of
+3. Per model (``--layers``: by default those above 1.0 at the first thread count, with --quick the slowest
+   one): the per-op-kind table of
    ``glowc bench`` (glow's instructions by op, time, share, GFLOP/s), the per-ONNX-op-type comparison (glow's
    layers and onnxruntime's profiled nodes summed by the op type of the model's node they compute) and the
    per-layer table (glow_tools.bench.format_layers).
@@ -221,9 +222,10 @@ def main(argv=None):
     ap.add_argument("--threads", default=None, help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--rounds", type=int, default=None, help="fresh-process rounds per runtime (default 5)")
     ap.add_argument("--tol", type=float, default=1e-3, help="max relative difference against onnxruntime")
-    ap.add_argument("--layers", default="above",
-                    help="per-op tables for: 'above' (models above 1.0 at the first thread count), 'all', 'none' "
-                         "or comma-separated names")
+    ap.add_argument("--layers", default=None,
+                    help="per-op tables for: 'above' (models above 1.0 at the first thread count; the default), "
+                         "'slowest' (the highest ratio; the default with --quick), 'all', 'none' or comma-separated "
+                         "names")
     ap.add_argument("--cold-compile", action="store_true", help="each model's compile time with an empty cache")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness phase")
     ap.add_argument("--json", default=None, help="also write the results to this file")
@@ -269,14 +271,17 @@ def main(argv=None):
     summ = summary(names, thread_list, res)
 
     th = thread_list[0]
-    if a.layers == "all":
+    layers = a.layers or ("slowest" if quick else "above")
+    if layers == "all":
         lay = names
-    elif a.layers == "above":
+    elif layers == "slowest":
+        lay = [max(names, key=lambda m: summ[th][1][m])]
+    elif layers == "above":
         lay = [m for m in names if summ[th][1][m] > 1.0]
-    elif a.layers == "none":
+    elif layers == "none":
         lay = []
     else:
-        lay = [m for m in a.layers.split(",") if m in names]
+        lay = [m for m in layers.split(",") if m in names]
     for m in lay:
         print(f"\n{spawn(['layers', m, str(th), str(int(quick))], th)['table']}", flush=True)
 
