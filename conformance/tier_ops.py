@@ -340,6 +340,12 @@ def _structured():
         "ConvTranspose", [rnd(d, (1, 8, 6, 5), r), Init(rnd(d, (8, 4, 3, 3), r))], {"strides": [2, 2]}))
     add("ConvTranspose", "stride2", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 2, 4, 5), r), rnd(d, (2, 3, 3, 3), r)], {"strides": [2, 2]}))
+    # kernel = stride: one matmul (glow_core.ops.onnx_ops.nn.conv_transpose_tiles), as U-Net's 2x2 upsampling
+    add("ConvTranspose", "tiles_const_k2s2_bias", ("float32",), lambda r, d: one_node(
+        "ConvTranspose", [rnd(d, (1, 16, 6, 5), r), Init(rnd(d, (16, 8, 2, 2), r)), Init(rnd(d, (8,), r))],
+        {"strides": [2, 2]}))
+    add("ConvTranspose", "tiles_k2x3_batch2", ("float32",), lambda r, d: one_node(
+        "ConvTranspose", [rnd(d, (2, 3, 4, 5), r), rnd(d, (3, 5, 2, 3), r)], {"strides": [2, 3]}))
     add("ConvTranspose", "pads_output_padding", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 2, 4, 4), r), rnd(d, (2, 2, 3, 3), r)],
         {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}))

@@ -117,3 +117,61 @@ def test_gpt2_gelu_with_pow_fuses_as_gelu_tanh():
     np.testing.assert_allclose(got, ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-6)
     # fused and unfused differ by the C compiler's multiply-add contraction only (as test_fusion's gelu_tanh)
     np.testing.assert_allclose(got, glow_core.compile(m, "interpreter").run({"x": x})["y"], rtol=1e-6, atol=1e-6)
+
+
+def conv_transpose_model(x_shape, c_out, k, bias=True, **attrs):
+    rng = np.random.default_rng(4)
+    c_in = x_shape[1]
+    inits = [numpy_helper.from_array(rng.standard_normal((c_in, c_out) + tuple(k)).astype(np.float32), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.standard_normal(c_out).astype(np.float32), "b"))
+    node = helper.make_node("ConvTranspose", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
+    return model_of([node], [helper.make_tensor_value_info("x", F, list(x_shape))],
+                    [helper.make_tensor_value_info("y", F, None)], inits)
+
+
+def conv_transpose_numpy(x, w, b, k):
+    """ConvTranspose with kernel = stride from the ONNX definition: input position p spreads x[:, c, p] * w[c, m]
+    over the output window starting at p * stride."""
+    n = x.ndim - 2
+    N, C, *sp = x.shape
+    M = w.shape[1]
+    y = np.zeros((N, M) + tuple(s * kk for s, kk in zip(sp, k)))
+    for pos in np.ndindex(*sp):
+        win = tuple(slice(p * kk, (p + 1) * kk) for p, kk in zip(pos, k))
+        y[(slice(None), slice(None)) + win] += np.einsum("nc,cm...->nm...", x[(slice(None), slice(None)) + pos]
+                                                          .astype(np.float64), w.astype(np.float64))
+    if b is not None:
+        y += b.reshape((M,) + (1,) * n)
+    return y
+
+
+@pytest.mark.parametrize("x_shape,c_out,k,bias", [((1, 8, 5, 7), 4, (2, 2), True), ((2, 3, 4, 4), 5, (2, 3), False),
+                                                  ((1, 6, 9), 3, (4,), True), ((2, 4, 2, 3, 2), 2, (2, 2, 2), True)])
+def test_conv_transpose_with_kernel_equal_to_stride_is_one_matmul(x_shape, c_out, k, bias):
+    """U-Net's 2x2 stride-2 ConvTranspose (and its 1-d / 3-d / rectangular kin): one matmul, no zero-inserted conv;
+    against the ONNX definition in float64, onnxruntime and the cpu backend."""
+    m = conv_transpose_model(x_shape, c_out, k, bias, strides=list(k))
+    ops = lowered_ops(m)
+    assert "matmul" in ops and "conv" not in ops and "pad" not in ops, ops
+    x = np.random.default_rng(5).standard_normal(x_shape).astype(np.float32)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    want = conv_transpose_numpy(x, inits["w"], inits.get("b"), k)
+    got = glow_core.compile(m, "interpreter").run({"x": x})["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, ort_run(m, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(glow_core.compile(m, "cpu", num_threads=1).run({"x": x})["y"], got, rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [dict(strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[4, 4]),
+                                   dict(strides=[2, 2], output_padding=[1, 1]), dict(strides=[1, 2]),
+                                   dict(strides=[2, 2], dilations=[2, 2])])
+def test_other_conv_transposes_keep_the_conv_lowering(attrs):
+    k = tuple(attrs.get("kernel_shape", (2, 2)))
+    m = conv_transpose_model((1, 4, 5, 5), 3, k, True, **attrs)
+    assert "conv" in lowered_ops(m)
+    x = np.random.default_rng(6).standard_normal((1, 4, 5, 5)).astype(np.float32)
+    np.testing.assert_allclose(glow_core.compile(m, "interpreter").run({"x": x})["y"], ort_run(m, {"x": x})["y"],
+                               rtol=1e-5, atol=1e-5)
