@@ -175,3 +175,88 @@ def test_other_conv_transposes_keep_the_conv_lowering(attrs):
     x = np.random.default_rng(6).standard_normal((1, 4, 5, 5)).astype(np.float32)
     np.testing.assert_allclose(glow_core.compile(m, "interpreter").run({"x": x})["y"], ort_run(m, {"x": x})["y"],
                                rtol=1e-5, atol=1e-5)
+
+
+def rnn_model(op, direction, layout, seq=5, batch=3, inp=4, hidden=6, states=True, outputs=None, seed=7, **attrs):
+    """One LSTM / GRU / RNN node with random weights (constant, as exported) and runtime initial states."""
+    rng = np.random.default_rng(seed)
+    g = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    nd = 2 if direction == "bidirectional" else 1
+    c = lambda name, shape: numpy_helper.from_array((rng.standard_normal(shape) * 0.4).astype(np.float32), name)  # noqa: E731
+    inits = [c("w", (nd, g * hidden, inp)), c("r", (nd, g * hidden, hidden)), c("b", (nd, 2 * g * hidden))]
+    xs = (batch, seq, inp) if layout else (seq, batch, inp)
+    st = (batch, nd, hidden) if layout else (nd, batch, hidden)
+    ins = ["x", "w", "r", "b", ""] + (["h0"] + (["c0"] if op == "LSTM" else []) if states else [])
+    outputs = outputs or (["y", "yh", "yc"] if op == "LSTM" else ["y", "yh"])
+    node = helper.make_node(op, ins, outputs, hidden_size=hidden, direction=direction, layout=layout, **attrs)
+    vis = [helper.make_tensor_value_info("x", F, list(xs))]
+    if states:
+        vis += [helper.make_tensor_value_info(s, F, list(st)) for s in (["h0", "c0"] if op == "LSTM" else ["h0"])]
+    m = model_of([node], vis, [helper.make_tensor_value_info(o, F, None) for o in outputs if o], inits, opset=14)
+    feed = {"x": rng.standard_normal(xs).astype(np.float32)}
+    if states:
+        feed.update({s: (rng.standard_normal(st) * 0.5).astype(np.float32)
+                     for s in (["h0", "c0"] if op == "LSTM" else ["h0"])})
+    return m, feed
+
+
+def graph_ops(model):
+    fn = import_model(model)
+    from glow_core.passes import DEFAULT_PIPELINE, run_pipeline
+    run_pipeline(fn, DEFAULT_PIPELINE)
+    return [(n.op, n.attrs.get("direction"), n.attrs.get("layout", 0)) for n in fn.nodes if n.op in ("LSTM", "GRU",
+                                                                                                      "RNN")]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize("direction,layout", [("bidirectional", 0), ("reverse", 0), ("forward", 1),
+                                              ("bidirectional", 1)])
+def test_rnn_directions_become_forward_time_major_nodes(op, direction, layout):
+    """A reverse / bidirectional / batch-major recurrent node is forward, time-major nodes after the graph passes
+    (one per direction), and its outputs are unchanged: against onnxruntime and against the lowering of the
+    original node (the interpreter without graph passes)."""
+    extra = {"linear_before_reset": 1} if op == "GRU" else {}
+    m, feed = rnn_model(op, direction, layout, **extra)
+    nd = 2 if direction == "bidirectional" else 1
+    assert graph_ops(m) == [(op, "forward", 0)] * nd
+    got = glow_core.compile(m, "interpreter").run(feed)
+    plain = glow_core.compile(m, "interpreter", optimize=False).run(feed)
+    if layout:  # onnxruntime has no batch-major RNNs: its time-major twin (same weights) on transposed arrays
+        m0, _ = rnn_model(op, direction, 0, **extra)
+        want = ort_run(m0, {k: v.transpose(1, 0, 2) for k, v in feed.items()})
+        want = {k: v.transpose(2, 0, 1, 3) if k == "y" else v.transpose(1, 0, 2) for k, v in want.items()}
+    else:
+        want = ort_run(m, feed)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got[name], plain[name])
+    cpu = glow_core.compile(m, "cpu", num_threads=1).run(feed)
+    for name in want:
+        np.testing.assert_allclose(cpu[name], want[name], rtol=1e-5, atol=1e-6)
+
+
+def test_rnn_directions_keep_activations_per_direction_and_partial_outputs():
+    """Each direction keeps its own activations (and alphas); a node asking for Y_h only gets Y_h."""
+    m, feed = rnn_model("RNN", "bidirectional", 0, outputs=["", "yh"], activations=["LeakyRelu", "Tanh"],
+                        activation_alpha=[0.3, 0.0])
+    assert graph_ops(m) == [("RNN", "forward", 0)] * 2
+    got = glow_core.compile(m, "interpreter").run(feed)
+    np.testing.assert_allclose(got["yh"], ort_run(m, feed)["yh"], rtol=1e-5, atol=1e-6)
+
+
+def test_rnn_directions_batch_major_with_short_sequences():
+    """A batch-major forward node with sequence_lens shorter than the sequence becomes a time-major one that keeps
+    them (steps past a sequence's end keep the state, Y is 0 there), as onnxruntime computes the time-major twin."""
+    lens = numpy_helper.from_array(np.array([5, 3, 2], np.int32), "lens")
+    models = []
+    for layout in (1, 0):
+        m, feed = rnn_model("GRU", "forward", layout)
+        m.graph.initializer.append(lens)
+        m.graph.node[0].input[4] = "lens"
+        models.append((m, feed))
+    (m1, feed1), (m0, _) = models
+    assert graph_ops(m1) == [("GRU", "forward", 0)]
+    got = glow_core.compile(m1, "interpreter").run(feed1)
+    want = ort_run(m0, {k: v.transpose(1, 0, 2) for k, v in feed1.items()})
+    np.testing.assert_allclose(got["y"], want["y"].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["yh"], want["yh"].transpose(1, 0, 2), rtol=1e-5, atol=1e-6)
