@@ -1,4 +1,4 @@
-"""Fused attention (backends/cpu/attention.py) against the unfused kernels and onnxruntime on one attention
+"""Fused attention (backends/cpu/fusion/attention.py) against the unfused kernels and onnxruntime on one attention
 subgraph: Q [1, H, S, D], K^T [1, H, D, S], V [1, H, S, D] inputs, MatMul -> Mul by 1/sqrt(D) -> Add mask
 [1, 1, 1, S] -> Softmax -> MatMul, over sequence lengths S, in alternating rounds (bench/alternate.py), medians.
 Prints per S: fused, unfused and onnxruntime ms, fused / unfused, fused / onnxruntime, and what the cost rule
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from alternate import alternating_rounds, timed_runs  # noqa: E402
 
 import glow_core.api as api  # noqa: E402
-from glow_cpu import attention  # noqa: E402
+from glow_cpu.fusion import attention  # noqa: E402
 
 
 def subgraph(heads: int, seq: int, dim: int) -> onnx.ModelProto:

@@ -1,4 +1,4 @@
-"""Elementwise chains on the CPU backend (backends/cpu/chains.py): one loop per chain against one kernel per
+"""Elementwise chains on the CPU backend (backends/cpu/fusion/chains.py): one loop per chain against one kernel per
 instruction (``elementwise_chains=False``) and onnxruntime.
 
     python bench/bench_chains.py [--models vit_tiny,bert_encoder] [--threads 1,2] [--rounds 5] [--n 1048576]
@@ -31,8 +31,8 @@ sys.path.insert(0, ROOT)
 from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
 from bench.bench_cpu import build, glow_compile, ort_session, spawn  # noqa: E402
 
-#: Kernels that compute nothing (program.py: elided broadcasts, fused residuals, chain members).
-NOTHING = ("glow_k_nothing", "glow_k_fused", "glow_k_chained")
+#: The kernel that computes nothing (fusion.STUB: every instruction a fusion absorbed).
+NOTHING = ("glow_k_absorbed",)
 #: name -> (bench_cpu's worker runtime, compile options)
 RUNTIMES = {"chains": ("glow", {"elementwise_chains": True}), "unfused": ("glow", {"elementwise_chains": False}),
             "ort": ("ort", {})}

@@ -4,8 +4,8 @@
                                [--seconds 0.6] [--clock wall|cpu] [--layout-study] [--quick]
 
 Every case is one line of CASES. For each case and thread count the conv engine's kernel (rendered by
-glow_cpu.conv_engine, compiled with the system C compiler into a shared library, called through ctypes with
-numpy-packed weights, see glow_cpu.conv_harness) and onnxruntime running a one-node Conv (ConvTranspose) model
+glow_cpu.conv.engine, compiled with the system C compiler into a shared library, called through ctypes with
+numpy-packed weights, see tests.cpu.harness) and onnxruntime running a one-node Conv (ConvTranspose) model
 of the same shapes (intra_op_num_threads = threads, IOBinding, default graph optimizations: onnxruntime inserts
 its own NCHWc reorders) run alternately in blocks of 5 calls, 5 ms apart (so neither side's idle threads still
 spin while the other runs), for about --seconds per case. The table shows GFLOP/s of the medians (2 *
@@ -42,8 +42,8 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from glow_cpu.conv_engine import ConvGeometry, plan_conv  # noqa: E402
-from glow_cpu.conv_harness import ConvRunner  # noqa: E402
+from glow_cpu.conv.engine import ConvGeometry, plan_conv  # noqa: E402
+from tests.cpu.harness import ConvRunner  # noqa: E402
 
 # name: (set, batch, C, F, H, W, k, stride, pad, dilation, group, transposed)
 CASES = [

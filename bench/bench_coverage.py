@@ -238,7 +238,7 @@ def main(argv=None):
         if not cov:
             ap.error(f"{p} has no coverage section (run the suite with --coverage)")
         reports.append(cov)
-    from glow_cpu.toolchain import find_compiler
+    from glow_cpu.build.toolchain import find_compiler
     res = analyse(reports, host_macros(find_compiler()))
     print_table(res)
     if args.json:

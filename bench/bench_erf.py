@@ -21,8 +21,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from glow_cpu import toolchain  # noqa: E402
-from glow_cpu.codegen import prelude_text  # noqa: E402
+from glow_cpu.build import toolchain  # noqa: E402
+from glow_cpu.templates import prelude_text  # noqa: E402
 
 SWEEP = r"""
 #include "glow_prelude.h"

@@ -1,4 +1,4 @@
-"""Transposes folded into batched matmuls (backends/cpu/strided_operands.py) against the unfolded program
+"""Transposes folded into batched matmuls (backends/cpu/fusion/transposes.py) against the unfolded program
 (``transpose_folding=False``), both compiled in one process and timed in alternating rounds (bench/alternate.py):
 latency medians, their ratio, and the transpose layers' share of the per-layer profile (glow_tools.bench).
 

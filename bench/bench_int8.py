@@ -45,8 +45,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import glow_core  # noqa: E402
-from backends.cpu.int8_engine import Requant, plan_qconv, plan_qmatmul  # noqa: E402
-from backends.cpu.int8_harness import GemmRunner  # noqa: E402
+from glow_cpu.int8.engine import Requant, plan_qconv, plan_qmatmul  # noqa: E402
+from tests.cpu.harness import GemmRunner  # noqa: E402
 
 # name, x shape, w shape (conv: [F, C, k, k]; fc: [K, N]), stride, pad, occurrences in ResNet-18
 LAYERS = [

@@ -23,8 +23,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_erf import run_sweep  # noqa: E402
-from glow_cpu.codegen import prelude_text  # noqa: E402
-from glow_cpu.conv_algorithms import template_env  # noqa: E402
+from glow_cpu.templates import prelude_text, template  # noqa: E402
 
 SWEEP = r"""
 #include "glow_prelude.h"
@@ -110,7 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--step", type=int, default=1, help="sweep every STEP-th float (default 1: all of them)")
     args = ap.parse_args(argv)
     return run_sweep(SWEEP, args.step, {"glow_prelude.h": prelude_text(),
-                                        "conv_common.h": template_env().get_template("conv_common.h.j2").render(cb=16)})
+                                        "conv_common.h": template("conv_common.h.j2").render(cb=16)})
 
 if __name__ == "__main__":
     sys.exit(main())

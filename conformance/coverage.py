@@ -116,7 +116,7 @@ def _setup(work: str, package_dir: str, copy_name: str):
                     text = fh.read()
                 with open(p, "w") as fh:
                     fh.write(instrument(text, f))
-    from glow_cpu.toolchain import find_compiler
+    from glow_cpu.build.toolchain import find_compiler
     os.makedirs(os.path.join(work, "builds"), exist_ok=True)
     os.makedirs(os.path.join(work, "cache"), exist_ok=True)
     wrapper = os.path.join(work, "cc")

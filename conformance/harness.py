@@ -72,7 +72,16 @@ def out_types(prim: str, arrays, attrs) -> list[TensorType]:
 def node_info(prim: str, arrays, attrs) -> NodeInfo:
     outs = out_types(prim, arrays, attrs)
     return NodeInfo(prim, tuple(tensor_type_of(np.asarray(a)).dtype.name for a in arrays),
-                    tuple(t.dtype.name for t in outs), dict(attrs), "case")
+                    tuple(t.dtype.name for t in outs), dict(attrs), "case",
+                    tuple(np.shape(a) for a in arrays), tuple(tuple(t.shape) for t in outs))
+
+
+def backend_attrs(backend, prim: str, attrs: dict) -> dict:
+    """A case's attributes with the backend's ``required_options()`` that are attributes of ``prim`` (e.g. an
+    integer-only device's ``requant="fixed_point"`` on the quantized primitives): what the backend runs, and so
+    what the expectation is computed with."""
+    extra = {k: v for k, v in backend.required_options().items() if k in get_primitive(prim).attrs}
+    return {**attrs, **extra} if extra else attrs
 
 
 def check_supported(backend, prim: str, arrays, attrs):

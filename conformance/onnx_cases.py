@@ -58,14 +58,42 @@ def one_node(op, operands, attrs=None, n_out=1, opset=OPSET, domain=""):
     return onnx.shape_inference.infer_shapes(m), feeds
 
 
-def reference_answer(model, feeds, out_names):
-    """The reference interpreter's outputs for ``model`` (the expectation for any other backend)."""
+def reference_answer(model, feeds, out_names, options=None):
+    """The reference interpreter's outputs for ``model`` (the expectation for any other backend), compiled with
+    ``options`` (the backend's ``required_options()``: the same arithmetic)."""
     import glow_core
     with np.errstate(all="ignore"):
-        return glow_core.compile(model, "interpreter").run(feeds)
+        return glow_core.compile(model, "interpreter", **(options or {})).run(feeds)
+
+
+#: ``oracle=ONNXRUNTIME``: the case's expectation is onnxruntime's CPU kernels on the model (the oracle of
+#: onnxruntime's own ops, com.microsoft's, which onnx.reference does not know)
+ONNXRUNTIME = "onnxruntime"
+
+
+def onnxruntime_answer(model, feeds):
+    """onnxruntime's outputs for ``model`` (one thread, CPU kernels, no graph optimizations: the ops as written)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from .cases import Unsupported
+        raise Unsupported("no oracle: this case's oracle is onnxruntime, which is not installed",
+                          kind="no-oracle") from None
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return s.run(None, feeds)
+    except Exception as e:  # noqa: BLE001  (onnxruntime refuses the case: no oracle, never a guess)
+        from .cases import Unsupported
+        raise Unsupported(f"no oracle: onnxruntime cannot run this case ({type(e).__name__}: {str(e)[:160]})",
+                          kind="no-oracle") from None
 
 
 def expected(model, feeds, ctx, out_names, oracle=None):
+    if ctx.is_reference and oracle == ONNXRUNTIME:
+        return dict(zip(out_names, onnxruntime_answer(model, feeds)))
     if ctx.is_reference and oracle is not None:
         return dict(zip(out_names, oracle(feeds)))
     if ctx.is_reference:
@@ -78,7 +106,7 @@ def expected(model, feeds, ctx, out_names, oracle=None):
             raise Unsupported(f"no oracle: onnx.reference.ReferenceEvaluator cannot run this case "
                               f"({type(e).__name__}: {str(e)[:120]})", kind="no-oracle") from None
         return dict(zip(out_names, [np.asarray(r) for r in res]))
-    return reference_answer(model, feeds, out_names)
+    return reference_answer(model, feeds, out_names, ctx.backend.required_options())
 
 
 def _abs_model(model, feeds):
@@ -92,8 +120,10 @@ def _abs_model(model, feeds):
     return m, {k: (np.abs(v) if gdtype(v.dtype).is_float else v) for k, v in feeds.items()}
 
 
-def scales(model, feeds, ctx, out_names, tolerance, want):
-    """(n, per-output magnitude) for tolerance classes that scale per element; (1, {}) for the others."""
+def scales(model, feeds, ctx, out_names, tolerance, want, magnitude=None):
+    """(n, per-output magnitude) for tolerance classes that scale per element; (1, {}) for the others.
+    ``magnitude(model, feeds) -> {output: array}`` gives op-acc's per-element sums of |terms| where making the
+    operands non-negative does not (weights stored packed)."""
     if tolerance == "op-cancel":
         arrays = [np.abs(v.astype(np.float64)) for v in feeds.values() if gdtype(v.dtype).is_float]
         arrays += [np.abs(numpy_helper.to_array(t).astype(np.float64)) for t in model.graph.initializer
@@ -110,6 +140,9 @@ def scales(model, feeds, ctx, out_names, tolerance, want):
         return 1, mags
     if tolerance in ("op-rel", "op-exp"):
         return max([v.size for v in feeds.values()] + [int(np.prod(t.dims)) for t in model.graph.initializer] + [1]), {}
+    if tolerance == "op-acc" and magnitude is not None:
+        sizes = [v.size for v in feeds.values()] + [int(np.prod(t.dims)) for t in model.graph.initializer]
+        return max(sizes + [1]), magnitude(model, feeds)
     if tolerance == "op-acc":
         am, af = _abs_model(model, feeds)
         absw = expected(am, af, ctx, out_names)
@@ -119,9 +152,10 @@ def scales(model, feeds, ctx, out_names, tolerance, want):
 
 
 def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info=None, oracle=None, group=None,
-               threads=1):
+               threads=1, magnitude=None):
     """A case over an ONNX model: ``build(rng)`` returns (model, feeds); ``oracle(feeds)`` (a list of arrays)
-    replaces ReferenceEvaluator where that is known to be wrong or less precise. Cases with the same ``group``
+    replaces ReferenceEvaluator where that is known to be wrong or less precise (``ONNXRUNTIME``: onnxruntime
+    on the model); ``magnitude``: see ``scales``. Cases with the same ``group``
     are first run merged into one model (one compilation; see ``grouped_outputs``). ``threads``: the compile's
     ``num_threads`` (case ids of 2 end in /t2)."""
     def run(ctx):
@@ -134,7 +168,7 @@ def model_case(case_id, tier, subject, dt, build, tolerance, profiles=None, info
             if len(model.graph.node) == 1 else {}
         desc = (f"{tier} case {subject} dtype {dt}: inputs {shapes or '-'}, attributes {_short(attrs)}, "
                 f"seed {seed}")
-        n, mags = scales(model, feeds, ctx, outs, tolerance, want)
+        n, mags = scales(model, feeds, ctx, outs, tolerance, want, magnitude)
 
         def check(got):
             for nm in outs:

@@ -1,5 +1,5 @@
 """Sizes that reach every code path of the built-in CPU backend, read from its code generator's tables when the
-cases are collected: the OpenMP thresholds (``codegen.PARALLEL_MIN_WORK``: the least work for which a loop
+cases are collected: the OpenMP thresholds (``templates.PARALLEL_MIN_WORK``: the least work for which a loop
 runs on several threads) and the GEMM blocking table (``GEMM_TILES``: the cache blocks kc, mc, nc and the
 micro-kernel heights). Shapes derived here sit just above each threshold and on both sides of every tile
 edge, so that they follow the generator when its tables change. Micro-kernel widths are twice the vector
@@ -14,19 +14,25 @@ VECTOR_BYTES = (16, 32, 64)
 
 
 @lru_cache(maxsize=1)
-def _codegen():
-    from glow_cpu import codegen
-    return codegen
+def _gemm_blocking():
+    from glow_cpu.kernels import gemm_blocking
+    return gemm_blocking
+
+
+@lru_cache(maxsize=1)
+def _templates():
+    from glow_cpu import templates
+    return templates
 
 
 def thresholds() -> dict:
     """{"elementwise": n, "window": n, "gemm": n}: the least work run in parallel, per kernel kind."""
-    return dict(_codegen().PARALLEL_MIN_WORK)
+    return dict(_templates().PARALLEL_MIN_WORK)
 
 
 def gemm_tiles(sfx: str) -> dict:
     """The GEMM tile entry of ``sfx`` ("f32" or "f64"): kc, mc, nc, mr_wide and the narrow height."""
-    cg = _codegen()
+    cg = _gemm_blocking()
     table = getattr(cg, "GEMM_TILES", None) or getattr(cg, "_GEMM_TILES")
     t = dict(table[sfx])
     t.setdefault("mr_narrow", 6)
@@ -63,10 +69,10 @@ def gemm_shapes(sfx: str) -> list[tuple[int, int, int]]:
 
 
 def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
-    """The gemm_shapes that matter to a B packed at compile time (panels of ``codegen.gemm_pack_width`` columns):
+    """The gemm_shapes that matter to a B packed at compile time (panels of ``gemm_blocking.gemm_pack_width`` columns):
     N on both sides of the panel width, K beyond the kc block (panel offsets), N beyond the nc block, and the
     product above the parallel threshold."""
-    w, t = _codegen().gemm_pack_width(sfx), gemm_tiles(sfx)
+    w, t = _gemm_blocking().gemm_pack_width(sfx), gemm_tiles(sfx)
     shapes = gemm_shapes(sfx)
     return [s for s in shapes[:-1] if s[2] in (w - 1, w, w + 1) or s[1] in (t["kc"] + 1, 2 * t["kc"] + 3)] + [
         (5, 7, t["nc"] + 3)] + shapes[-1:]  # a K of 7: enough work for the GEMM (gemm_shapes' nc edges have less)
@@ -79,7 +85,7 @@ def parallel_side(work: int, per_point: int, channels: int) -> int:
 
 @lru_cache(maxsize=1)
 def _conv_algorithms():
-    from glow_cpu import conv_algorithms
+    from glow_cpu.conv import algorithms as conv_algorithms
     return conv_algorithms
 
 
@@ -105,6 +111,13 @@ def depthwise_strip_width() -> int:
     overflow the CPU conv engine's strip budget (``conv_algorithms.DW_STRIP_BYTES``) within 8 rows: a map of 6+
     rows then takes several strips."""
     return _conv_algorithms().DW_STRIP_BYTES // (8 * 4 * 8)
+
+
+def engine_parallel_macs(depthwise: bool = False) -> int:
+    """The least multiply-adds for which a CPU conv engine kernel opens its OpenMP region
+    (``conv_algorithms.PARALLEL_MIN_MACS``; a quarter of it for depthwise)."""
+    macs = _conv_algorithms().PARALLEL_MIN_MACS
+    return macs // 4 if depthwise else macs
 
 
 def engine_geometries() -> dict:
@@ -143,7 +156,7 @@ def int8_parallel_elements() -> int:
     """Elements of an int8 elementwise kernel (qadd, qmul, rescale) past the CPU int8 engine's threading threshold
     (``int8_common.PARALLEL_MIN_MACS`` of work at ``int8_elementwise.ELEMENT_WORK`` per element), with a ragged
     tail so the threads' chunks end unevenly."""
-    from glow_cpu import int8_common, int8_elementwise
+    from glow_cpu.int8 import common as int8_common, elementwise as int8_elementwise
     return int8_common.PARALLEL_MIN_MACS // int8_elementwise.ELEMENT_WORK + 37
 
 
@@ -151,5 +164,5 @@ def int8_parallel_conv_rows(channels: int, filters: int, taps: int, width: int) 
     """Output rows of a stride-1 int8 conv (``channels`` -> ``filters``, ``taps`` per window, ``width`` output
     columns) whose multiply-adds pass the CPU int8 engine's threading threshold (``int8_common.PARALLEL_MIN_MACS``),
     plus one so the threads' shares of register tiles end unevenly."""
-    from glow_cpu import int8_common
+    from glow_cpu.int8 import common as int8_common
     return int8_common.PARALLEL_MIN_MACS // (channels * filters * taps * width) + 2

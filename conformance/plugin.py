@@ -203,7 +203,7 @@ def _start_sanitizers(config):
         return
     import tempfile
 
-    from glow_cpu import sanitize
+    from glow_cpu.build import sanitize
     from glow_core.errors import GlowError
     try:
         names = sanitize.requested({"sanitize": spec})

@@ -21,7 +21,7 @@ from glow_core.types import dtype as gdtype
 from . import oracles as O
 from .cases import Case, CaseFailure, case_seed, profiles_for
 from .checker import compare
-from .harness import compile_function, execute, feed, reference_primitive, run_primitive
+from .harness import backend_attrs, compile_function, execute, feed, reference_primitive, run_primitive
 
 
 def tolerance_class(prim: str) -> str:
@@ -143,23 +143,24 @@ def make_case(prim, dt, variant, make, attrs=None, oracle=None, n_of=None, profi
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         arrays = make(np.random.default_rng(seed))
-        desc, rr = describe(prim, dt, arrays, attrs, seed, threads), ctx.rerun(case_id)
+        at = backend_attrs(ctx.backend, prim, attrs)
+        desc, rr = describe(prim, dt, arrays, at, seed, threads), ctx.rerun(case_id)
         got = grouped_outputs(ctx, key, case_id) if ctx.group_compile and group else None
         if got is not None:
             try:
-                check(ctx, arrays, got, desc, rr)
+                check(ctx, arrays, got, desc, rr, at)
                 return
             except CaseFailure:
                 pass  # the fast path only ever passes a case: a failure is decided by the case compiled alone
         ctx.answers.clear()  # the group's is_op_supported answers are not this case's
-        check(ctx, arrays, run_primitive(ctx, prim, arrays, attrs, desc, rr, threads, consts), desc, rr)
+        check(ctx, arrays, run_primitive(ctx, prim, arrays, at, desc, rr, threads, consts), desc, rr, at)
 
-    def check(ctx, arrays, got, desc, rr):
+    def check(ctx, arrays, got, desc, rr, at):
         if ctx.is_reference or spec:
             r = oracle(arrays, attrs)
             wants, mags = ([r[0]], [r[1]]) if not isinstance(r, list) else ([x[0] for x in r], [x[1] for x in r])
         else:
-            wants = reference_primitive(prim, arrays, attrs)
+            wants = reference_primitive(prim, arrays, at)
             mags = magnitudes(prim, arrays, attrs)
         n = n_of(arrays, attrs) if n_of else 1
         for i, (g, w) in enumerate(zip(got, wants)):
@@ -188,6 +189,7 @@ def grouped_outputs(ctx, key, case_id):
             fn = Function(f"conformance_{prim}_{dt}")
             feeds, names = {}, {}
             for k, (cid, (mk, at)) in enumerate(GROUPS.get(key, {}).items()):
+                at = backend_attrs(ctx.backend, prim, at)
                 arrays = mk(np.random.default_rng(case_seed(cid, ctx.seed)))
                 try:
                     check_supported(ctx.backend, prim, arrays, at)

@@ -21,7 +21,7 @@ from . import oracles as O
 from . import paths
 from .cases import Case, case_seed
 from .checker import compare
-from .harness import reference_primitive, run_primitive
+from .harness import backend_attrs, reference_primitive, run_primitive
 
 F32 = np.float32
 RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767), "int32": (-2 ** 31, 2 ** 31 - 1)}
@@ -169,6 +169,7 @@ def case(prim, dt, variant, make, consts=(), profiles=None, threads=1):
     def run(ctx):
         seed = case_seed(case_id, ctx.seed)
         arrays, attrs = make(np.random.default_rng(seed))
+        attrs = backend_attrs(ctx.backend, prim, attrs)
         shapes = ", ".join(f"{a.dtype}{list(a.shape)}" for a in arrays)
         desc = (f"primitive {prim} dtype {dt}: operands {shapes}, attributes {attrs}, seed {seed}"
                 + (f", num_threads {threads}" if threads != 1 else ""))

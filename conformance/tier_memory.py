@@ -21,7 +21,7 @@ from . import tier_primitives as P
 from .cases import Case, CaseFailure, Unsupported, case_seed
 from .checker import compare
 from .guards import regions_of
-from .harness import compile_function, compile_primitive, execute, feed, reference_primitive
+from .harness import backend_attrs, compile_function, compile_primitive, execute, feed, reference_primitive
 from .primitive_cases import describe, magnitudes
 
 #: Primitive cases run under the memory tier (fnmatch patterns over primitive case ids: the first match each).
@@ -56,9 +56,10 @@ def memory_case(base: Case) -> Case:
     def run(ctx):
         seed = case_seed(base.id, ctx.seed)
         arrays = info["make"](np.random.default_rng(seed))
-        desc = describe(prim, base.dtype, arrays, attrs, seed, threads) + " [guarded memory plan]"
+        at = backend_attrs(ctx.backend, prim, attrs)
+        desc = describe(prim, base.dtype, arrays, at, seed, threads) + " [guarded memory plan]"
         rr = ctx.rerun(case_id)
-        res = compile_primitive(ctx, prim, arrays, attrs, threads)
+        res = compile_primitive(ctx, prim, arrays, at, threads)
         out1 = execute(ctx, res, feed(arrays), desc, rr)
         execute(ctx, res, feed(info["make"](np.random.default_rng(seed + 1))), desc, rr)
         out2 = execute(ctx, res, feed(arrays), desc, rr)
@@ -70,7 +71,7 @@ def memory_case(base: Case) -> Case:
             r = info["oracle"](arrays, attrs)
             wants, mags = [r[0]], [r[1]]
         else:
-            wants = reference_primitive(prim, arrays, attrs)
+            wants = reference_primitive(prim, arrays, at)
             mags = magnitudes(prim, arrays, attrs) or [None] * len(wants)
         n = info["n_of"](arrays, attrs) if info["n_of"] else 1
         for i, w in enumerate(wants):

@@ -88,7 +88,7 @@ MODELS = {
 #: A producer and the activation the CPU backend folds into its kernel (networks.fused), one line each: name ->
 #: (dtypes, producer, activation, x shape, weight shape, constant weight, attributes). GEMM sizes from the code
 #: generator's tile table (paths.gemm_shapes' last: several K blocks, the epilogue only after the last one,
-#: whole and partial micro-tiles); conv sizes from the conv engine's choices (backends/cpu/conv_algorithms.py:
+#: whole and partial micro-tiles); conv sizes from the conv engine's choices (backends/cpu/conv/algorithms.py:
 #: 3x3 stride 1 on 12x12 and 24x24 maps is Winograd F(2x2) and F(4x4), strided is direct); activations the
 #: engine does not apply in registers (tanh, leaky_relu) run after it, in the same kernel.
 _G32, _G64 = paths.gemm_shapes("f32")[-1], paths.gemm_shapes("f64")[-1]

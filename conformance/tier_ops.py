@@ -15,7 +15,7 @@ from glow_core.ops import custom_ops
 from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
-from . import paths
+from . import ops_onnxruntime, paths
 from .onnx_cases import Init, model_case as _model_case, one_node
 from .primitive_cases import acc_specials, pairs, specials, sprinkle
 
@@ -74,6 +74,10 @@ OP_CLASS = {
     # products and quotients of sums of positive terms: relative to each element
     **dict.fromkeys(("ReduceProd", "ReduceL2", "LpNormalization", "LRN", "RMSNormalization"), "op-rel"),
     "Softmax": "op-exp",
+    # onnxruntime's LLM ops (ops_onnxruntime): MatMulNBits an accumulation over its dequantized weights (per-element
+    # sums of |terms| from ops_onnxruntime._nbits_magnitude), rotations sums of two products, norms quotients
+    "com.microsoft.MatMulNBits": "op-acc", "com.microsoft.RotaryEmbedding": "op-cancel",
+    **dict.fromkeys(("SimplifiedLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization"), "op-rel"),
     # integer results (compared exactly whatever the class; listed so that no float allowance is implied)
     **dict.fromkeys(("BitShift", "QuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul", "QLinearConv",
                      "NonMaxSuppression"), "op-exact"),
@@ -82,8 +86,10 @@ OP_CLASS = {
 }
 #: The ops still judged against the tensor's largest value ("op"), and why: a determinant's rounding error
 #: scales with the product of its rows' norms (Hadamard), not with its value, so no bound per element of the
-#: result exists; custom ops declare no tolerance class in their record.
-TENSOR_RELATIVE = {"Det"}
+#: result exists; attention's softmax turns a score's rounding error (of the order of |q| |k| head_size eps)
+#: into a relative error of every weight of its row, which no magnitude of the operands bounds per element;
+#: custom ops declare no tolerance class in their record.
+TENSOR_RELATIVE = {"Det", "Attention", "com.microsoft.GroupQueryAttention"}
 #: (op, variant) -> class, where a variant computes something else than the op's other cases: nearest Resize
 #: selects; cubic Resize has negative coefficients, so running it on |x| (how op-acc gets each element's sum
 #: of |terms|) does not bound its terms, and it stays tensor-relative.
@@ -295,7 +301,7 @@ def _structured():
     for v, (xs, ws, at) in conv.items():
         add("Conv", v, F, lambda r, d, xs=xs, ws=ws, at=at: one_node(
             "Conv", [rnd(d, xs, r), rnd(d, ws, r), rnd(d, (ws[0],), r)], at))
-    # Constant filters (the CPU backend's conv engine; see backends/cpu/conv_engine.py for its algorithms): a
+    # Constant filters (the CPU backend's conv engine; see backends/cpu/conv/engine.py for its algorithms): a
     # 3-channel strided stem, Winograd F(4x4) (24x24 maps) and F(2x2) (12x12), strided 1x1, depthwise,
     # grouped + dilated, 1-d, in-place 1x1, depthwise in several strips.
     conv_const = {
@@ -669,6 +675,10 @@ def structured_cases():
             out.append(model_case(f"ops/{op}/{dt}/{variant}", "ops", op, dt, lambda r, fn=fn, dt=dt: fn(r, dt),
                                   VARIANT_CLASS.get((op, variant), op_class(op)), profiles=prof,
                                   oracle=SPEC_ORACLES.get((op, variant))))
+    for op, variant, dts, fn, oracle, magnitude in ops_onnxruntime.cases():
+        for dt in dts:
+            out.append(model_case(f"ops/{op}/{dt}/{variant}", "ops", op, dt, lambda r, fn=fn, dt=dt: fn(r, dt),
+                                  op_class(op), oracle=oracle, magnitude=magnitude))
     return out
 
 
@@ -695,7 +705,7 @@ def custom_cases():
 
 def covered() -> set[str]:
     return (set(UNARY) | set(BINARY) | {s[0] for s in _structured()} | {"LRN", "GlobalLpPool"}
-            | {d.name for d in custom_ops()})
+            | {d.name for d in custom_ops()} | {c[0] for c in ops_onnxruntime.cases()})
 
 
 def uncovered() -> list[str]:

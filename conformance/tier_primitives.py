@@ -387,6 +387,12 @@ def _conv_geometries():
         "3d_depthwise": ((1, 3, 4, 5, 6), (3, 1, 2, 3, 3), [1, 2, 1], [1, 1, 2], [1, 0, 1, 0, 1, 2], 3),
         "3d_depthwise_strided": ((1, 4, 5, 6, 7), (4, 1, 3, 3, 3), [2, 2, 2], [1, 1, 1], [1] * 6, 4),
         "2d_channel_multiplier3": ((1, 2, 6, 6), (6, 1, 3, 3), [1, 1], [1, 1], o2, 2),
+        # one input channel or one filter per group (a filter fed at run time: the generic kernels)
+        "1x1_c1_f4": ((1, 1, 6, 7), (4, 1, 1, 1), [1, 1], [1, 1], z2, 1),
+        "1x1_group3_multiplier3": ((1, 3, 5, 5), (9, 1, 1, 1), [1, 1], [1, 1], z2, 3),
+        "1x1_group4_one_filter_each": ((1, 8, 5, 6), (4, 2, 1, 1), [1, 1], [1, 1], z2, 4),
+        "2d_group4_one_filter_each_strided": ((1, 8, 9, 9), (4, 2, 3, 3), [2, 2], [1, 1], o2, 4),
+        "2d_c1_f1": ((1, 1, 7, 7), (1, 1, 3, 3), [1, 1], [1, 1], o2, 1),
     }
     mrs, nrs = paths.micro_edges("f32")  # GEMM micro-tile edges through conv: filters (M) and positions (N)
     for f, q in zip([m + d for m in mrs for d in (-1, 1)], [n + d for n in nrs for d in (-1, 1)]):
@@ -404,7 +410,49 @@ PARALLEL_CONV = ("2d_parallel_im2col", "2d_parallel_depthwise")
 #: Constant-filter convs the CPU conv engine runs by each of its algorithms (Winograd F(2x2), F(4x4), direct,
 #: 1x1 in place, depthwise; ``paths.engine_geometries``): special values at 1 and 2 threads.
 ENGINE = {name: (xs, ws, st, [1] * len(st), pd, g) for name, (xs, ws, st, pd, g) in paths.engine_geometries().items()}
-ALL_CONV = {**CONV, **ENGINE}
+_DW, _DIRECT = paths.engine_parallel_macs(depthwise=True), paths.engine_parallel_macs()
+_Z, _O = [0, 0, 0, 0], [1, 1, 1, 1]
+#: Constant-filter convs with one input channel or one filter per group, one line each: every path the CPU conv
+#: engine (conv_algorithms.py) takes there, against the interpreter. C/group = 1 is its depthwise kernel (one
+#: filter per channel, or a channel multiplier: C = 1 and any M included), which copies its input per strip of
+#: rows; 1x1 stride-1 windows are flattened into long rows (the copy must use the same rows: only the first row
+#: was computed once), strided and padded ones subsampled by the copy; 20 channels leave a partial channel block
+#: of 8 or 16. M/group = 1 is the direct kernel with one-lane input blocks (groups not aligned with channel
+#: blocks: 1x1 reads x in place, padding takes a copy), M = 1 with few channels (all in one input block), with
+#: flattened 1x1 rows, or with several blocks. name -> (x shape, w shape, strides, dilations, pads, group,
+#: threads); the t2 lines pass the engine's OpenMP threshold (paths.engine_parallel_macs).
+ENGINE_ONE_PER_GROUP = {
+    "dw_c1_m1_1x1": ((1, 1, 3, 3), (1, 1, 1, 1), [1, 1], [1, 1], _Z, 1, 1),
+    "dw_c1_m1_1x1_9x13": ((1, 1, 9, 13), (1, 1, 1, 1), [1, 1], [1, 1], _Z, 1, 1),
+    "dw_c20_1x1_batch2": ((2, 20, 7, 9), (20, 1, 1, 1), [1, 1], [1, 1], _Z, 20, 1),
+    "dw_c5_1x1_1d": ((1, 5, 23), (5, 1, 1), [1], [1], [0, 0], 5, 1),
+    "dw_c6_1x1_stride2": ((1, 6, 9, 9), (6, 1, 1, 1), [2, 2], [1, 1], _Z, 6, 1),
+    "dw_c4_1x1_padded": ((1, 4, 5, 6), (4, 1, 1, 1), [1, 1], [1, 1], _O, 4, 1),
+    "dw_c17_3x3_dilated2": ((1, 17, 11, 10), (17, 1, 3, 3), [1, 1], [2, 2], [2, 2, 2, 2], 17, 1),
+    "dw_c3_2x3_stride2_asym": ((1, 3, 9, 8), (3, 1, 2, 3), [2, 1], [1, 1], [0, 1, 1, 0], 3, 1),
+    "mult_c1_m4_1x1": ((1, 1, 6, 7), (4, 1, 1, 1), [1, 1], [1, 1], _Z, 1, 1),
+    "mult_c3_m9_1x1": ((1, 3, 3, 3), (9, 1, 1, 1), [1, 1], [1, 1], _Z, 3, 1),
+    "mult_c3_m9_1x1_8x8": ((1, 3, 8, 8), (9, 1, 1, 1), [1, 1], [1, 1], _Z, 3, 1),
+    "mult_c1_m5_3x3_pad1": ((1, 1, 8, 8), (5, 1, 3, 3), [1, 1], [1, 1], _O, 1, 1),
+    "mult_c2_m6_1x1_stride2_batch2": ((2, 2, 7, 7), (6, 1, 1, 1), [2, 2], [1, 1], _Z, 2, 1),
+    "mult_c10_m20_1x1_1d": ((1, 10, 17), (20, 1, 1), [1], [1], [0, 0], 10, 1),
+    "grouped_c4_m2_1x1": ((1, 4, 6, 6), (2, 2, 1, 1), [1, 1], [1, 1], _Z, 2, 1),
+    "grouped_c8_m4_3x3_pad1": ((1, 8, 7, 7), (4, 2, 3, 3), [1, 1], [1, 1], _O, 4, 1),
+    "grouped_c12_m3_1x1_1d": ((1, 12, 19), (3, 4, 1), [1], [1], [0, 0], 3, 1),
+    "grouped_c34_m17_1x1_stride2": ((1, 34, 9, 9), (17, 2, 1, 1), [2, 2], [1, 1], _Z, 17, 1),
+    "one_filter_c3_3x3_pad1": ((1, 3, 9, 9), (1, 3, 3, 3), [1, 1], [1, 1], _O, 1, 1),
+    "one_filter_c17_1x1": ((1, 17, 8, 8), (1, 17, 1, 1), [1, 1], [1, 1], _Z, 1, 1),
+    "one_filter_c40_3x3_stride2": ((1, 40, 9, 9), (1, 40, 3, 3), [2, 2], [1, 1], _Z, 1, 1),
+    # groups of whole channel blocks (16 + 16) from nchw: the direct kernel's own copy, of flattened 1x1 rows
+    "grouped_aligned_c32_m32_1x1": ((1, 32, 5, 7), (32, 16, 1, 1), [1, 1], [1, 1], _Z, 2, 1),
+}
+_S = paths.parallel_side(_DW, 1, 32)  # a 1x1 depthwise of 16 channels x2 past the threshold
+ENGINE_ONE_PER_GROUP["mult_c16_m32_1x1_t2"] = ((1, 16, _S, _S + 1), (32, 1, 1, 1), [1, 1], [1, 1], _Z, 16, 2)
+_S = paths.parallel_side(_DW, 1, 24)
+ENGINE_ONE_PER_GROUP["dw_c24_1x1_t2"] = ((1, 24, _S, _S), (24, 1, 1, 1), [1, 1], [1, 1], _Z, 24, 2)
+_S = paths.parallel_side(_DIRECT, 2 * 9, 16)
+ENGINE_ONE_PER_GROUP["grouped_c32_m16_3x3_pad1_t2"] = ((1, 32, _S, _S), (16, 2, 3, 3), [1, 1], [1, 1], _O, 16, 2)
+ALL_CONV = {**CONV, **ENGINE, **{name: line[:6] for name, line in ENGINE_ONE_PER_GROUP.items()}}
 CONV_INT = ("1d", "1x1", "2d_pad1", "2d_stride2_asym_pads", "2d_dilation2", "2d_group2", "2d_depthwise",
             "2d_channel_multiplier2", "3d", "2d_batch3")
 
@@ -453,6 +501,7 @@ def conv_cases():
             out.append(_conv_specials(dt, "2d_pad1", consts=(1, 2)))
     # constant filters (the CPU conv engine's float32 algorithms), 1 and 2 threads
     out += [_conv_specials("float32", name, threads, consts=(1, 2)) for name in ENGINE for threads in (1, 2)]
+    out += [_conv_specials("float32", name, line[6], consts=(1, 2)) for name, line in ENGINE_ONE_PER_GROUP.items()]
     return out
 
 

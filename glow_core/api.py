@@ -121,14 +121,59 @@ def compile_function(model, backend: Backend, input_shapes=None, constants=None,
     return compile_graph(fn, backend, options, stats)
 
 
+def with_required_options(options: dict, backends) -> dict:
+    """``options`` with every backend's ``required_options()`` filled in; a value the user gave that differs from
+    one a backend requires is a GlowError naming both."""
+    out = dict(options)
+    for b in backends:
+        for k, v in b.required_options().items():
+            if k in out and out[k] != v:
+                raise GlowError(f"backend '{b.name}' requires the compile option {k}={v!r}; {k}={out[k]!r} was given "
+                                f"(leave it out: the backend sets it)")
+            out[k] = v
+    return out
+
+
+#: ONNX ops whose lowering yields quantized primitives (a QDQ or QOperator model)
+_QUANTIZED_ONNX = frozenset({"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger",
+                             "MatMulInteger"})
+
+
+def _quantize_for_placement(fn: Function, backends: list[Backend], options: dict, stats: dict) -> None:
+    """Quantize the imported graph before it is placed, when the model is quantized or ``quantize=`` is given: a
+    node becomes quantized when one of ``backends`` runs its quantized form, so a device that only runs quantized
+    primitives is offered them (each partition's own compilation then finds its nodes quantized already). A float
+    model is left to the partitioner as it is."""
+    if options.get("quantize") is None and not any(n.op in _QUANTIZED_ONNX for n in fn.nodes) \
+            and not quantization.quantized(fn):
+        return
+
+    def ask(node):
+        reasons = []
+        for b in backends:
+            why = _refusal(b, node)
+            if why is None:
+                return None
+            reasons.append(why)
+        return "; ".join(reasons)
+    with stage(stats, "lowering"):
+        lower(fn, lambda n: all(b.should_lower(n) for b in backends))
+        q = quantization.run(fn, {**options, "convert_to": None}, ask)
+    if q is not None:
+        stats["quantization"] = q
+
+
 def plan_partitions(model, backends, input_shapes=None, constants=None, options=None, exclude=None) -> Partitioning:
     """Import ``model`` and place it across ``backends`` (priority order; names, specs or instances) without
     compiling: the partitions, their functions and the placement report. The graph passes are the first
-    backend's; ``options["force"]`` ({node name, op type or primitive: backend name}) places those nodes."""
+    backend's; a quantized model (or one compiled with ``quantize=``) is quantized before placement
+    (``_quantize_for_placement``); ``options["force"]`` ({node name, op type or primitive: backend name}) places
+    those nodes."""
     options = quantization.prepare(options or {})
     backends = [get_backend(b) for b in backends]
     stats: dict = {}
     fn = _import_graph(model, backends[0], input_shapes, constants, options, stats)
+    _quantize_for_placement(fn, backends, options, stats)
     plan = Partitioning(fn, backends, options.get("force"), exclude,
                         capacity=lambda b: options.get("memory_capacity", b.memory_capacity()))
     plan.stats = stats
@@ -144,8 +189,9 @@ def compile_partitioned(model, backends, input_shapes=None, constants=None, opti
     done: dict = {}  # partition key (backend, node names) -> CompileResult, kept across placements
     while True:
         plan = plan_partitions(model, backends, input_shapes, constants, options, exclude)
-        try:
-            parts = _compile_partitions(plan, {k: v for k, v in options.items() if k != "force"}, done)
+        try:  # quantize= was applied before placement: the partitions are quantized already
+            parts = _compile_partitions(plan, {k: v for k, v in options.items() if k not in ("force", "quantize")},
+                                        done)
             break
         except SplitNeeded as e:  # one node does not fit a device: place everything again without that choice
             exclude[(e.unit.node.name, e.backend)] = str(e)
@@ -183,7 +229,8 @@ def compile_for(model, backends: list[Backend], input_shapes=None, constants=Non
             raise
     res = compile_partitioned(model, list(backends) + list(fallbacks), input_shapes, constants, options)
     moved = res.placement().offloaded()
-    names = ", ".join(f"'{n.origin}' ({n.origin_op}) -> {n.backend}" for n in moved[:10])
+    names = ", ".join(f"'{n.origin}' ({n.origin_op}{'' if n.op == n.origin_op else ': its ' + n.op}) -> {n.backend}"
+                      for n in moved[:10])
     warnings.warn(FallbackWarning(
         f"backend '{backends[0].name}' does not run {len(moved)} node(s) of model '{res.graph.name}': {names}"
         + (f" and {len(moved) - 10} more" if len(moved) > 10 else "")
@@ -198,7 +245,7 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     ``stats["times"]`` gives the seconds of each stage (``glow_core.timing.stage``; work the backend did outside
     Python, ``CompiledFunction.compile_spans``, is a stage of its own, its span in ``stats["backend_spans"]``).
     Option ``schedule=False`` keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
-    options = dict(options or {})
+    options = with_required_options(options or {}, [backend])
     stats = {} if stats is None else stats
     with stage(stats, "lowering"):  # lowering, then quantization (when asked for), then activation fusion
         stats["lowered"] = lower(fn, backend.should_lower)
@@ -354,7 +401,7 @@ class CompiledModel:
         #: compilations and runs (``glow_core.trace.Trace``).
         self.trace = Trace() if trace else None
         self._trace_path = trace if isinstance(trace, str) else None
-        self.options = quantization.prepare(options)
+        self.options = quantization.prepare(with_required_options(options, self.backends))
         self.specs = graph_input_specs(self.model)
         self.input_names = [s[0] for s in self.specs]
         self.output_names = [o.name for o in self.model.graph.output]
@@ -404,6 +451,25 @@ class CompiledModel:
         if isinstance(self.last, PartitionedResult):
             return self.last.placement(self.model.graph.name)
         return single_report(self.last.graph, self.backend.name, self.model.graph.name)
+
+    def stats(self) -> dict:
+        """Statistics of the most recent compilation, one entry per backend that reports them
+        (``CompiledFunction.stats()``; several partitions on one backend combined by its ``merge_stats``), e.g.
+        ``{"npu": {"cycles": ..., "macs": ..., "mac_utilization": ..., "dram_bytes": ..., "layers": [...]}}``."""
+        if self.last is None:
+            raise GlowError("the model is not compiled yet (symbolic or value-dependent input shapes): run it once "
+                            "or give input_shapes=")
+        if isinstance(self.last, PartitionedResult):
+            pairs = [(self.last.plan.backends[p.backend], r.compiled)
+                     for p, r in zip(self.last.plan.partitions, self.last.parts)]
+        else:
+            pairs = [(self.backend, self.last.compiled)]
+        per: dict = {}
+        for b, compiled in pairs:
+            st = compiled.stats()
+            if st is not None:
+                per.setdefault(b.name, (b, []))[1].append(st)
+        return {name: b.merge_stats(sts) for name, (b, sts) in per.items()}
 
     def check_inputs(self, inputs: dict) -> dict[str, np.ndarray]:
         """Inputs as arrays, checked by name, dtype and shape against the model."""

@@ -21,23 +21,28 @@ from .passes import DEFAULT_PIPELINE
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """What ``is_op_supported`` is asked about: an op with its input/output dtypes and attributes."""
+    """What ``is_op_supported`` is asked about: an op with its input/output dtypes and attributes (and, when known,
+    the operands' shapes: ``in_shapes`` / ``out_shapes``, empty when the asker does not know them)."""
 
     op: str
     in_dtypes: tuple[str, ...]
     out_dtypes: tuple[str, ...]
     attrs: dict = field(default_factory=dict, compare=False, hash=False)
     name: str = ""
+    in_shapes: tuple = field(default=(), compare=False, hash=False)
+    out_shapes: tuple = field(default=(), compare=False, hash=False)
 
     @classmethod
     def of(cls, node_or_instr) -> "NodeInfo":
         if isinstance(node_or_instr, Node):
             n = node_or_instr
             return cls(n.op, tuple(v.dtype.name for v in n.inputs if v is not None),
-                       tuple(v.dtype.name for v in n.outputs), dict(n.attrs), n.name)
+                       tuple(v.dtype.name for v in n.outputs), dict(n.attrs), n.name,
+                       tuple(tuple(v.shape) for v in n.inputs if v is not None), tuple(tuple(v.shape) for v in n.outputs))
         ins = node_or_instr
         return cls(ins.op, tuple(b.type.dtype.name for b in ins.ins), tuple(b.type.dtype.name for b in ins.outs),
-                   dict(ins.attrs), ins.name)
+                   dict(ins.attrs), ins.name, tuple(tuple(b.type.shape) for b in ins.ins),
+                   tuple(tuple(b.type.shape) for b in ins.outs))
 
 
 class Unsupported:
@@ -121,6 +126,11 @@ class CompiledFunction(abc.ABC):
         Default: none."""
         return []
 
+    def stats(self) -> "dict | None":
+        """Statistics this backend reports about the compiled function (a device's cycle counts, utilization,
+        traffic), for ``CompiledModel.stats()``: a dict of plain values, or None (the default) for none."""
+        return None
+
     def memory_regions(self) -> "dict[str, bytearray | np.ndarray] | None":
         """The device memory this function runs in, for observability: ``{"mutable": ..., "activation": ...}``
         (optionally ``"constant"``), each a writable byte buffer (bytearray or uint8 array) laid out exactly as
@@ -170,6 +180,19 @@ class Backend(abc.ABC):
                            f"{', '.join(info.in_dtypes) or '-'} is not supported by backend '{self.name}'"
                            + (f": {why}" if why else ""))
         return bad
+
+    def required_options(self) -> dict[str, Any]:
+        """Compile options whose values this backend's results depend on and which it requires, e.g. an
+        integer-only device's ``{"requant": "fixed_point"}``. ``glow_core.compile`` and ``compile_graph`` fill
+        them in (a different value given by the user is a GlowError), and the conformance suite compiles its
+        expectation (the interpreter, the reference kernels) with them, so both sides use the same arithmetic.
+        Default: none."""
+        return {}
+
+    def merge_stats(self, stats: list[dict]) -> dict:
+        """One entry of ``CompiledModel.stats()`` from the ``CompiledFunction.stats()`` of each partition run on
+        this backend, in run order. Default: the only one's, else ``{"partitions": stats}``."""
+        return stats[0] if len(stats) == 1 else {"partitions": list(stats)}
 
     def optimization_pipeline(self) -> list[str]:
         """Names of the graph passes to run (see ``glow_core.passes.PASSES``), in order."""

@@ -213,7 +213,8 @@ class Partitioning:
             if not answer:
                 refusals.append(("over-memory", f"{b.name}: {why}") if why else self._why_not(b, info, answer))
                 continue
-            u = Unit(n, origin.name, origin.op, i, forced=forced is not None)
+            oname, oop = origin.source if origin is n else (origin.name, origin.op)  # lowered before placement
+            u = Unit(n, oname, oop, i, forced=forced is not None)
             if forced is not None:
                 key = next(k for k in (n.name, origin.name, origin.op, n.op) if k in self.force)
                 u.reason, u.detail = "forced", f"force={{{key!r}: {b.name!r}}}"
@@ -247,7 +248,8 @@ class Partitioning:
                 if d == main:
                     continue
                 probe = NodeInfo(info.op, tuple(d if x == main else x for x in info.in_dtypes),
-                                 tuple(d if x == main else x for x in info.out_dtypes), info.attrs, info.name)
+                                 tuple(d if x == main else x for x in info.out_dtypes), info.attrs, info.name,
+                                 info.in_shapes, info.out_shapes)
                 try:
                     ok = b.is_op_supported(probe)
                 except Exception:  # noqa: BLE001  (a probe with a dtype the vendor never expected: a refusal)
@@ -576,8 +578,9 @@ class PartitionedFunction(CompiledFunction):
         return gather_outputs(self.outputs, env, inputs)
 
     def execute_timed(self, inputs):
-        """Every partition's instruction timings (one partition untimed: None), each on its partition's track,
-        with starts from this run's start."""
+        """Every partition's instruction timings (one partition untimed: None), each on its partition's track
+        (a device's own track, an entry's 4th element, becomes "<partition track>: <device track>"), with starts
+        from this run's start."""
         env, timings = dict(inputs), []
         t0 = time.perf_counter()
         for (compiled, feeds), track in zip(self.steps, self.tracks):
@@ -587,7 +590,7 @@ class PartitionedFunction(CompiledFunction):
                 return None
             outs, part = timed
             env.update(outs)
-            timings += [(ins, start + s, d, track) for ins, s, d, *_ in part]
+            timings += [(ins, start + s, d, f"{track}: {rest[0]}" if rest else track) for ins, s, d, *rest in part]
         return gather_outputs(self.outputs, env, inputs), timings
 
 

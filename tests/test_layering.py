@@ -36,7 +36,7 @@ LAYERS = (
     ("passes", ("glow_core.passes", "glow_core.passes.*", "glow_core.lower", "glow_core.verify",
                 "glow_core.schedule", "glow_core.fusion", "glow_core.flops",
                 "glow_core.quantization", "glow_core.quantization.*")),
-    ("ir", ("glow_core.ir", "glow_core.memory", "glow_core.layout")),
+    ("ir", ("glow_core.ir", "glow_core.memory", "glow_core.layout", "glow_core.tiling", "glow_core.plan_queries")),
     ("backend", ("glow_core.backend", "glow_core.discovery", "glow_core.trace")),
     ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.placement",
              "glow_core.runtime", "glow_core")),

@@ -47,7 +47,7 @@ def _quantization_options(args) -> dict:
     out = {}
     if getattr(args, "quantize", None):
         out["quantize"] = args.quantize
-    for k in ("schema", "weight_schema", "precision", "calibration", "convert_to"):
+    for k in ("schema", "weight_schema", "precision", "calibration", "convert_to", "requant", "npu_config"):
         if getattr(args, k, None):
             out[k] = getattr(args, k)
     if getattr(args, "per_channel", False):
@@ -149,7 +149,7 @@ def cmd_dump(args):
     for i, res in enumerate(parts or [cm.last]):
         if parts:
             print(f"# partition {i}: {cm.last.plan.names[cm.last.plan.partitions[i].backend]}")
-        if args.graph or not (args.ir or args.dot or args.onnx or args.source):
+        if args.graph or not (args.ir or args.dot or args.onnx or args.source or args.asm):
             print(res.graph.dump())
         if args.ir:
             print(res.ir.dump())
@@ -158,6 +158,15 @@ def cmd_dump(args):
             if source is None:
                 raise GlowError(f"backend '{cm.backend.name}' does not show generated source")
             print(source)
+        if args.asm:
+            asm = getattr(res.compiled, "asm", None)
+            if asm is None:
+                if not parts:
+                    raise GlowError(f"backend '{cm.backend.name}' has no instruction stream to print (--asm is the "
+                                    f"npu backend's)")
+                continue
+            print(res.compiled.source)
+            print(asm())
     if args.dot:
         with open(args.dot, "w") as f:
             f.write(cm.placement().to_dot() if parts else cm.last.graph.to_dot())
@@ -256,6 +265,7 @@ EXAMPLES = {
     "dump": "examples:\n  glowc dump model.onnx --backend cpu --ir          the low-level IR\n"
             "  glowc dump model.onnx --onnx lowered.onnx          the lowered graph as ONNX (open it in Netron)\n"
             "  glowc dump model.onnx --backend cpu --source       the generated C, each kernel's algorithm\n"
+            "  glowc dump model.onnx --backend npu --quantize p.json --asm   the NPU program and its tilings\n"
             "  glowc dump model.onnx --dot graph.dot && dot -Tsvg graph.dot -o graph.svg",
     "bench": "example:\n  glowc bench model.onnx --backend cpu --threads 1 --compare onnxruntime\n"
              "prints latency (median, p10, p90), runs/s, GFLOP/s and a per-op-kind table; inputs are random\n"
@@ -326,6 +336,9 @@ def _quantize_group(parser, report=False):
                    "type in float (repeatable)")
     if not report:
         g.add_argument("--convert-to", choices=quantization.TARGETS, help="compute the float32 parts in this type")
+        g.add_argument("--requant", choices=quantization.REQUANT_MODES, help="requantization arithmetic: float32 "
+                       "(default) or fixed_point (int32 multiplier and rounding shift, TOSA RESCALE's)")
+        g.add_argument("--npu-config", metavar="FILE.json", help="the npu backend's NpuConfig (glow_npu)")
 
 
 def build_parser():
@@ -354,7 +367,10 @@ def build_parser():
     d.add_argument("--dot", metavar="FILE", help="write the optimized graph as Graphviz")
     d.add_argument("--onnx", metavar="FILE", help="write the optimized, lowered graph as ONNX (glow domain)")
     d.add_argument("--source", action="store_true",
-                   help="print the generated code (cpu: one C unit; each call names its kernel's algorithm)")
+                   help="print the generated code (cpu: one C unit; each call names its kernel's algorithm; npu: "
+                        "each layer's tiling and loop order)")
+    d.add_argument("--asm", action="store_true", help="print the device program (npu: every instruction, with "
+                   "the layers' tilings first)")
     _quantize_group(d)
     b = _sub(sub, "bench", "measure latency, throughput and GFLOP/s, per op kind, optionally against onnxruntime")
     b.add_argument("model")

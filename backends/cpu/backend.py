@@ -9,16 +9,24 @@ from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
-from . import kernels_nn, layouts, sanitize, toolchain
-from .attention import planned_scratch
-from .bundle import write_bundle
-from .codegen import ENGINE_SCRATCH_THREADS, KernelInstr, prelude_text, scratch_layout
-from .codegen_int8 import supported as quantized_supported
-from .ctypes_map import supported
-from .kernels_ew import ACTIVATION_PARAMS
+from .kernels import nn as kernels_nn
+
+from . import layouts
+
+from .build import sanitize
+
+from .build import toolchain
+from .fusion.attention import planned_scratch
+from .build.bundle import write_bundle
+from .kernels.codegen import KernelInstr, scratch_layout
+from .kernels.window import ENGINE_SCRATCH_THREADS
+from .templates import prelude_text
+from .kernels.quantized import supported as quantized_supported
+from .kernels.ctypes_map import supported
+from .kernels.ew import ACTIVATION_PARAMS
 from .program import Program
-from .runtime import CPUFunction
-from .storage_cast import ONE_BYTE_STORAGE
+from .build.runtime import CPUFunction
+from .kernels.storage_cast import ONE_BYTE_STORAGE
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
 FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS]
@@ -27,8 +35,8 @@ FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for
 
 class CPUBackend(Backend):
     """Every primitive for float32/64, float16, bfloat16, all integer types and bool where the primitive takes
-    it; the quantized primitives on int8/uint8 activations (codegen_int8, the int8 engine); float32 Softmax,
-    LayerNormalization, LSTM and GRU kept whole (kernels_nn). Storage-only
+    it; the quantized primitives on int8/uint8 activations (kernels/quantized.py, the int8 engine); float32 Softmax,
+    LayerNormalization, Gelu, LSTM and GRU kept whole (kernels/nn.py). Storage-only
     float8/float4/int4 types and extended (non-primitive) ops are declared unsupported."""
 
     name = "cpu"
@@ -40,6 +48,9 @@ class CPUBackend(Backend):
         if p is None:
             return kernels_nn.supported(node_info)
         if p.quantized == "own":
+            if node_info.attrs.get("requant", "float32") != "float32":
+                return Unsupported(f"requant={node_info.attrs['requant']!r}: the cpu backend's int8 kernels "
+                                   "requantize in float32 only")
             return quantized_supported(node_info)
         if node_info.in_dtypes and node_info.in_dtypes[0] not in p.dtypes:
             return False

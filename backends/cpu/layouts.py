@@ -15,13 +15,14 @@ from __future__ import annotations
 from glow_core.ir import PLAIN
 from glow_core.layout import LayoutRequirement
 
-from .codegen import KernelInstr, engine_conv
-from .conv_engine import host_target
+from .kernels.codegen import KernelInstr
+from .kernels.window import engine_takes
+from .conv.engine import host_target
 
 #: Elementwise ops computing the same per element on any layout, finite on finite padding lanes (a fused
 #: activation of glow_core.fusion included: relu, clip, sigmoid, tanh, leaky_relu are finite on finite input).
 AGNOSTIC = frozenset(("add", "sub", "mul", "max", "min", "sigmoid", "tanh", "erf", "abs", "neg"))
-#: Reductions whose kernel reads an NCHWc input when they reduce every spatial axis (codegen._Kernel._reduce).
+#: Reductions whose kernel reads an NCHWc input when they reduce every spatial axis (kernels/reduce.py).
 SPATIAL_REDUCES = frozenset(("reduce_sum", "reduce_max", "reduce_min"))
 
 
@@ -37,7 +38,7 @@ def requirements(instr) -> "LayoutRequirement | None":
     blocked = blocked_layout()
     if instr.op == "conv":
         x = instr.ins[0]
-        if len(x.type.shape) not in (3, 4) or not engine_conv(KernelInstr.of(instr), 1):
+        if len(x.type.shape) not in (3, 4) or not engine_takes(KernelInstr.of(instr)):
             return None
         return LayoutRequirement(inputs={0: (blocked, PLAIN)}, output=(blocked, PLAIN))
     if instr.op in ("max_pool", "avg_pool") and instr.ins[0].type.dtype.name == "float32" and \

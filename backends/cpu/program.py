@@ -8,38 +8,13 @@ import numpy as np
 
 from glow_core.memory import align_up
 
-from .attention import ATTENDED, attention_call, attention_patterns
-from .chains import chain_kernel, elementwise_chains
-from .codegen import (KernelCode, KernelInstr, c_comment, chainable, constant_value, engine_conv, gemm_source,
-                      kernel_code, matmul_plan,
-                      stacked, template)
-from .codegen_int8 import engine_conv as int8_engine_conv
-from .conv_fusion import fuse_float_residuals
-from .int8_fusion import fuse_residuals
-from .stacking import read_in_place
-from .strided_operands import Folds, fold_transposes, touched_by
+from .fusion import RULE, fuse, stub
+from .kernels.codegen import KernelCode, KernelInstr, c_comment, constant_value, kernel_code
+from .kernels.matmul import gemm_source
+from .templates import template
 
 #: Region of each operand address: the three arguments of the entry point, in the bundle's spelling.
 REGION_ARG = {"constant": "C", "mutable": "M", "activation": "A"}
-
-
-#: The kernel of a broadcast its readers index in place (stacking.read_in_place): nothing to compute.
-ELIDED_BROADCAST = KernelCode("glow_k_nothing",
-                              "GLOW_KERNEL int glow_k_nothing(uint8_t *const *p) { (void)p; return 0; }\n", (), (),
-                              "not materialized: its elementwise readers index its source in place")
-#: The kernel of a qadd the preceding qconv's epilogue computes (int8_fusion.fuse_residuals).
-FUSED_RESIDUAL = KernelCode("glow_k_fused", "GLOW_KERNEL int glow_k_fused(uint8_t *const *p) { (void)p; return 0; }\n",
-                            (), (), "computed in the epilogue of the qconv before it (residual add fused)")
-#: The kernel of a member of an elementwise chain (chains.py): its root's loop computes it in registers.
-CHAINED = KernelCode("glow_k_chained", "GLOW_KERNEL int glow_k_chained(uint8_t *const *p) { (void)p; return 0; }\n",
-                     (), (), "computed in the elementwise chain loop of a later instruction")
-#: The kernel of a float add the preceding conv's epilogue computes (conv_fusion.fuse_float_residuals).
-FUSED_ADD = KernelCode("glow_k_fused_add",
-                       "GLOW_KERNEL int glow_k_fused_add(uint8_t *const *p) { (void)p; return 0; }\n",
-                       (), (), "computed in the epilogue of the conv before it (residual add fused)")
-#: The kernel of a transpose a matmul reads or writes through strides (strided_operands.fold_transposes).
-FOLDED = KernelCode("glow_k_folded", "GLOW_KERNEL int glow_k_folded(uint8_t *const *p) { (void)p; return 0; }\n",
-                    (), (), "folded into a matmul")
 
 
 @dataclass
@@ -53,74 +28,52 @@ class Call:
 
 class Program:
     """The calls of one IRFunction in order, its distinct kernels, and its constant region (the memory plan's
-    weights, then the constants kernels asked for: converted weights, 64-byte aligned). ``chains``: run
-    elementwise chains as one loop (chains.py); ``attention``: "auto" fuses attention where
-    the cost rule says it wins, "always" wherever legal, "never" not (attention.py); ``folds``: fold transposes
-    into matmuls (strided_operands.py)."""
+    weights, then the constants kernels asked for: converted weights, 64-byte aligned). The fusion stage
+    (fusion/) decides which instructions run as one kernel; options ``chains`` (elementwise chains),
+    ``attention`` ("auto", "always", "never") and ``folds`` (transposes folded into matmuls) turn its rules."""
 
     def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto", folds: bool = True):
         self.irf = irf
         self.calls: list[Call] = []
         self.kernels: dict[str, KernelCode] = {}
         self.derived: list[tuple[int, np.ndarray]] = []  # (offset in the constant region, array)
-        end = align_up(irf.plan.constant_size)
-        placed: dict = {}
-        elided = read_in_place(irf, stacked)
-        attn, declined = attention_patterns(irf, num_threads, elided.sources, elided.broadcasts, attention)
-        fused = fuse_residuals(irf, lambda conv: int8_engine_conv(KernelInstr.of(conv), num_threads))
-        fused.update(fuse_float_residuals(irf, lambda conv: bool(engine_conv(KernelInstr.of(conv), num_threads)),
-                                          skip=set(elided.sources)))
-        chained = elementwise_chains(irf, lambda i: chainable(i) and id(i) not in fused and id(i) not in attn,
-                                     elided.sources) if chains else {}
-        taken = set(elided.broadcasts) | set(fused) | set(chained) | set(attn)
-        folded = fold_transposes(irf, lambda i: matmul_plan(KernelInstr.of(i)).mode == "gemm",
-                                 touched_by(elided, fused, chained, attn), taken, attn) if folds else Folds()
+        self.fused = fused = fuse(irf, num_threads, {"elementwise_chains": chains, "attention": attention,
+                                                     "transpose_folding": folds})
+        self._end = align_up(irf.plan.constant_size)
+        self._placed: dict = {}
         for ins in irf.code:
-            skip = ELIDED_BROADCAST if id(ins) in elided.broadcasts else None
-            chain = chained.get(id(ins))
-            if chain is not None and chain.root is not ins:
-                skip = CHAINED
-            if id(ins) in attn and attn[id(ins)].members[-1] is not ins:
-                skip = ATTENDED
-            if id(ins) in fused:
-                if fused[id(ins)].add is ins:
-                    skip = FUSED_RESIDUAL if ins.op == "qadd" else FUSED_ADD
-                else:
-                    ins = fused[id(ins)].conv
-            if id(ins) in folded.transposes:
-                skip = KernelCode(FOLDED.name, FOLDED.source, (), (), folded.transposes[id(ins)])
-            ins = folded.matmuls.get(id(ins), ins)
-            if skip is not None:
-                self.kernels.setdefault(skip.name, skip)
-                self.calls.append(Call(ins, skip, []))
+            g = fused.group_of(ins)
+            if g is not None and ins is not g.at:  # absorbed: computed by its group's kernel
+                code = stub(g, ins)
+                self.kernels.setdefault(code.name, code)
+                self.calls.append(Call(ins, code, []))
                 continue
-            sources = elided.sources.get(id(ins), {})
-            if id(ins) in attn:
-                code, bufs = attention_call(attn[id(ins)], num_threads, *folded.attentions.get(id(attn[id(ins)]), ()))
+            note = None
+            if g is not None and RULE[g.rule].kernel is not None:
+                ins, code, bufs = RULE[g.rule].kernel(g, fused)
             else:
-                if chain is not None:
-                    ki, bufs = chain_kernel(chain, elided.sources)
-                else:
-                    ki, bufs = KernelInstr.of(ins, sources), [sources.get(i, b) for i, (b, _) in
-                                                              enumerate(ins.operands)]
-                code = kernel_code(ki, num_threads)
+                ki = KernelInstr.of(ins, fused.sources.get(id(ins), {}))
+                code, bufs, note = kernel_code(ki, num_threads), fused.operands(ins), fused.notes.get(id(ins))
             self.kernels.setdefault(code.name, code)
-            ptrs = [folded.address(b) for b in bufs]
-            for d in code.derived:
-                bufs = [ins.operands[slot][0] for slot in d.slots]
-                key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
-                if key not in placed:
-                    placed[key] = []
-                    for arr in d.make([constant_value(b) for b in bufs]):
-                        arr = np.ascontiguousarray(arr)
-                        placed[key].append(end)
-                        self.derived.append((end, arr))
-                        end = align_up(end + max(arr.nbytes, 1))
-                ptrs.extend(("constant", off) for off in placed[key])
-            if id(ins) in declined:
-                code = replace(code, choice=f"{code.choice}; {declined[id(ins)]}")
-            self.calls.append(Call(ins, code, ptrs))
-        self.constant_size = end if self.derived else irf.plan.constant_size
+            ptrs = [fused.address(b) for b in bufs] + self._derived(ins, code)
+            self.calls.append(Call(ins, replace(code, choice=f"{code.choice}; {note}") if note else code, ptrs))
+        self.constant_size = self._end if self.derived else irf.plan.constant_size
+
+    def _derived(self, ins, code) -> list:
+        """The addresses of ``code``'s derived constants, placed once per (operand buffers, transformation)."""
+        ptrs = []
+        for d in code.derived:
+            bufs = [ins.operands[slot][0] for slot in d.slots]
+            key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
+            if key not in self._placed:
+                self._placed[key] = []
+                for arr in d.make([constant_value(b) for b in bufs]):
+                    arr = np.ascontiguousarray(arr)
+                    self._placed[key].append(self._end)
+                    self.derived.append((self._end, arr))
+                    self._end = align_up(self._end + max(arr.nbytes, 1))
+            ptrs.extend(("constant", off) for off in self._placed[key])
+        return ptrs
 
     def gemms(self) -> list[str]:
         return sorted({g for k in self.kernels.values() for g in k.gemms})

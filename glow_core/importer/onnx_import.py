@@ -1,7 +1,8 @@
 """ONNX importer: ModelProto -> Function of high-level nodes with static types.
 
 Handles the ai.onnx domain from opset 7 to the newest the installed onnx knows
-(and the custom domains registered with ``glow_core.ops.custom_op``),
+(and the custom domains registered with ``glow_core.ops.custom_op``, and onnxruntime's com.microsoft ops that
+lower, registered as ``com.microsoft.<op>``),
 initializers and Constant nodes, attribute defaults from ONNX's schema for the
 model's opset, symbolic dimensions (given concrete values) and inputs that feed
 shape operands (given as constants: *specialization*). Every node, in the main
@@ -24,7 +25,7 @@ from ..builder import build_node
 from ..errors import (GlowError, ImportError_, InternalError, MemoryLimitError, ModelLoadError, ShapeError,
                       UnsupportedOpError)
 from ..graph import OUTER, Function, Node, Value
-from ..ops.registry import OPS, REQUIRED, get_op
+from ..ops.registry import OPS, REQUIRED, get_op, qualified
 from ..types import TensorType, dtype
 from .subgraph import all_nodes, node_reads, outer_scope_names
 
@@ -398,6 +399,7 @@ def _op_of(n: onnx.NodeProto, where: str):
     """The OpDef of an ONNX node: an ai.onnx op, or a custom op registered for the node's domain."""
     d = get_op(n.op_type)
     if n.domain not in ONNX_DOMAINS:
+        d = get_op(qualified(n.domain, n.op_type)) or d
         custom = sorted({o.domain for o in OPS.values() if o.domain})
         if n.domain not in custom:
             raise UnsupportedOpError(f"{where}: domain '{n.domain}' is not supported; accepted: ai.onnx, "
@@ -516,8 +518,9 @@ def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, templ
         while ins and ins[-1] is None:
             ins.pop()
         attrs = custom_attrs(n, d, where) if d.domain else node_attrs(n, opset, where)
-        if not d.domain:
+        if d.lower:
             attrs = _fit_signature(d, n, len(ins), attrs, opset, where)
+        if not d.domain:
             _check_input_types(n, ins, opset, where)
         outer = outer_scope_names(n, env)  # values its subgraphs read become explicit inputs
         for k, a in list(attrs.items()):
@@ -525,7 +528,7 @@ def _import_nodes(fn: Function, g: onnx.GraphProto, env: dict, opset: int, templ
                 attrs[k] = _import_body(a, outer, env, opset, f"subgraph '{a.name}' ({k}) of {where}")
         if outer:
             ins, attrs[OUTER] = ins + [env[x] for x in outer], outer
-        node = Node(n.op_type, ins, attrs, [], name, opset)
+        node = Node(d.name, ins, attrs, [], name, opset)
         try:
             outs = build_node(fn, node, len(n.output), template=template)
         except InternalError:

@@ -62,5 +62,5 @@ def custom_op(domain: str, op_type: str, shape_rule: Callable, reference: Callab
 
 
 def custom_ops() -> list[OpDef]:
-    """Every registered custom op, by domain and name."""
-    return sorted((d for d in OPS.values() if d.domain), key=lambda d: (d.domain, d.name))
+    """Every registered custom op (kept whole, of a vendor's domain), by domain and name."""
+    return sorted((d for d in OPS.values() if d.domain and d.is_extended), key=lambda d: (d.domain, d.name))

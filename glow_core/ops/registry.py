@@ -115,8 +115,9 @@ class OpDef:
     const_inputs: tuple[int, ...] = ()  # inputs whose *values* determine shapes
     extended_reason: str = ""  # why a kept-whole op is not lowered
     doc: str = ""
-    domain: str = ""  # "" for ai.onnx; a vendor's own domain for custom ops
-    attrs: dict[str, Any] = field(default_factory=dict)  # custom ops: attribute defaults (ONNX ops: the schema's)
+    domain: str = ""  # "" for ai.onnx; a vendor's own domain for custom ops; a LOWERED_DOMAINS one (name qualified)
+    attrs: dict[str, Any] = field(default_factory=dict)  # custom and LOWERED_DOMAINS ops: attribute defaults
+    #                                                       (ONNX ops: the schema's)
     dtypes: tuple[str, ...] | None = None  # custom ops: accepted dtypes of the first input
     cases: tuple = ()  # custom ops: conformance case specs (see glow_core.ops.custom)
     shape_only: bool = False  # the value depends only on the static input shapes: always a constant
@@ -190,12 +191,30 @@ def register_op(d: OpDef) -> OpDef:
     return d
 
 
-def onnx_op(*names, const_inputs=(), doc="", shape_only=False):
-    """Decorator registering the lowering of one or more ONNX op types."""
+def qualified(domain: str, op_type: str) -> str:
+    """The registry name of ``op_type`` of ``domain``: plain for ai.onnx and for custom ops, ``domain.op_type``
+    for the lowered ops of another runtime's domain (``com.microsoft.RotaryEmbedding`` is not ONNX's)."""
+    return f"{domain}.{op_type}" if domain in LOWERED_DOMAINS else op_type
+
+
+#: Domains other than ai.onnx whose ops lower to primitives (onnxruntime's contrib ops). Their records are
+#: named ``domain.op_type`` (``qualified``) and declare their attributes with defaults, as custom ops do.
+LOWERED_DOMAINS = ("com.microsoft",)
+
+
+def onnx_op(*names, const_inputs=(), doc="", shape_only=False, domain="", attrs=None):
+    """Decorator registering the lowering of one or more ONNX op types. ``domain`` (one of LOWERED_DOMAINS)
+    registers ops of that domain as ``domain.name`` with their attribute defaults ``attrs`` (there is no ONNX
+    schema to take them from)."""
+    if domain and domain not in LOWERED_DOMAINS:
+        raise GlowError(f"onnx_op: domain {domain!r} is not one whose ops lower ({', '.join(LOWERED_DOMAINS)}); "
+                        f"a vendor's domain registers custom ops (glow_core.ops.custom_op)")
+
     def deco(fn):
         for n in names:
-            register_op(OpDef(n, lower=fn, const_inputs=tuple(const_inputs), doc=doc or (fn.__doc__ or "").strip(),
-                              shape_only=shape_only))
+            register_op(OpDef(qualified(domain, n), lower=fn, const_inputs=tuple(const_inputs),
+                              doc=doc or (fn.__doc__ or "").strip(), shape_only=shape_only, domain=domain,
+                              attrs=dict(attrs or {})))
         return fn
     return deco
 

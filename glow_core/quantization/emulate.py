@@ -3,7 +3,7 @@
 A backend without int8 kernels still runs a quantized model: ``emulate`` replaces each ``quantize``,
 ``dequantize``, ``rescale``, ``qconv`` and ``qmatmul`` node the backend refuses by integer and float32 primitives
 that compute exactly what the quantized primitive's reference kernel computes (the same roundings in the same
-order), and folds the dequantization of constant weights that nothing fused.
+order; ``requant="fixed_point"`` in int64 integer primitives), and folds the dequantization of constant weights that nothing fused.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import numpy as np
 from ..builder import Builder
 from ..errors import UnsupportedOpError
 from ..graph import Function
-from ..ops.primitives.quantized import ACC, multiplier, multipliers, qrange
+from ..ops.primitives.quantized import (ACC, fixed_point_multipliers, multiplier, multipliers, qrange,
+                                        real_multiplier)
 
 
 def _requantize(b: Builder, acc, m, out_offset, out_dtype, clamp_min=None, clamp_max=None):
@@ -23,6 +24,23 @@ def _requantize(b: Builder, acc, m, out_offset, out_dtype, clamp_min=None, clamp
     y = b.round(b.binary("mul", b.cast_(acc, "float32"), b.const(np.asarray(m, np.float32))))
     y = b.binary("add", b.cast_(y, "float64"), b.const(np.float64(out_offset)))
     y = b.binary("min", b.binary("max", y, b.const(np.float64(lo))), b.const(np.float64(hi)))
+    return b.cast_(y, out_dtype)
+
+
+def _requantize_fixed(b: Builder, acc, reals, out_offset, out_dtype, clamp_min=None, clamp_max=None):
+    """saturate(apply_scale(acc, m, shift) + out_offset) in int64 primitives, (m, shift) from the real multipliers
+    ``reals`` (an array broadcastable to acc): (acc * m + 2^(shift-1)) >> shift is t - mod(t, 2^shift) divided
+    exactly by 2^shift (mod with the divisor's sign: floor division)."""
+    lo, hi = qrange(out_dtype)
+    lo = lo if clamp_min is None else max(lo, int(clamp_min))
+    hi = hi if clamp_max is None else min(hi, int(clamp_max))
+    m, sh = fixed_point_multipliers(reals)
+    pow2 = b.const(np.left_shift(np.int64(1), sh))
+    t = b.binary("add", b.binary("mul", b.cast_(acc, "int64"), b.const(m)),
+                 b.const(np.left_shift(np.int64(1), sh - 1)))
+    y = b.binary("div", b.binary("sub", t, b.binary("mod", t, pow2)), pow2)
+    y = b.binary("add", y, b.const(np.int64(out_offset)))
+    y = b.binary("min", b.binary("max", y, b.const(np.int64(lo))), b.const(np.int64(hi)))
     return b.cast_(y, out_dtype)
 
 
@@ -53,13 +71,20 @@ def dequantize(b, q, scale, offset, axis):
     return b.binary("mul", b.cast_(diff, "float32"), b.reshape_(scale, shape))
 
 
-def rescale(b, x, in_scale, in_offset, out_scale, out_offset, out_dtype):
+def rescale(b, x, in_scale, in_offset, out_scale, out_offset, out_dtype, requant="float32"):
+    if requant == "fixed_point":
+        return _requantize_fixed(b, _shifted(b, x, int(in_offset), "int32"),
+                                 np.float64(real_multiplier(in_scale, out_scale=out_scale)), out_offset, out_dtype)
     return _requantize(b, _shifted(b, x, int(in_offset), "int32"), multiplier(in_scale, out_scale=out_scale),
                        out_offset, out_dtype)
 
 
+def _reals(x_scale, scales, out_scale) -> np.ndarray:
+    return np.array([real_multiplier(x_scale, s, out_scale=out_scale) for s in scales], np.float64)
+
+
 def qconv(b, x, w, bias, w_scale, w_offset, strides, dilations, pads, group, x_scale, x_offset, out_scale,
-          out_offset, out_dtype, clamp_min=None, clamp_max=None):
+          out_offset, out_dtype, clamp_min=None, clamp_max=None, requant="float32"):
     acc_t = ACC[x.dtype.name]
     wshape = (-1,) + (1,) * (w.rank - 1)
     wo = w_offset if w_offset.shape[0] == w.shape[0] else b.broadcast_to(w_offset, (w.shape[0],))
@@ -67,13 +92,17 @@ def qconv(b, x, w, bias, w_scale, w_offset, strides, dilations, pads, group, x_s
                  b.cast_(bias, acc_t), strides=strides, dilations=dilations, pads=pads, group=group)
     if out_dtype == acc_t:
         return acc
+    if requant == "fixed_point":
+        reals = _reals(x_scale, _scales(w_scale, w.shape[0], "qconv"), out_scale)
+        return _requantize_fixed(b, acc, reals.reshape((1, -1) + (1,) * (x.rank - 2)), out_offset, out_dtype,
+                                 clamp_min, clamp_max)
     m = multipliers(x_scale, _scales(w_scale, w.shape[0], "qconv"), out_scale)
     return _requantize(b, acc, m.reshape((1, -1) + (1,) * (x.rank - 2)), out_offset, out_dtype, clamp_min,
                        clamp_max)
 
 
 def qmatmul(b, a, bm, bias, b_scale, b_offset, a_scale, a_offset, out_scale, out_offset, out_dtype, clamp_min=None,
-            clamp_max=None):
+            clamp_max=None, requant="float32"):
     acc_t = ACC[a.dtype.name]
     n = bm.shape[-1]
     acc = b.matmul(_shifted(b, a, int(a_offset), acc_t), _shifted(b, bm, b_offset, acc_t, (n,) if b_offset.shape[0]
@@ -81,6 +110,9 @@ def qmatmul(b, a, bm, bias, b_scale, b_offset, a_scale, a_offset, out_scale, out
     acc = b.binary("add", acc, b.cast_(bias, acc_t))
     if out_dtype == acc_t:
         return acc
+    if requant == "fixed_point":
+        return _requantize_fixed(b, acc, _reals(a_scale, _scales(b_scale, n, "qmatmul"), out_scale), out_offset,
+                                 out_dtype, clamp_min, clamp_max)
     return _requantize(b, acc, multipliers(a_scale, _scales(b_scale, n, "qmatmul"), out_scale), out_offset,
                        out_dtype, clamp_min, clamp_max)
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..builder import Builder
 from ..errors import GlowError
 from ..graph import Function, Node, Value
-from ..ops.primitives.quantized import ACC, QDTYPES, WEIGHTS, qrange
+from ..ops.primitives.quantized import ACC, QDTYPES, REQUANT_OPS, WEIGHTS, qrange
 from ..ops.registry import get_primitive
 from . import schema as S
 from .calibrate import calibrated_range
@@ -143,8 +143,9 @@ class Quantizer:
     """One rewrite of ``fn`` (in place). ``ask(node)`` returns None when the backend runs ``node``, else the
     reason it refuses; ``keep_float``: node names or op types (the model's, or primitives') left in float."""
 
-    def __init__(self, fn: Function, source, ask, keep_float=()):
+    def __init__(self, fn: Function, source, ask, keep_float=(), requant="float32"):
         self.fn, self.source, self.ask = fn, source, ask
+        self.requant = requant
         self.keep_float = set(keep_float)
         self.matched: set[str] = set()
         self.users = fn.users()
@@ -231,6 +232,8 @@ class Quantizer:
         """Append primitive ``op``; a ``main`` node (not glue such as quantize/rescale) must be accepted by the
         backend, else the rule fails with the backend's reason."""
         b = Builder(self.fn, where=f"node '{self.node.name}' ({self.node.op})", fold=False, name=self.node.name)
+        if op in REQUANT_OPS and self.requant != "float32":
+            attrs["requant"] = self.requant
         out = b.emit(op, *ins, **attrs)
         node = self.fn.nodes[-1]
         node.origin = self.node.source
@@ -553,10 +556,24 @@ def quantized(fn: Function) -> bool:
     return any((get_primitive(n.op) is not None and get_primitive(n.op).quantized == "own") for n in fn.nodes)
 
 
+def set_requant(fn: Function, requant: str) -> int:
+    """Give every node of ``fn`` that requantizes (``REQUANT_OPS``) the requantization mode ``requant`` unless it
+    is the default ``"float32"`` (which leaves every node as it is); returns the number of nodes changed."""
+    if requant == "float32":
+        return 0
+    changed = 0
+    for n in fn.nodes:
+        if n.op in REQUANT_OPS and n.attrs.get("requant", "float32") != requant:
+            n.attrs["requant"] = requant
+            changed += 1
+    return changed
+
+
 def quantize_graph(fn: Function, ask, profile=None, schema="asymmetric", precision="int8", per_channel=False,
-                   calibration="minmax", keep_float=(), weight_schema=None) -> dict:
+                   calibration="minmax", keep_float=(), weight_schema=None, requant="float32") -> dict:
     """Quantize lowered graph ``fn`` in place: with a profile, by its ranges (the conv and matmul weights by
-    ``weight_schema``, default ``schema``); without, as the (QDQ) model says.
+    ``weight_schema``, default ``schema``); without, as the (QDQ) model says. The quantized nodes that requantize
+    get ``requant`` (before ``ask`` sees them), and so do those the model already had (``set_requant``).
     Returns the statistics (quantized node count, float nodes with the reasons)."""
     if profile is not None:
         if quantized(fn):
@@ -565,7 +582,8 @@ def quantize_graph(fn: Function, ask, profile=None, schema="asymmetric", precisi
         source = ProfileSource(profile, schema, precision, calibration, per_channel, weight_schema)
     else:
         source = ModelSource(fn)
-    qz = Quantizer(fn, source, ask, keep_float)
+    set_requant(fn, requant)
+    qz = Quantizer(fn, source, ask, keep_float, requant)
     stats = qz.run()
     stats["values"] = qz.bound
     return stats

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from conformance import paths
-from glow_cpu.conv_engine import ConvGeometry, plan_conv
+from glow_cpu.conv.engine import ConvGeometry, plan_conv
 
 ENGINE = paths.engine_geometries()
 KIND = {"winograd4": "winograd4", "winograd2": "winograd2", "direct": "direct", "depthwise": "depthwise"}
 
 
 def test_every_winograd_variant_has_geometries():
-    from glow_cpu import conv_algorithms
+    from glow_cpu.conv import algorithms as conv_algorithms
     for m, _ in conv_algorithms.WINOGRAD_LEAST_SIDE:
         assert {f"winograd{m}_pad1", f"winograd{m}_pad0_batch2"} <= set(ENGINE)
 

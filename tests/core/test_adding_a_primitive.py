@@ -3,7 +3,7 @@ vendor_guide/adding_a_primitive.md makes them in the files:
 
 1. its record with its reference kernel (``glow_core.ops.registry.primitive``; in a file:
    ``glow_core/ops/primitives/elementwise.py``),
-2. its CPU table entry (``glow_cpu.kernels_ew.C_MATH``; in a file: ``backends/cpu/kernels_ew.py``),
+2. its CPU table entry (``glow_cpu.kernels.ew.C_MATH``; in a file: ``backends/cpu/kernels/ew.py``),
 3. one conformance case line (``glow_conformance.tier_primitives.LINES``; in a file:
    ``conformance/tier_primitives.py``).
 
@@ -22,7 +22,7 @@ from glow_conformance import tier_primitives
 from glow_core.errors import ShapeError
 from glow_core.ops.registry import PRIMITIVES, primitive
 from glow_core.types import FLOATS, TensorType
-from glow_cpu import codegen, kernels_ew
+from glow_cpu.kernels import codegen, elementwise, ew as kernels_ew
 
 TOY = "expm1"
 
@@ -44,7 +44,9 @@ def toy():
     primitive(TOY, "elementwise", ("x",), FLOATS, _rule, np.expm1, "e**x - 1, accurate near 0.",
               tolerance="elementwise", elementwise=True)                                      # 1. record + kernel
     kernels_ew.C_MATH[TOY] = "expm1"                                                           # 2. CPU table entry
-    kernels_ew.UNARY.add(TOY)  # (derived from C_MATH when the module loads; here it is already loaded)
+    # (derived from C_MATH when the modules load, its C and its kernel, the elementwise loop; here they are loaded)
+    kernels_ew.UNARY_C[TOY] = kernels_ew.libm(TOY)
+    codegen.KERNELS[TOY] = elementwise.elementwise
     tier_primitives.LINES.append((TOY, "3x5x7", [(3, 5, 7)], {}, _oracle))                     # 3. one case line
     try:
         yield
@@ -52,7 +54,8 @@ def toy():
         codegen._MEMO.clear()
         PRIMITIVES.pop(TOY, None)
         kernels_ew.C_MATH.pop(TOY, None)
-        kernels_ew.UNARY.discard(TOY)
+        kernels_ew.UNARY_C.pop(TOY, None)
+        codegen.KERNELS.pop(TOY, None)
         tier_primitives.LINES[:] = [ln for ln in tier_primitives.LINES if ln[0] != TOY]
 
 

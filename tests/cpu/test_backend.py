@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import glow_core
 from glow_conformance import example_models
 from glow_core.errors import GlowError, UnsupportedOpError
-from glow_cpu import toolchain
+from glow_cpu.build import toolchain
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None
                                 and not os.environ.get("CC"), reason="no C compiler")

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import glow_core
 from glow_conformance import example_models
 from glow_core.errors import GlowError, MemoryLimitError
-from glow_cpu import toolchain
+from glow_cpu.build import toolchain
 from glow_cpu.backend import CPUBackend
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None
@@ -211,7 +211,7 @@ def test_shards_split_large_work_across_cores():
 
 
 def glow_cpu_kernel(i, n):
-    from glow_cpu.codegen import KernelCode
+    from glow_cpu.kernels.codegen import KernelCode
     return KernelCode(f"glow_k_{i}", "x" * n, (), (), "test")
 
 

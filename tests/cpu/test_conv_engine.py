@@ -1,4 +1,4 @@
-"""The conv engine (glow_cpu.conv_engine) compiled for real, against convolutions written here in numpy.
+"""The conv engine (glow_cpu.conv.engine) compiled for real, against convolutions written here in numpy.
 
 Every case is one line of CASES; the kernels of all cases build into one shared library (content-hash cached).
 The expectation is a float64 convolution computed from the definition (a transposed convolution by scattering
@@ -19,10 +19,10 @@ import pytest
 
 from glow_conformance.checker import compare, ulp_distance
 from glow_core.backend import Unsupported
-from glow_cpu.conv_engine import (ConvEngineError, ConvGeometry, Epilogue, Target, host_target, layout_kernel,
+from glow_cpu.conv.engine import (ConvEngineError, ConvGeometry, Epilogue, Target, host_target, layout_kernel,
                                   plan_conv)
-from glow_cpu.conv_harness import FLAGS, ConvRunner, blocked, compile_library, run_layout, unblocked
-from glow_cpu.conv_algorithms import DW_STRIP_BYTES
+from tests.cpu.harness import FLAGS, ConvRunner, blocked, compile_library, run_layout, unblocked
+from glow_cpu.conv.algorithms import DW_STRIP_BYTES
 
 EPS32 = float(np.finfo(np.float32).eps)
 

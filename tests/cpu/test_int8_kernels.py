@@ -13,11 +13,11 @@ import functools
 import numpy as np
 import pytest
 
-from backends.cpu.int8_engine import (TARGETS, Int8EngineError, Requant, ResidualAdd, avg_pool_multipliers,
+from glow_cpu.int8.engine import (TARGETS, Int8EngineError, Requant, ResidualAdd, avg_pool_multipliers,
                                       plan_qadd, plan_qconv, plan_qlookup, plan_qmatmul, plan_qmul, plan_qpool,
                                       plan_qrescale)
-from backends.cpu.int8_harness import FLAGS, PATH_FLAGS, GemmRunner, aligned, compile_library, run_simple
-from backends.cpu.toolchain import find_compiler
+from tests.cpu.harness import FLAGS, PATH_FLAGS, GemmRunner, aligned, compile_library, run_simple
+from glow_cpu.build.toolchain import find_compiler
 from glow_core.errors import GlowError
 
 try:

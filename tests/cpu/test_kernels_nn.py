@@ -1,4 +1,4 @@
-"""The CPU backend's whole-op kernels (backends/cpu/kernels_nn.py): Softmax, LayerNormalization and LSTM kept
+"""The CPU backend's whole-op kernels (backends/cpu/kernels/nn.py): Softmax, LayerNormalization and LSTM kept
 whole (the instruction in the IR is the ONNX op), checked against onnx's ReferenceEvaluator at 1 and 2 threads;
 the variants the kernels do not take are lowered as before."""
 import numpy as np
@@ -7,8 +7,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import glow_core
-from glow_cpu.codegen import KernelInstr, kernel_code
-from glow_cpu.kernels_nn import LSTM_PARALLEL_MIN
+from glow_cpu.kernels.codegen import KernelInstr, kernel_code
+from glow_cpu.kernels.nn import LSTM_PARALLEL_MIN
 
 
 def _model(node, inputs, consts=(), opset=17):

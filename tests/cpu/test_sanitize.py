@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_flags_and_environment():
-    from glow_cpu import sanitize
+    from glow_cpu.build import sanitize
     assert sanitize.requested({"sanitize": "undefined,address"}) == ("address", "undefined")
     assert sanitize.flags(()) == []
     f = sanitize.flags(("address", "undefined"))
@@ -31,11 +31,11 @@ def test_flags_and_environment():
 
 
 def test_address_build_is_refused_without_the_runtime(monkeypatch):
-    from glow_cpu import sanitize
+    from glow_cpu.build import sanitize
     if sanitize.runtime_loaded():
         pytest.skip("this process has the ASan runtime")
     import glow_core
-    with pytest.raises(BackendError, match="glow_cpu.sanitize"):
+    with pytest.raises(BackendError, match="glow_cpu.build.sanitize"):
         glow_core.compile(models.linear_sigmoid(seed=1), "cpu", sanitize="address")
 
 

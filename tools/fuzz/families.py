@@ -450,6 +450,8 @@ def _window(d, spatial, pool=False):
 
 
 def conv(d, op, r):
+    if d.rng.random() < r.params.get("paths", 0.0):
+        return conv_paths(d, op, r)
     spatial = int(d.rng.choice([1, 2, 2, 2, 3]))
     ks, st, dl, pads, sizes = _window(d, spatial)
     g = int(d.rng.choice([1, 1, 1, 2, 3]))
@@ -474,6 +476,79 @@ def conv(d, op, r):
         attrs["auto_pad"] = str(d.rng.choice(["SAME_UPPER", "SAME_LOWER", "VALID"]))
     elif any(pads) or d.rng.random() < 0.3:
         attrs["pads"] = pads
+    return names, attrs, 1
+
+
+#: Channel structures of ``conv_paths``: (input channels per group, filters per group), None where it draws a
+#: count. Each is a path of the CPU conv engine (depthwise, channel multiplier, direct with one-lane or
+#: block-aligned input groups, few-channel stems) at C/group = 1 or M/group = 1, or a dense conv around them.
+CONV_STRUCTURES = {"depthwise": (1, 1), "multiplier": (1, None), "one filter per group": (None, 1),
+                   "one channel": (1, None), "one filter": (None, 1), "dense": (None, None), "aligned groups": (8, 8)}
+
+
+def conv_paths(d, op, r):
+    """A Conv with a constant filter (the CPU conv engine takes only those: a filter fed at run time takes the
+    generic kernels) whose geometry is drawn from the engine's paths: one input channel or one filter per group
+    (``CONV_STRUCTURES``), group counts across a channel block (8 and 16 lanes), pointwise windows (1x1, stride 1,
+    no padding: the engine flattens their rows into one) in a third of them, else strides, dilations and
+    padding, 1-d and 2-d; its input is sometimes an existing value (another conv's output: the engine then reads
+    the blocked layout)."""
+    from .generator import MAX_NUMEL
+    rng = d.rng
+    dt = "float32" if rng.random() < 0.8 or "float32" not in r.dtypes else str(rng.choice(r.dtypes))
+    kind = str(rng.choice(list(CONV_STRUCTURES)))
+    cg, fg = CONV_STRUCTURES[kind]
+    known = [v for v in d.values if v.dtype == dt and len(v.shape) in (3, 4) and min(v.shape) >= 1
+             and v.shape[1] <= 40 and not v.special]
+    x = known[int(rng.integers(0, len(known)))] if known and rng.random() < 0.4 else None
+    if x is not None:  # the channel count is the input's: a structure that divides it
+        n, c, sizes = x.shape[0], x.shape[1], list(x.shape[2:])
+        divs = [g for g in range(1, c + 1) if c % g == 0]
+        g = {"depthwise": c, "multiplier": c, "one channel": c, "one filter": 1, "dense": 1}.get(kind) or \
+            int(rng.choice([g for g in divs if (kind != "aligned groups" or (c // g) % 8 == 0)] or [1]))
+        cg = c // g
+    else:
+        n = int(rng.choice([1, 1, 2]))
+        g = 1 if kind in ("one channel", "one filter", "dense") else \
+            2 if kind == "aligned groups" else int(rng.choice([1, 2, 3, 5, 8, 16, 17]))
+        cg = cg or int(rng.choice([1, 2, 3, 4, 9, 17]))
+        c, sizes = g * cg, None
+    fg = fg or int(rng.choice([1, 2, 3, 4, 7, 16, 20]))
+    spatial = len(sizes) if sizes else int(rng.choice([1, 2, 2]))
+    ks, st, dl, pads_b, pads_e = [], [], [], [], []
+    pointwise = rng.random() < 0.35  # 1x1, stride 1, no padding: rows the engine flattens into one
+    for i in range(spatial):
+        k = 1 if pointwise else int(rng.choice([1, 1, 2, 3]))
+        s, dil = (1, 1) if pointwise else (int(rng.choice([1, 1, 2, 3])), int(rng.choice([1, 1, 2])) if k > 1 else 1)
+        pb, pe = (int(rng.integers(0, k + 1)), int(rng.integers(0, k + 1))) if not pointwise and rng.random() < 0.4 \
+            else (0, 0)
+        if sizes is not None and (k - 1) * dil + 1 > sizes[i] + pb + pe:  # an existing input too small: one tap
+            k, dil = 1, 1
+        ks.append(k), st.append(s), dl.append(dil), pads_b.append(pb), pads_e.append(pe)
+    least = [max(1, (k - 1) * dil + 1 - pb - pe) for k, dil, pb, pe in zip(ks, dl, pads_b, pads_e)]
+    if sizes is None:
+        sizes = [lo + int(rng.integers(0, 9 if spatial == 1 else 7)) for lo in least]
+    out = [(size + pb + pe - (k - 1) * dil - 1) // s + 1
+           for size, k, dil, pb, pe, s in zip(sizes, ks, dl, pads_b, pads_e, st)]
+    if min(out) < 1 or n * g * fg * int(np.prod(out)) > MAX_NUMEL:
+        return None
+    if x is None:
+        x = d.fresh(dt, [n, c] + sizes, r.domain, special=False)
+    w = (rng.standard_normal([g * fg, cg] + ks) / np.sqrt(cg * int(np.prod(ks)))).astype(gdtype(dt).np)
+    names = [x.name, d.const(w)]
+    u = rng.random()
+    if u < 0.5:
+        names.append(d.const(rng.uniform(-1, 1, g * fg).astype(gdtype(dt).np)))
+    elif u < 0.7:
+        names.append(d.pick_like(dt, [g * fg], r).name)
+    attrs = {"group": g} if g > 1 or rng.random() < 0.3 else {}
+    if rng.random() < 0.8:
+        attrs["kernel_shape"] = ks
+    for key, v in (("strides", st), ("dilations", dl)):
+        if any(x_ != 1 for x_ in v) or rng.random() < 0.3:
+            attrs[key] = v
+    if any(pads_b + pads_e) or rng.random() < 0.3:
+        attrs["pads"] = pads_b + pads_e
     return names, attrs, 1
 
 
@@ -663,7 +738,7 @@ FAMILIES = {
     "space_to_depth": space_to_depth, "shape": shape, "trilu": trilu, "cast": cast, "castlike": castlike,
     "reverse_sequence": reverse_sequence, "compress": compress, "constant_of_shape": constant_of_shape,
     "range": range_, "onehot": onehot, "center_crop_pad": center_crop_pad, "unique": unique, "conv": conv,
-    "conv_transpose": conv_transpose, "pool": pool, "matmul": matmul, "gemm": gemm, "einsum": einsum,
-    "batchnorm": batchnorm, "channel_norm": channel_norm, "layernorm": layernorm, "mvn": mvn, "lrn": lrn,
-    "generic": generic,
+    "conv_paths": conv_paths, "conv_transpose": conv_transpose, "pool": pool, "matmul": matmul, "gemm": gemm,
+    "einsum": einsum, "batchnorm": batchnorm, "channel_norm": channel_norm, "layernorm": layernorm, "mvn": mvn,
+    "lrn": lrn, "generic": generic,
 }

@@ -213,7 +213,7 @@ class Draft:
             if t is None or not t.HasField("shape") or not t.elem_type:
                 return None
             dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-            if any(x is None for x in dims) or int(np.prod(dims)) > MAX_NUMEL:
+            if any(x is None or x < 0 for x in dims) or int(np.prod(dims)) > MAX_NUMEL:  # (-1: ONNX gave up)
                 return None
             try:
                 dt = gdtype(t.elem_type).name

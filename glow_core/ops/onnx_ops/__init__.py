@@ -5,5 +5,5 @@ Each module registers its ops with ``@onnx_op(...)`` (a lowering over the ``Buil
 registers them all.
 """
 from . import (activations, attention, attention_state, cast_quant, control_flow, data_dependent,  # noqa: F401
-               elementwise, flex_attention, indexing, linalg, loss, math, movement, nn, normalization, pooling,
-               reduce, resize, rnn, signal, tensor)
+               elementwise, flex_attention, indexing, linalg, loss, math, movement, nn, normalization,
+               onnxruntime_ops, pooling, reduce, resize, rnn, signal, tensor)

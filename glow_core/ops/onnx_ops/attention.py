@@ -69,6 +69,60 @@ def _band_allowed(b, sq, skv, offset, lo, hi):
     return b.reshape_(ok, (ok.shape[0], 1, sq, skv))
 
 
+def repeat_kv_heads(b, q, k, v):
+    """Grouped-query attention: K and V [B, Hk, T, D] with each head repeated for the Hq // Hk query heads it
+    serves (query head i reads key/value head i // (Hq // Hk)), by reshape/broadcast."""
+    hq, hk = q.shape[1], k.shape[1]
+    if hq == hk:
+        return k, v
+    if not hk or hq % hk or v.shape[1] != hk:
+        raise ShapeError(f"{b.where}: {hq} query heads are not a multiple of {hk} key/value heads")
+    r = hq // hk
+
+    def rep(x):
+        x = b.reshape_(x, (x.shape[0], hk, 1) + x.shape[2:])
+        x = b.broadcast_to(x, (x.shape[0], hk, r) + x.shape[3:])
+        return b.reshape_(x, (x.shape[0], hq) + x.shape[3:])
+    return rep(k), rep(v)
+
+
+def sdpa(b, q, k, v, bias, scale, softcap=0.0, softmax_precision=None, sink=None):
+    """Scaled dot-product attention on [B, H, S, D] heads (K/V heads repeated for GQA): Q and K each scaled
+    by sqrt(scale) (ONNX's definition), QK^T, softcap (tanh(x / cap) * cap), + ``bias`` (additive, -inf where
+    masked), softmax (optionally in ``softmax_precision``; ``sink``, a Value [H] or 0-d, adds exp(sink - max)
+    to each row's denominator as a logit no value reads), rows whose bias is -inf everywhere give zeros, P V.
+    Returns (y, qk, qk + bias, p) with p before its cast to the inputs' dtype."""
+    dt = q.dtype
+    k, v = repeat_kv_heads(b, q, k, v)
+    scv = b.const(np.asarray([np.sqrt(scale)]).astype(dt.np))  # shape (1,), broadcast by b.binary
+    qs = b.binary("mul", q, scv)
+    ks = b.binary("mul", b.transpose_(k, (0, 1, 3, 2)), scv)
+    qk = b.matmul(qs, ks)
+    if softcap is not None and softcap > 0:
+        cap = b.const(np.asarray(softcap, dtype=dt.np))
+        qk = b.binary("mul", b.tanh(b.binary("div", qk, cap)), cap)
+    with_bias = b.binary("add", qk, bias)
+    x = with_bias
+    if softmax_precision is not None:
+        x = b.cast_(x, dtype(int(softmax_precision)))
+    if sink is None:
+        p = softmax_last(b, x)
+    else:
+        col = b.reshape_(b.cast_(sink, x.dtype), (1, sink.type.numel, 1, 1))
+        col = b.broadcast_to(col, x.shape[:-1] + (1,))
+        p = softmax_last(b, b.concat(x, col, axis=x.rank - 1))
+        p = b.slice(p, starts=[0] * p.rank, ends=list(x.shape), steps=[1] * p.rank)
+    bias_max = b.reduce("reduce_max", bias, [bias.rank - 1], keepdims=True)
+    all_masked = b.eq(bias_max, b.scalar_like(-np.inf, bias_max))
+    p = b.where_(all_masked, b.scalar_like(0, p, shape=()), p)
+    pc = b.cast_(p, dt)
+    # p may be broadcast-shaped (mask with extra dims); matmul needs equal batch dims
+    shape = b.broadcast_shapes(pc.shape[:-2], v.shape[:-2])
+    pc = b.broadcast_to(pc, shape + pc.shape[-2:])
+    v = b.broadcast_to(v, shape + v.shape[-2:])
+    return b.matmul(pc, v), qk, with_bias, p
+
+
 @onnx_op("Attention")
 def attention(b, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None, *,
               scale=None, is_causal=0, q_num_heads=None, kv_num_heads=None, softmax_precision=None,
@@ -88,7 +142,6 @@ def attention(b, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad
         v = _heads_4d(b, v, kv_num_heads, "V")
     if scale is None:
         scale = 1.0 / np.sqrt(q.shape[3])
-    sc = np.asarray([np.sqrt(scale)]).astype(dt.np)  # shape (1,), broadcast by b.binary
     if past_key is not None:
         k = b.concat(b.cast_(past_key, dt), k, axis=2)
     if past_value is not None:
@@ -133,44 +186,9 @@ def attention(b, q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad
         ok = b.binary("lt", b.const(np.arange(skv, dtype=np.int64).reshape(1, 1, 1, skv)), lens)
         bias = b.binary("add", bias, _neg_inf_bias(b, ok, dt))
 
-    # grouped-query attention: repeat each K/V head
-    hq, hk = q.shape[1], k.shape[1]
-    if hq != hk:
-        if not hk or hq % hk or v.shape[1] != hk:
-            raise ShapeError(f"{b.where}: {hq} query heads are not a multiple of {hk} key/value heads")
-        r = hq // hk
-
-        def rep(x):
-            x = b.reshape_(x, (x.shape[0], hk, 1) + x.shape[2:])
-            x = b.broadcast_to(x, (x.shape[0], hk, r) + x.shape[3:])
-            return b.reshape_(x, (x.shape[0], hq) + x.shape[3:])
-        k, v = rep(k), rep(v)
-
-    scv = b.const(sc)
-    qs = b.binary("mul", q, scv)
-    ks = b.binary("mul", b.transpose_(k, (0, 1, 3, 2)), scv)
-    qk = b.matmul(qs, ks)
-    if softcap is not None and softcap > 0:
-        cap = b.const(np.asarray(softcap, dtype=dt.np))
-        qk = b.binary("mul", b.tanh(b.binary("div", qk, cap)), cap)
-    with_bias = b.binary("add", qk, bias)
-    qk_out = with_bias if qk_matmul_output_mode == 2 else qk
-    x = with_bias
-    if softmax_precision is not None:
-        x = b.cast_(x, dtype(int(softmax_precision)))
-    p = softmax_last(b, x)
-    bias_max = b.reduce("reduce_max", bias, [bias.rank - 1], keepdims=True)
-    all_masked = b.eq(bias_max, b.scalar_like(-np.inf, bias_max))
-    p = b.where_(all_masked, b.scalar_like(0, p, shape=()), p)
-    if qk_matmul_output_mode == 3:
-        qk_out = p
+    y, qk, with_bias, p = sdpa(b, q, k, v, bias, scale, softcap, softmax_precision)
+    qk_out = p if qk_matmul_output_mode == 3 else with_bias if qk_matmul_output_mode == 2 else qk
     qk_out = b.cast_(qk_out, dt)
-    p = b.cast_(p, dt)
-    # p may be broadcast-shaped (mask with extra dims); matmul needs equal batch dims
-    shape = b.broadcast_shapes(p.shape[:-2], v.shape[:-2])
-    p = b.broadcast_to(p, shape + p.shape[-2:])
-    v = b.broadcast_to(v, shape + v.shape[-2:])
-    y = b.matmul(p, v)
     if rank3:
         y = b.transpose_(y, (0, 2, 1, 3))
         y = b.reshape_(y, (y.shape[0], y.shape[1], y.shape[2] * y.shape[3]))
@@ -200,7 +218,21 @@ def rotary_embedding(b, x, cos_cache, sin_cache, position_ids=None, *, interleav
         cos, sin = cos_cache, sin_cache
     cos = b.reshape_(cos, (cos.shape[-3] if cos.rank == 3 else 1, s, 1, cos.shape[-1]))
     sin = b.reshape_(sin, (sin.shape[-3] if sin.rank == 3 else 1, s, 1, sin.shape[-1]))
+    r = rotate(b, x, cos, sin, rd, interleaved)
+    if len(orig_shape) == 4:
+        return b.transpose_(r, (0, 2, 1, 3))
+    return b.reshape_(r, orig_shape)
+
+
+def rotate(b, x, cos, sin, rd, interleaved):
+    """RoPE on x [B, S, H, D]: the first ``rd`` features rotated in pairs (halves, or even/odd lanes when
+    ``interleaved``) by the angles whose cos and sin are given [B or 1, S, 1, >= rd/2] (their first rd/2
+    columns are used), the rest passed through: slice/reshape, mul/sub/add, concat back."""
+    bsz, s, h, d = x.shape
     half = rd // 2
+    if rd % 2 or not 0 < rd <= d or cos.shape[-1] < half:
+        raise ShapeError(f"{b.where}: rotary dimension {rd} must be even, at most the head size {d}, and the "
+                         f"cos/sin caches (last dim {cos.shape[-1]}) must hold rd/2 = {half} columns")
     cos = b.slice(cos, starts=[0, 0, 0, 0], ends=list(cos.shape[:3]) + [half], steps=[1] * 4)
     sin = b.slice(sin, starts=[0, 0, 0, 0], ends=list(sin.shape[:3]) + [half], steps=[1] * 4)
     cos, sin = b.cast_(cos, x.dtype), b.cast_(sin, x.dtype)
@@ -220,9 +252,7 @@ def rotary_embedding(b, x, cos_cache, sin_cache, position_ids=None, *, interleav
         r = b.concat(r1, r2, axis=3)
     if rd < d:
         r = b.concat(r, b.slice(x, starts=[0, 0, 0, rd], ends=[bsz, s, h, d], steps=[1] * 4), axis=3)
-    if len(orig_shape) == 4:
-        return b.transpose_(r, (0, 2, 1, 3))
-    return b.reshape_(r, orig_shape)
+    return r
 
 
 @onnx_op("SwiGLU")

@@ -1,0 +1,361 @@
+"""Rule "attention": matmul(Q, K^T) -> [mul or div by a scalar constant] -> [add a mask] ->
+Softmax(last axis) -> matmul(P, V) runs as one kernel (templates/attention.c.j2) that walks (batch x head, block
+of query rows) and keeps only a block x T tile of the score matrix, in scratch, where the unfused kernels write
+and read the [..., S, T] scores three or four times.
+
+``match`` finds an instance at its first matmul. Legality, per instance:
+* all float32 in the plain layout; Q [..., S, D], K^T [..., D, T], V [..., T, Dv] with one batch shape (no
+  broadcast batch); the first matmul's output is a whole activation (no view of it anywhere);
+* each intermediate (the scores, each scaled or masked step, the probabilities) is read, until next written,
+  by the next member only (stacking.readers), so none is a graph output or read elsewhere; the scale is a
+  constant splat (one value; after ``sources``: a broadcast read in place), the mul/div/add carry no fused
+  activation; the mask broadcasts to [..., S, T] (read through stride 0 on its broadcast dims);
+* the kernel runs where the second matmul ran: Q, K^T and the mask keep their bytes from their reader to it
+  (no instruction in between that runs a kernel writes over them; the members and ``skip``ped broadcasts do
+  not run); O overlaps neither V nor the mask (it may overlap K^T and Q: both are copied, K^T packed, for
+  every head before any store); its scratch lies in memory the plan gives the kernel at that point (the
+  second matmul's scratch, which ``planned_scratch`` sizes for it, the scores' or the probabilities' buffer:
+  nothing else placed over them since), the packed K^T (and Q) part overlapping none of Q, K^T, V, mask and
+  O, the threads' part none of Q, V, mask, O and the packed part;
+* the cost rule ``fused_wins`` holds (measured: bench/bench_attention.py).
+The replaced instructions (the first matmul, mul/div, add, Softmax) run no kernel.
+
+Numerics: both products run on the GEMM of the unfused matmul kernels (templates/gemm.c.j2, glow_gemm_run_f32)
+with the same K blocking, so each score and each output element sums in the unfused order; scale and mask are
+applied one rounding each as the elementwise kernels do; the softmax row is the Softmax kernel's macro
+(softmax_row.c.j2). The fused result is bit-equal to the unfused one. Linear in the code's length (each
+matmul looks at the few readers of its output and at most MAX_SPAN instructions up to the second matmul).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from glow_core.errors import BackendError
+from glow_core.fusion import FUSED_ACTIVATION
+from glow_core.ir import PLAIN
+from glow_core.memory import align_up
+from glow_core.plan_queries import overlap as _overlap
+
+from ..kernels.codegen import KernelCode, batch_offset, constant_value
+from ..kernels.ew import reduce_parts
+from ..kernels.gemm_blocking import gemm_pack_width, gemm_scratch_bytes
+from ..kernels.nn import ROW_LANES
+from ..templates import template
+from . import Group, Rule
+
+#: Query rows per block: a multiple of both GEMM micro-tile heights (6 and 8), the tile at most TILE_BYTES.
+ROW_QUANTUM = 24
+TILE_BYTES = 256 * 1024
+MAX_BLOCK = 96
+#: At one thread fused only from this many keys T on (bench/bench_attention.py, 4 heads of 64: at T 128 and 197
+#: fused / unfused is 1.00 and 1.05, the score matrix staying in L2; at 512 and beyond 0.47-0.75). With more
+#: threads always (one parallel region instead of five: 0.70-0.74 at T 128 and 197).
+MIN_KEYS = 256
+#: Most instructions from the first matmul to the second (and from a scratch candidate's allocation to it) the
+#: matcher looks at: linear in the code's length.
+MAX_SPAN = 256
+#: Values of the backend option ``attention``.
+MODES = ("auto", "always", "never")
+
+
+@dataclass(eq=False)
+class Attention:
+    """One fused instance: its instructions in program order (the second matmul last), the buffers the kernel
+    reads and writes, the scale (op and value) and mask, the rows per block, and where in planned memory its
+    scratch lies."""
+
+    members: list
+    q: object
+    k: object
+    v: object
+    out: object
+    scale: tuple | None
+    mask: object | None
+    block: int
+    kpack: tuple  # (buffer, byte offset, bytes) of K^T packed
+    work: tuple  # (buffer, byte offset, bytes) of the threads' parts
+    copy_q: bool  # O overlaps Q: Q is copied with K^T before any store
+    choice: str
+    strided: "dict | None" = None  # operands read and O written through strides (rule "transposes")
+    folded_out: object = None  # the buffer O is then written to
+
+
+def block_rows(s: int, t: int) -> int:
+    """Query rows per block for S queries and T keys: at most the largest multiple of ROW_QUANTUM up to MAX_BLOCK
+    whose tile fits TILE_BYTES, then evened out over the blocks S needs (rounded up to ROW_QUANTUM), at most S."""
+    most = max(ROW_QUANTUM, min(MAX_BLOCK, TILE_BYTES // (4 * t) // ROW_QUANTUM * ROW_QUANTUM))
+    even = -(-s // -(-s // most))
+    return min(s, -(-even // ROW_QUANTUM) * ROW_QUANTUM)
+
+
+def fused_wins(s: int, t: int, d: int, threads: int) -> bool:
+    """The cost rule: fuse when the keys are many (the score matrix out of L2) or the kernel runs threaded (see
+    MIN_KEYS)."""
+    return t >= MIN_KEYS or threads > 1
+
+
+def scratch_parts(nbh: int, s: int, t: int, d: int, dv: int, copy_q: bool) -> tuple[dict, int, int]:
+    """The kernel's scratch: K^T of every head packed in the GEMM's panel layout and, with ``copy_q``, a copy of
+    Q (``shared`` bytes, Q's copy at ``off["q"]``), and per thread the tile, V of its current head packed, and the
+    GEMM's A panel. Returns (offsets: "q" in the shared part, the others inside a thread's part; the bytes of a
+    thread's part; shared)."""
+    w = gemm_pack_width("f32")
+    blk = block_rows(s, t)
+    pk = align_up(nbh * 4 * -(-t // w) * w * d)
+    shared = pk + (align_up(nbh * 4 * s * d) if copy_q else 0)
+    parts = [("tile", 4 * blk * t), ("pv", 4 * -(-dv // w) * w * t),
+             ("gemm", max(gemm_scratch_bytes("f32", blk, t, d, True), gemm_scratch_bytes("f32", blk, dv, t, True)))]
+    off, at = {"q": pk}, 0
+    for name, n in parts:
+        off[name] = at
+        at = align_up(at + n)
+    return off, at, shared
+
+
+def planned_scratch(instr, threads: int) -> int:
+    """Scratch bytes a batched float32 matmul of two activations gets planned so that, as the second matmul of an
+    attention, the fused kernel's tiles and panels fit for ``threads`` threads (head dim D taken as V's Dv, the
+    usual case: an instance with a larger D uses other planned memory or stays unfused); 0 for other matmuls."""
+    if instr.op != "matmul" or len(instr.ins) != 2:
+        return 0
+    p, v = instr.ins
+    if (p.type.rank < 3 or p.type.shape[:-2] != v.type.shape[:-2] or not (_f32(p) and _f32(v))
+            or "constant" in (p.region, v.region)):
+        return 0
+    *batch, s, t = p.type.shape
+    dv = v.type.shape[-1]
+    _, per, shared = scratch_parts(prod(batch), s, t, dv, dv, True)
+    return shared + threads * per
+
+
+def _f32(b) -> bool:
+    return b.type.dtype.name == "float32" and b.layout == PLAIN
+
+
+ABSORBED = "computed in the fused attention kernel of a later matmul"
+
+
+def match(fused, mm) -> "Group | None":
+    """The fused instance starting at matmul ``mm`` (see the module doc), or None; a legal instance the cost
+    rule keeps unfused gets a note on its second matmul. Option ``attention``: "auto" (the cost rule decides),
+    "always" (wherever legal) or "never"."""
+    mode = fused.options.get("attention", "auto")
+    if mode not in MODES:
+        raise BackendError(f"cpu backend: option attention={mode!r} is not one of {', '.join(MODES)}")
+    if mode == "never" or mm.op != "matmul" or id(mm) in fused.taken:
+        return None
+    st = fused.state.get("attention")
+    if st is None:  # the instructions that run no kernel so far (elided broadcasts) and their outputs' roots
+        skip = set(fused.taken)
+        st = fused.state["attention"] = (skip, {id(b.root) for i in fused.irf.code if id(i) in skip for b in i.outs})
+    skip, elided = st
+    inst = _match(mm, fused.index, fused.sources, skip, elided, fused.num_threads)
+    if inst is None:
+        return None
+    *batch, s, d = inst.q.type.shape
+    t = inst.k.type.shape[-1]
+    if mode == "auto" and not fused_wins(s, t, d, fused.num_threads):
+        fused.notes[id(inst.members[-1])] = f"attention not fused (cost rule: T {t} < {MIN_KEYS} keys at 1 thread)"
+        return None
+    rule = "always" if mode == "always" else f"cost rule: T {t} >= {MIN_KEYS}" if t >= MIN_KEYS else \
+        f"cost rule: {fused.num_threads} threads"
+    inst.choice = f"attention fused ({rule}): {inst.choice}"
+    # its scratch lies in the members' buffers: every member's position touches all of them
+    touches = [b for m in inst.members for b in fused.operands(m)]
+    return Group("attention", inst.members, inst.members[-1], ABSORBED, touches, spread=True, data=inst)
+
+
+def kernel(group, fused):
+    """The fused kernel at the second matmul (its operands read or written through strides when the transposes
+    rule folded some: ``Attention.strided``)."""
+    a = group.data
+    code, bufs = attention_call(a, fused.num_threads, a.strided, a.folded_out)
+    return group.at, code, bufs
+
+
+def _next(ins, cur, index):
+    """The one instruction reading ``cur`` (ins's output) and its slot, or None."""
+    if cur.kind != "activation" or cur.base is not None or id(cur) in index.viewed:
+        return None
+    rd = index.readers(cur, index.position(ins))
+    if not rd or len(rd) != 1 or len(rd[0][1]) != 1:
+        return None
+    return rd[0][0], rd[0][1][0]
+
+
+def _match(mm, index, sources, skip, elided, nt) -> "Attention | None":
+    q, k = mm.ins
+    (cur,) = mm.outs
+    if FUSED_ACTIVATION in mm.attrs and mm.attrs[FUSED_ACTIVATION]:
+        return None
+    if not all(_f32(b) for b in (q, k, cur)) or q.type.rank < 3 or q.type.shape[:-2] != k.type.shape[:-2]:
+        return None
+    *batch, s, d = q.type.shape
+    t = k.type.shape[-1]
+    members, scale, mask, reads = [mm], None, None, [(q, mm), (k, mm)]
+    ins = mm
+    step = _next(ins, cur, index)
+    while step is not None:
+        nxt, slot = step
+        if nxt.op in ("mul", "div", "add") and not nxt.attrs.get(FUSED_ACTIVATION) and len(nxt.ins) == 2:
+            other = 3 - slot  # operand slots: 0 the output, 1 and 2 the inputs
+            ob = sources.get(id(nxt), {}).get(other, nxt.operands[other][0])
+            (o,) = nxt.outs
+            if o.type != cur.type or not _f32(o) or not _f32(ob) or mask is not None:
+                return None
+            if nxt.op in ("mul", "div"):
+                vals = constant_value(ob).reshape(-1) if ob.region == "constant" else None
+                if scale is not None or vals is None or (vals != vals[0]).any() or (nxt.op == "div" and slot != 1):
+                    return None
+                scale = (nxt.op, float(vals[0]))
+            else:
+                if _mask_strides(ob.type.shape, cur.type.shape) is None:
+                    return None
+                mask = ob
+                reads.append((ob, nxt))
+            members.append(nxt)
+            ins, cur = nxt, o
+            step = _next(ins, cur, index)
+            continue
+        break
+    if step is None:
+        return None
+    sm, _ = step
+    if sm.op != "Softmax" or sm.attrs.get("axis", -1) not in (-1, cur.type.rank - 1):
+        return None
+    (pr,) = sm.outs
+    if pr.type != cur.type or not _f32(pr):
+        return None
+    members.append(sm)
+    step = _next(sm, pr, index)
+    if step is None or step[0].op != "matmul" or step[1] != 1 or step[0].attrs.get(FUSED_ACTIVATION):
+        return None
+    mm2 = step[0]
+    v = mm2.ins[1]
+    (out,) = mm2.outs
+    if not (_f32(v) and _f32(out)) or v.type.shape[:-1] != (*batch, t):
+        return None
+    dv = v.type.shape[-1]
+    end = index.position(mm2)
+    if end - index.position(mm) > MAX_SPAN:
+        return None
+    inside = skip | {id(m) for m in members}
+    if any(not index.unwritten(b, index.position(r), end, inside) for b, r in reads):
+        return None
+    copy_q = _overlap(out, q)
+    _, per, shared = scratch_parts(prod(batch), s, t, d, dv, copy_q)
+    if _overlap(out, v) or _overlap(out, mask):
+        return None
+    unused = {id(b.root) for m in members for b in m.outs} | elided
+    owned = [c for c in (mm2.scratch, mm.outs[0].root, pr)
+             if c is not None and _owned(c, index.touching(c)[0], end, index.instrs, unused)]
+    # packed K^T: written while K^T is read, read while O is written; a thread's part: K^T is consumed by then.
+    # Away from the output of a transpose reading O alone if it fits (O may then be written into it through
+    # strides: strided_operands.py), else anywhere.
+    merge = _next(mm2, out, index)
+    merged = merge[0].outs[0] if merge is not None and merge[0].op == "transpose" else None
+    for spare in ([merged], [None]):
+        kpack = _place(owned, shared, [q, k, v, mask, out, *spare], [])
+        work = _place(owned, nt * per, [q, v, mask, out, *spare], [kpack] if kpack else [])
+        if kpack is not None and work is not None:
+            break
+    else:
+        return None
+    blk = block_rows(s, t)
+    extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")
+    choice = (f"{prod(batch)} heads x {s} query rows split evenly over the threads in blocks of at most {blk}, a "
+              f"{blk} x {t} score tile per thread (D {d}, Dv {dv}{extra}; gemm f32, K^T and V packed per head"
+              f"{', Q copied: O overlaps it' if copy_q else ''})")
+    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, copy_q, choice)
+
+
+def _mask_strides(mshape, shape) -> "list[int] | None":
+    """Element strides of a mask of shape ``mshape`` read as ``shape`` (0 along broadcast dims), or None."""
+    if len(mshape) > len(shape):
+        return None
+    mshape = (1,) * (len(shape) - len(mshape)) + tuple(mshape)
+    strides, acc = [], 1
+    for m, n in zip(reversed(mshape), reversed(shape)):
+        if m not in (1, n):
+            return None
+        strides.append(acc if m == n and n > 1 else 0)
+        acc *= m
+    return strides[::-1]
+
+
+def _place(owned, size, avoid, taken) -> "tuple | None":
+    """(buffer, offset) of ``size`` bytes in one of the ``owned`` buffers overlapping none of ``avoid`` nor the
+    ``taken`` (buffer, offset, size) ranges: after a taken range in the same buffer, else at its start."""
+    for c in owned:
+        if any(_overlap(c, b) for b in avoid):
+            continue
+        at = 0
+        for tb, toff, tsize in taken:
+            if _overlap(c, tb):
+                if tb is not c:
+                    break
+                at = align_up(toff + tsize)
+        else:
+            if at + size <= c.size:
+                return c, at, size
+    return None
+
+
+def _owned(c, start, end, instrs, unused) -> bool:
+    """Whether the memory of ``c`` (allocated at ``start``) holds nothing another instruction needs at ``end``: no
+    buffer but c's own and the ``unused`` ones (outputs of instructions that run no kernel) placed over it since
+    (no for a buffer allocated more than 2 MAX_SPAN instructions before)."""
+    if end - start > 2 * MAX_SPAN:
+        return False
+    for ins in instrs[start + 1:end + 1]:
+        for b, _ in ins.operands:
+            if b.root is not c.root and id(b.root) not in unused and _overlap(b, c):
+                return False
+    return True
+
+
+def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tuple[KernelCode, list]:
+    """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch).
+    ``strided``: {slot: (batch shape, batch strides, row stride, column stride)} of the operands q, k, v read and o
+    written through strides (strided_operands.fold_transposes; O then lies in ``out``)."""
+    *batch, s, d = a.q.type.shape
+    t, dv = a.k.type.shape[-1], a.v.type.shape[-1]
+    off, per, _ = scratch_parts(prod(batch), s, t, d, dv, a.copy_q)
+    strided, choice = strided or {}, a.choice
+    view = {}
+    for name, (rows, cols) in (("q", (s, d)), ("k", (d, t)), ("v", (t, dv)), ("o", (s, dv))):
+        if name in strided:
+            bshape, bst, rs, cs = strided[name]
+            view[name] = (batch_offset(bshape, bst, "bh"), rs, cs)
+            choice += (f", {name} {'written' if name == 'o' else 'read'} through strides (batch {list(bst)}, rows "
+                       f"{rs}, columns {cs})")
+        else:
+            view[name] = (f"bh * {rows * cols}", cols, 1)
+    bufs = [out if out is not None else a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + \
+        [a.kpack[0], a.work[0]]
+    ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
+    mask_bh, mask_si, mask_sj = "0", 0, 0
+    if a.mask is not None:
+        st = _mask_strides(a.mask.type.shape, (*batch, s, t))
+        mask_bh, mask_si, mask_sj = batch_offset(batch, st[:-2], "bh"), st[-2], st[-1]
+    acc_t, init, update = reduce_parts("reduce_max", "float32")
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    scale_op, scale = (a.scale[0], float.hex(float(np.float32(a.scale[1]))) + "f") if a.scale else ("", "")
+    src = template("attention.c.j2").render(
+        fn="GLOW_KERNEL_NAME", choice=choice, view=view, qread=(f"bh * {s * d}", d, 1) if a.copy_q else view["q"],
+        nt=num_threads, o=ptr["o"], q=ptr["q"], k=ptr["k"], v=ptr["v"],
+        mask=ptr.get("mask"), kpack=f"p[{len(bufs) - 2}] + {a.kpack[1]}", work=f"p[{len(bufs) - 1}] + {a.work[1]}",
+        pnr=gemm_pack_width("f32"), per_thread=per, off=off,
+        pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
+        nbh=prod(batch), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
+        mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
+        max_update=update, sum_t=sum_t)
+    name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
+    return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), choice), bufs
+
+
+RULE = Rule("attention", match, kernel)

@@ -1,0 +1,133 @@
+"""Kernels of matmul: the packed, cache-blocked GEMM (gemm.c.j2 variants, B packed at compile time when it is a
+constant, operands read or the result written through strides: fusion rule "transposes"), float16/bfloat16
+through converted float32 operands, and plain loops (small or integer products)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from math import prod
+
+from glow_core.fusion import FUSED_ACTIVATION
+from glow_core.types import dtype as to_dtype
+
+from . import ew as kernels_ew
+from .codegen import STRIDED, ScratchLayout, accumulator, batch_offset, kernel, kernel_scratch
+from .ctypes_map import ctype
+from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
+from ..templates import template
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """gemm (float32/float64), convert (float16/bfloat16 through a float32 GEMM) or naive (small or integer)."""
+
+    mode: str
+    sfx: str
+    acc_t: str
+    b_derived: bool
+    scratch: ScratchLayout
+
+
+def matmul_plan(ki) -> MatmulPlan:
+    a, b = ki.ins
+    dt = a.type.dtype.name
+    m, k = a.type.shape[-2:]
+    n = b.type.shape[-1]
+    big = m * n * k >= 32768
+    acc_t, acc_np = accumulator(dt)
+    if dt in ("float32", "float64") and big:
+        sfx = "f32" if dt == "float32" else "f64"
+        return MatmulPlan("gemm", sfx, acc_t, b.const,
+                          ScratchLayout.of([("gemm", gemm_scratch_bytes(sfx, m, n, k, packed_b=b.const))]))
+    if dt in ("float16", "bfloat16") and big:
+        parts = [("ca", 4 * m * k)] + ([] if b.const else [("cb", 4 * k * n)]) + \
+                [("cc", 4 * m * n), ("gemm", gemm_scratch_bytes("f32", m, n, k))]
+        return MatmulPlan("convert", "f32", "float", b.const, ScratchLayout.of(parts))
+    return MatmulPlan("naive", "", acc_t, False, ScratchLayout.of([("row", to_dtype(acc_np).itemsize * n)]))
+
+
+_GEMMS: dict[str, str] = {}
+
+
+def gemm_name(sfx: str, activation: str | None) -> str:
+    return f"{sfx}_{activation}" if activation else sfx
+
+
+def gemm_source(name: str) -> str:
+    """The C of GEMM variant ``name`` ("f32", "f64", or with a fused activation: "f32_relu", ...)."""
+    if name not in _GEMMS:
+        sfx, _, act = name.partition("_")
+        tl = GEMM_TILES[sfx]
+        dt = "float64" if sfx == "f64" else "float32"
+        epi = kernels_ew.activation(act, dt, "v", {p: f"e{i}" for i, p in enumerate(kernels_ew.ACTIVATION_PARAMS[
+            act])}) if act else None
+        _GEMMS[name] = template("gemm.c.j2").render(name=name, sfx=sfx, epi=epi, pnr=gemm_pack_width(sfx), **tl)
+    return _GEMMS[name]
+
+
+@kernel("matmul")
+def matmul(gen, ins, fn):
+    a, b = ins.ins
+    out = ins.outs[0]
+    dt = a.type.dtype.name
+    ct = ctype(dt)
+    m, k = a.type.shape[-2:]
+    n = b.type.shape[-1]
+    plan = matmul_plan(ins)
+    mode, acc_t = plan.mode, plan.acc_t
+    scratch = gen.scratch_ptr()
+    gen.choice = {"gemm": f"gemm {plan.sfx}" + (" (b packed at compile time)" if plan.b_derived else ""),
+                   "naive": f"loops in {acc_t}",
+                   "convert": "gemm f32 on converted operands" + (
+                       " (b prepared at compile time)" if plan.b_derived else "")}[mode]
+    epi = gen.epilogue(dt)
+    gemm, cb_ptr, bp_ptr = "", "", ""
+    if mode == "gemm":
+        gemm = gemm_name(plan.sfx, ins.attrs.get(FUSED_ACTIVATION))
+        if plan.b_derived:
+            bp_ptr = gen.derive(b, "", f"gemm panels {plan.sfx}", functools.partial(pack_b, sfx=plan.sfx))
+    elif mode == "convert":
+        gemm = gemm_name(plan.sfx, None)
+        cb_ptr = gen.derive(b, "float32") if plan.b_derived else ""
+    if gemm:
+        gen.gemms.add(gemm)
+    if mode == "convert":
+        load_a, load_b = ct.ld(f"a[bt * {m * k} + i]"), ct.ld(f"b[bt * {k * n} + i]")
+        store_c = ct.st("cc[i]")
+    else:
+        load_a = f"({acc_t})" + ct.ld(f"a[bt * {m * k} + i * {k} + kk]")
+        load_b = f"({acc_t})" + ct.ld("brow[j]")
+        store_c = ct.st(f"({ct.compute})row[j]")
+    e0, e1 = gen.epilogue_args(dt) if mode == "gemm" else ("0", "0")
+    strided = _strided_operands(gen, ins, m, n, k) if mode == "gemm" else None
+    return gen.t("matmul.c.j2", strided=strided,
+                  fn=fn, choice=gen.choice, out_t=ct.storage, in_t=ct.storage, out_ptr=gen.ptr(out),
+                  a_ptr=gen.ptr(a), b_ptr=gen.ptr(b), mode=mode, batch=prod(a.type.shape[:-2]), m=m, n=n, k=k,
+                  gemm=gemm, acc_t=acc_t, load_a=load_a, load_b=load_b, store_c=store_c, epi=epi or "v", e0=e0,
+                  e1=e1, scratch=scratch, off=plan.scratch.offsets, cb_ptr=cb_ptr, bp_ptr=bp_ptr,
+                  bp_size=k * -(-n // gemm_pack_width(plan.sfx or "f32")) * gemm_pack_width(plan.sfx or "f32"))
+
+
+def _strided_operands(gen, ins, m, n, k) -> "dict | None":
+    """The GEMM's per-batch offsets (C expressions in ``bt``), row and column strides of A, B and C when the
+    matmul reads or writes some of them through strides (attribute STRIDED, strided_operands.py)."""
+    given = ins.attrs.get(STRIDED)
+    if not given:
+        return None
+    out = {}
+    for name, (rows, cols) in (("a", (m, k)), ("b", (k, n)), ("c", (m, n))):
+        if name in given:
+            bshape, bst, rs, cs = given[name]
+            off = batch_offset(bshape, bst)
+            gen.choice += (f", {name} {'written' if name == 'c' else 'read'} through strides (batch "
+                            f"{list(bst)}, rows {rs}, columns {cs})")
+        else:
+            off, rs, cs = f"bt * {rows * cols}", cols, 1
+        out.update({name + "_off": off, "ld" + name: rs, "cs" + name: cs})
+    return out
+
+
+@kernel_scratch("matmul")
+def matmul_scratch(ki) -> ScratchLayout:
+    """The GEMM's packed panels, converted operands, or the naive loops' row."""
+    return matmul_plan(ki).scratch

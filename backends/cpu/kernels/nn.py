@@ -1,0 +1,236 @@
+"""Whole-op kernels of the CPU backend: the transformer ops it keeps whole (``CPUBackend.should_lower`` False)
+instead of running their lowering's chain of primitives, each a single pass per row with nothing materialized
+between the steps.
+
+* Softmax (opset >= 13, float32, over the last axis): per row max, exp(x - max) (glow_expf, the exp
+  primitive's vector exp), its sum, divide; max and sum in ROW_LANES partial lanes so every pass
+  vectorizes (templates/softmax.c.j2).
+* LayerNormalization (float32, the Y output only, scale and bias of the normalized dims' shape): per row mean,
+  variance of the centred row (both sums in ROW_LANES lanes), (x - mean) * 1/sqrt(var + epsilon) * scale +
+  bias (templates/layernorm.c.j2).
+* Gelu (float32, erf or tanh form): one loop, the lowering's expression with the erf primitive's glow_erff
+  (templates/gelu.c.j2).
+* LSTM and GRU (float32, forward, time-major, default activations, no clip, inputs X, W, R and optionally B,
+  zero initial state; GRU either linear_before_reset): the gate projections of the whole sequence in one GEMM,
+  then per step one fused loop (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c)
+  (templates/rnn.c.j2). No per-step instructions, where the lowering unrolls a matmul and a dozen elementwise
+  instructions per step. An LSTM with constant W, R (and B) has its weights packed at compile time
+  (``lstm_packing``): the input projections run on the packed GEMM (templates/gemm.c.j2), and each step is,
+  per block of LSTM_UNITS hidden units, a GEMV over those units' 4 gate rows (vectorized over the gate
+  outputs) fused with their cell update; blocks split over the threads (one barrier per step).
+
+Each computes what the lowering computes, in its order and precision (sums in double as ``reduce_sum`` does,
+the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds and the order of the
+double sums (split in lanes) may round differently.
+The lowering (the interpreter's reference) stays the specification.
+"""
+from __future__ import annotations
+
+import math
+from math import prod
+
+import numpy as np
+
+from .codegen import ScratchLayout, kernel, kernel_scratch
+from .ew import activation, reduce_parts
+from .gemm_blocking import gemm_scratch_bytes, pack_b
+
+
+def _trailing(shape) -> tuple:
+    """``shape`` without leading 1s (the broadcast-relevant part of a parameter's shape)."""
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _f32(v: float) -> str:
+    """A C hexadecimal literal of ``v`` rounded to float32 (append ``f``), as the lowering's scalar constants."""
+    return float.hex(float(np.float32(v)))
+
+
+def _softmax_whole(node) -> bool:
+    x = node.inputs[0]
+    axis = node.attrs.get("axis", -1)
+    return node.opset >= 13 and x.rank >= 1 and axis in (-1, x.rank - 1)
+
+
+def _layernorm_whole(node) -> bool:
+    x = node.inputs[0]
+    axis = node.attrs.get("axis", -1)
+    axis = axis + x.rank if axis < 0 else axis
+    if len(node.outputs) != 1 or not 0 <= axis < x.rank or node.attrs.get("stash_type", 1) != 1:
+        return False
+    norm = _trailing(x.shape[axis:])
+    return all(v is None or (v.dtype.name == "float32" and _trailing(v.shape) == norm) for v in node.inputs[1:3])
+
+
+def _rnn_whole(node) -> bool:
+    a = node.attrs
+    acts = [str(x.decode() if isinstance(x, bytes) else x).lower() for x in (a.get("activations") or ())]
+    default = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}[node.op]
+    return (3 <= len(node.inputs) <= 4 and all(v is not None and v.dtype.name == "float32" for v in node.inputs)
+            and a.get("direction", "forward") == "forward" and a.get("layout", 0) == 0 and a.get("clip") is None
+            and not a.get("input_forget") and acts in ([], default)
+            and a.get("activation_alpha") is None and a.get("activation_beta") is None)
+
+
+def _gelu_whole(node) -> bool:
+    return node.attrs.get("approximate", "none") in ("none", "tanh")
+
+
+#: ONNX op -> whether a node of it (float32 input already checked) is kept whole.
+WHOLE = {"Softmax": _softmax_whole, "LayerNormalization": _layernorm_whole, "LSTM": _rnn_whole, "GRU": _rnn_whole,
+         "Gelu": _gelu_whole}
+
+
+def keeps_whole(node) -> bool:
+    """Whether the CPU backend runs ``node`` with its whole-op kernel (else it is lowered to primitives)."""
+    rule = WHOLE.get(node.op)
+    x = node.inputs[0] if node.inputs else None
+    return (rule is not None and x is not None and x.dtype.name == "float32" and x.type.numel > 0
+            and rule(node))
+
+
+def supported(node_info) -> bool:
+    """``is_op_supported`` for the ops of WHOLE (only nodes ``keeps_whole`` accepted reach the backend whole)."""
+    return node_info.op in WHOLE and node_info.in_dtypes[:1] == ("float32",)
+
+
+def _rows(x, axis: int) -> tuple[int, int]:
+    """(rows, row length) of ``x`` normalized over the dims from ``axis`` on."""
+    shape = x.type.shape
+    axis = axis + len(shape) if axis < 0 else axis
+    return prod(shape[:axis]), prod(shape[axis:])
+
+
+#: Partial maxima and sums per softmax and layernorm row: one AVX-512 vector of floats (two AVX2 ones), so the
+#: max and sum passes vectorize; the sums' order changes (in double: far below float32's rounding), the max's
+#: result cannot.
+ROW_LANES = 16
+
+
+@kernel("Softmax")
+def k_softmax(gen, ki, fn) -> str:
+    x, out = ki.ins[0], ki.outs[0]
+    rows, n = _rows(x, -1)
+    acc_t, init, update = reduce_parts("reduce_max", "float32")
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    gen.choice = (f"softmax whole: {rows} rows of {n}, one kernel (max in {ROW_LANES} lanes, vector exp, "
+                     f"sum in {ROW_LANES} lanes, divide)")
+    return gen.t("softmax.c.j2", fn=fn, x=gen.ptr(x), y=gen.ptr(out), rows=rows, n=n,
+                    max_t=acc_t, max_init=init, max_update=update, sum_t=sum_t, lanes=ROW_LANES)
+
+
+@kernel("LayerNormalization")
+def k_layernorm(gen, ki, fn) -> str:
+    x, out = ki.ins[0], ki.outs[0]
+    rows, n = _rows(x, ki.attrs.get("axis", -1))
+    sum_t, _, _ = reduce_parts("reduce_sum", "float32")
+    eps = _f32(ki.attrs.get("epsilon", 1e-5))
+    gen.choice = (f"layernorm whole: {rows} rows of {n}, one kernel (mean, variance in {ROW_LANES} lanes, "
+                     f"normalize-scale-shift)")
+    return gen.t("layernorm.c.j2", fn=fn, x=gen.ptr(x), y=gen.ptr(out), scale=gen.ptr(ki.ins[1]),
+                    bias=gen.ptr(ki.ins[2]) if len(ki.ins) > 2 else None, rows=rows, n=n, sum_t=sum_t, eps=eps,
+                    lanes=ROW_LANES)
+
+
+_GATES = {"LSTM": 4, "GRU": 3}
+
+
+@kernel("Gelu")
+def k_gelu(gen, ki, fn) -> str:
+    """The fused activation's expression (ew.activation: gelu_erf, gelu_tanh, the lowering's order) per element."""
+    tanh = ki.attrs.get("approximate", "none") == "tanh"
+    gen.choice = f"gelu whole ({'tanh' if tanh else 'erf'} form): one loop"
+    params = {"cube": _f32(0.044715) + "f", "scale": _f32(math.sqrt(2.0 / math.pi)) + "f"} if tanh else \
+        {"scale": _f32(1.0 / math.sqrt(2.0)) + "f"}
+    return gen.t("gelu.c.j2", fn=fn, x=gen.ptr(ki.ins[0]), y=gen.ptr(ki.outs[0]), n=ki.ins[0].type.numel,
+                 expr=activation("gelu_tanh" if tanh else "gelu_erf", "float32", "v", params))
+
+
+def _rnn_dims(ki) -> tuple[int, int, int, int]:
+    """(steps, batch, input size, hidden) of an LSTM or GRU instruction."""
+    steps, batch, inp = ki.ins[0].type.shape
+    return steps, batch, inp, ki.ins[2].type.shape[2]
+
+
+#: Hidden units per block of the packed LSTM step: its 4 gates are 4 x LSTM_UNITS outputs (4 vectors of 16).
+LSTM_UNITS = 16
+#: Least multiply-adds per step (4 hidden x hidden x batch) for which the packed LSTM's blocks split over the
+#: threads: below it a step's barrier costs more than the halved GEMV saves.
+LSTM_PARALLEL_MIN = 32768
+
+
+def _lstm_packed(ki) -> bool:
+    return ki.op == "LSTM" and all(b.const for b in ki.ins[1:])
+
+
+def lstm_packing(hidden: int) -> np.ndarray:
+    """The gate row (of W and R, ONNX order i, o, f, c) behind each packed gate output, -1 for padding: block b
+    holds gates i, o, f, c of hidden units b * LSTM_UNITS ... (b + 1) * LSTM_UNITS - 1, LSTM_UNITS each."""
+    blocks = -(-hidden // LSTM_UNITS)
+    unit = np.arange(blocks * LSTM_UNITS).reshape(blocks, 1, LSTM_UNITS)
+    rows = np.arange(4).reshape(1, 4, 1) * hidden + unit
+    return np.where(unit < hidden, rows, -1).reshape(-1)
+
+
+def _pack_lstm(arrays, hidden: int):
+    """(W^T in GEMM panels, R's blocks [blocks, hidden, 4 * LSTM_UNITS], bias Wb + Rb) in lstm_packing order."""
+    order = lstm_packing(hidden)
+    keep = (order >= 0)[:, None]
+
+    def rows(m):
+        return np.where(keep, m[np.maximum(order, 0)], 0).astype(np.float32)
+    w, r = arrays[0][0], arrays[1][0]
+    bias = arrays[2][0, :4 * hidden] + arrays[2][0, 4 * hidden:] if len(arrays) > 2 else np.zeros(4 * hidden)
+    rb = rows(r).reshape(-1, 4 * LSTM_UNITS, hidden).transpose(0, 2, 1)
+    return [pack_b(rows(w).T, "f32"), np.ascontiguousarray(rb),
+            np.where(order >= 0, bias[np.maximum(order, 0)], 0).astype(np.float32)]
+
+
+def rnn_scratch_bytes(ki) -> int:
+    """The input projections of every step [steps, batch, gates x hidden], then h and c (LSTM) or the new h
+    (GRU) [batch, hidden], and GRU's r * h [hidden]. Packed LSTM: the projections in lstm_packing order, h twice
+    (the previous step's and this one's), c, then the GEMM's A panel."""
+    steps, batch, inp, hidden = _rnn_dims(ki)
+    if _lstm_packed(ki):
+        gp = 4 * LSTM_UNITS * -(-hidden // LSTM_UNITS)
+        head = 4 * (steps * batch * gp + 3 * batch * hidden)
+        return -(-head // 64) * 64 + gemm_scratch_bytes("f32", steps * batch, gp, inp, packed_b=True)
+    return 4 * (steps * batch * _GATES[ki.op] * hidden + 2 * batch * hidden + hidden)
+
+
+@kernel("LSTM", "GRU")
+def k_rnn(gen, ki, fn) -> str:
+    steps, batch, inp, hidden = _rnn_dims(ki)
+    gates = _GATES[ki.op] * hidden
+    outs = [gen.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
+    lbr = bool(ki.attrs.get("linear_before_reset", 0))
+    if _lstm_packed(ki):
+        blocks = -(-hidden // LSTM_UNITS)
+        wt, rb, bias = gen.derive_many([b.slot for b in ki.ins[1:]],
+                                          lambda arrays: _pack_lstm(arrays, hidden), "lstm packed", 3)
+        gen.gemms.add("f32")
+        par = 4 * hidden * hidden * batch >= LSTM_PARALLEL_MIN
+        gen.choice = (f"lstm whole, weights packed at compile time: input projections of {steps} steps in one "
+                         f"packed GEMM [{steps * batch} x {inp}] x [{inp} x {4 * blocks * LSTM_UNITS}], {steps} "
+                         f"steps of {blocks} fused GEMV + cell blocks of {LSTM_UNITS} units"
+                         + (f" split over {gen.nt} threads" if par and gen.nt > 1 else ""))
+        return gen.t("rnn.c.j2", fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias,
+                        y=outs[0], y_h=outs[1], y_c=outs[2], scratch=gen.scratch_ptr(), steps=steps,
+                        batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS,
+                        gp=4 * blocks * LSTM_UNITS, par=par and gen.nt > 1,
+                        gemm_off=-(-4 * (steps * batch * 4 * blocks * LSTM_UNITS + 3 * batch * hidden) // 64) * 64)
+    gen.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
+                     f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps")
+    return gen.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=gen.ptr(ki.ins[0]), w=gen.ptr(ki.ins[1]),
+                    r=gen.ptr(ki.ins[2]), b=gen.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0],
+                    y_h=outs[1], y_c=outs[2] if ki.op == "LSTM" else None, scratch=gen.scratch_ptr(),
+                    steps=steps, batch=batch, inp=inp, hidden=hidden, gates=gates, lanes=32, rows=4,
+                    rb_rows=gates if ki.op == "LSTM" else 2 * hidden, linear_before_reset=lbr)
+
+
+@kernel_scratch("LSTM", "GRU")
+def rnn_scratch(ki) -> ScratchLayout:
+    return ScratchLayout.of([("nn", rnn_scratch_bytes(ki))])
