@@ -510,6 +510,39 @@ def _structured():
     add("LSTM", "wide", ("float32",), lambda r, d: one_node(  # input and hidden above the CPU kernel's 32-lane dot
         "LSTM", [rnd(d, (3, 2, 36), r, -1, 1), rnd(d, (1, 160, 36), r, -0.2, 0.2),
                  rnd(d, (1, 160, 40), r, -0.2, 0.2), rnd(d, (1, 320), r, -0.2, 0.2)], {"hidden_size": 40}, n_out=2))
+    # the CPU backend's whole-op kernels with the initial states torch exports (kernels/nn.py): the packed LSTM
+    # (constant weights), the packed GRU (linear_before_reset, constant weights, hidden not a multiple of the
+    # 16-unit block), the plain loops (weights at run time), a constant full-length sequence_lens, and a
+    # bidirectional LSTM (graph pass rnn-directions: two forward kernels)
+    add("LSTM", "const_weights_states", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (5, 2, 3), r, -1, 1), Init(rnd(d, (1, 4 * 21, 3), r, -0.5, 0.5)),
+                 Init(rnd(d, (1, 4 * 21, 21), r, -0.5, 0.5)), Init(rnd(d, (1, 8 * 21), r, -0.5, 0.5)), None,
+                 rnd(d, (1, 2, 21), r, -1, 1), rnd(d, (1, 2, 21), r, -1, 1)], {"hidden_size": 21}, n_out=3))
+    add("LSTM", "states", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 20, 3), r, -0.5, 0.5), rnd(d, (1, 20, 5), r, -0.5, 0.5),
+                 rnd(d, (1, 40), r, -0.5, 0.5), Init(np.full(2, 4, np.int32)), rnd(d, (1, 2, 5), r, -1, 1),
+                 rnd(d, (1, 2, 5), r, -1, 1)], {"hidden_size": 5}, n_out=3))
+    add("LSTM", "bidirectional_const_states", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), Init(rnd(d, (2, 4 * 18, 3), r, -0.5, 0.5)),
+                 Init(rnd(d, (2, 4 * 18, 18), r, -0.5, 0.5)), Init(rnd(d, (2, 8 * 18), r, -0.5, 0.5)), None,
+                 rnd(d, (2, 2, 18), r, -1, 1), rnd(d, (2, 2, 18), r, -1, 1)],
+        {"hidden_size": 18, "direction": "bidirectional"}, n_out=3))
+    add("GRU", "const_linear_before_reset", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (5, 2, 3), r, -1, 1), Init(rnd(d, (1, 3 * 21, 3), r, -0.5, 0.5)),
+                Init(rnd(d, (1, 3 * 21, 21), r, -0.5, 0.5)), Init(rnd(d, (1, 6 * 21), r, -0.5, 0.5))],
+        {"hidden_size": 21, "linear_before_reset": 1}, n_out=2))
+    add("GRU", "const_linear_before_reset_states", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (5, 1, 4), r, -1, 1), Init(rnd(d, (1, 3 * 33, 4), r, -0.5, 0.5)),
+                Init(rnd(d, (1, 3 * 33, 33), r, -0.5, 0.5)), Init(rnd(d, (1, 6 * 33), r, -0.5, 0.5)), None,
+                rnd(d, (1, 1, 33), r, -1, 1)], {"hidden_size": 33, "linear_before_reset": 1}, n_out=2))
+    add("GRU", "bidirectional_const_states", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), Init(rnd(d, (2, 3 * 16, 3), r, -0.5, 0.5)),
+                Init(rnd(d, (2, 3 * 16, 16), r, -0.5, 0.5)), Init(rnd(d, (2, 6 * 16), r, -0.5, 0.5)), None,
+                rnd(d, (2, 2, 16), r, -1, 1)], {"hidden_size": 16, "linear_before_reset": 1,
+                                                "direction": "bidirectional"}, n_out=2))
+    add("GRU", "states", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 15, 3), r, -0.5, 0.5), rnd(d, (1, 15, 5), r, -0.5, 0.5),
+                None, None, rnd(d, (1, 2, 5), r, -1, 1)], {"hidden_size": 5}, n_out=2))
     add("LpPool", "k2_p2", ("float32",), lambda r, d: one_node("LpPool", [rnd(d, (1, 2, 5, 6), r)],
                                                               {"kernel_shape": [2, 2], "p": 2}))
     add("NonZero", "2d", ("float32", "int32"), lambda r, d: one_node(

@@ -127,9 +127,74 @@ def test_gru_whole(steps, batch, inp, hidden, outs, bias, lbr):
     assert "GRU" in _check(m, vals)
 
 
-def test_bidirectional_lstm_is_lowered():
+def test_bidirectional_lstm_runs_two_forward_kernels():
+    """Graph pass rnn-directions leaves two forward LSTMs, each kept whole."""
     vals = {"x": rng.uniform(-1, 1, (3, 2, 4)), "w": rng.uniform(-0.5, 0.5, (2, 12, 4)),
             "r": rng.uniform(-0.5, 0.5, (2, 12, 3))}
     vals = {k: v.astype(np.float32) for k, v in vals.items()}
     m = _model(helper.make_node("LSTM", list(vals), ["y"], hidden_size=3, direction="bidirectional"), vals)
-    assert "LSTM" not in _check(m, vals)
+    assert "LSTM" in _check(m, vals)
+    assert [i.op for i in glow_core.compile(m, "cpu", num_threads=1).ir.code].count("LSTM") == 2
+
+
+def test_lstm_with_clip_or_peepholes_is_lowered():
+    """Variants the kernel does not take are lowered (against onnxruntime: onnx's ReferenceEvaluator ignores clip)."""
+    ort = pytest.importorskip("onnxruntime")
+    vals = {"x": rng.uniform(-1, 1, (3, 2, 4)), "w": rng.uniform(-0.5, 0.5, (1, 12, 4)),
+            "r": rng.uniform(-0.5, 0.5, (1, 12, 3)), "b": np.zeros((1, 24)), "p": rng.uniform(-0.5, 0.5, (1, 9))}
+    vals = {k: v.astype(np.float32) for k, v in vals.items()}
+    for names, attrs in ((["x", "w", "r"], {"clip": 0.5}), (["x", "w", "r", "b", "", "", "", "p"], {})):
+        feed = {k: vals[k] for k in names if k}
+        m = _model(helper.make_node("LSTM", names, ["y"], hidden_size=3, **attrs), feed)
+        m.ir_version = 8
+        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        cm = glow_core.compile(m, "cpu", num_threads=1)
+        np.testing.assert_allclose(cm.run(feed)["y"], want, rtol=1e-5, atol=1e-6)
+        assert "LSTM" not in {i.op for i in cm.ir.code}
+
+
+def _states_model(op, steps, batch, inp, hidden, outs, const, lbr=1, c0=True, seed=1):
+    """An LSTM / GRU with initial_h (and LSTM's initial_c) as inputs, as torch exports nn.LSTM(x, (h0, c0)):
+    weights constant (``const``) or inputs."""
+    r = np.random.default_rng(seed)
+    g = 4 if op == "LSTM" else 3
+    w = {"w": r.uniform(-0.5, 0.5, (1, g * hidden, inp)), "r": r.uniform(-0.5, 0.5, (1, g * hidden, hidden)),
+         "b": r.uniform(-0.5, 0.5, (1, 2 * g * hidden))}
+    w = {k: v.astype(np.float32) for k, v in w.items()}
+    states = {"h0": r.uniform(-1, 1, (1, batch, hidden))}
+    if op == "LSTM" and c0:
+        states["c0"] = r.uniform(-1, 1, (1, batch, hidden))
+    feed = {"x": r.uniform(-1, 1, (steps, batch, inp)), **states}
+    feed = {k: v.astype(np.float32) for k, v in feed.items()}
+    names = ["x", "w", "r", "b", ""] + list(states)
+    attrs = {"hidden_size": hidden} | ({"linear_before_reset": lbr} if op == "GRU" else {})
+    node = helper.make_node(op, names, outs, **attrs)
+    m = _model(node, feed if const else {**feed, **w}, list(w.items()) if const else ())
+    return m, (feed if const else {**feed, **w})
+
+
+@pytest.mark.parametrize("op,steps,batch,inp,hidden,outs,const,packed", [
+    ("LSTM", 4, 2, 3, 21, ["y", "yh", "yc"], True, True), ("LSTM", 3, 2, 20, 100, ["", "yh", "yc"], True, True),
+    ("LSTM", 4, 2, 3, 5, ["y", "yh", "yc"], False, False),
+    ("GRU", 5, 2, 3, 21, ["y", "yh"], True, True), ("GRU", 3, 2, 20, 100, ["y", "yh"], True, True),
+    ("GRU", 4, 1, 8, 32, ["", "yh"], True, True), ("GRU", 4, 2, 3, 5, ["y", "yh"], False, False)])
+def test_rnn_whole_with_initial_states(op, steps, batch, inp, hidden, outs, const, packed):
+    """initial_h (and initial_c) as torch exports them: kept whole, packed when the weights are constant (GRU:
+    linear_before_reset, PyTorch's form), blocks split over 2 threads from LSTM_PARALLEL_MIN multiply-adds."""
+    m, feed = _states_model(op, steps, batch, inp, hidden, outs, const)
+    assert op in _check(m, feed)
+    (ins,) = [i for i in glow_core.compile(m, "cpu", num_threads=2).ir.code if i.op == op]
+    choice = kernel_code(KernelInstr.of(ins), 2).choice
+    assert ("weights packed at compile time" in choice) == packed, choice
+    assert "from initial_h" in choice
+    if packed:
+        gates = 4 if op == "LSTM" else 3
+        assert ("split over 2 threads" in choice) == (gates * hidden * hidden * batch >= LSTM_PARALLEL_MIN)
+
+
+def test_gru_before_reset_with_constant_weights_runs_unpacked():
+    """linear_before_reset=0 needs r of every unit before the candidate's product: the plain loops."""
+    m, feed = _states_model("GRU", 4, 2, 3, 21, ["y", "yh"], True, lbr=0)
+    assert "GRU" in _check(m, feed)
+    (ins,) = [i for i in glow_core.compile(m, "cpu", num_threads=1).ir.code if i.op == "GRU"]
+    assert "packed" not in kernel_code(KernelInstr.of(ins), 1).choice

@@ -42,8 +42,9 @@ def libm(op):
     return lambda ct, a: f"{C_MATH[op]}{_fsfx(ct)}({a})"
 
 
-#: Unary primitive -> C of ``f(ctype, a)``: an expression in the compute type (0/1 for predicates). Float exp and
-#: erf are the prelude's branch-free polynomials (loops over them vectorize); the other C_MATH ops call libm.
+#: Unary primitive -> C of ``f(ctype, a)``: an expression in the compute type (0/1 for predicates). Float exp,
+#: erf and tanh are the prelude's branch-free polynomials (loops over them vectorize); the other C_MATH ops call
+#: libm.
 UNARY_C = {
     **{op: libm(op) for op in C_MATH},
     "neg": _neg, "abs": _abs, "sign": _sign,
@@ -54,7 +55,7 @@ UNARY_C = {
     "not": lambda ct, a: f"(!{a})",
     "bitwise_not": lambda ct, a: f"({ct.compute})(~{a})",
 }
-for _op in ("exp", "erf"):
+for _op in ("exp", "erf", "tanh"):
     UNARY_C[_op] = (lambda op, libm: lambda ct, a: f"glow_{op}f({a})" if ct.compute == "float" else libm(ct, a))(
         _op, UNARY_C[_op])
 
