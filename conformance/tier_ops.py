@@ -137,20 +137,24 @@ def _then_activation(built, act):
 def _then_gelu(built, form):
     """``built`` (a one-node model and its feeds) followed by GELU written with primitives as transformers export
     it: (y * 0.5) * (Erf(y * 1/sqrt 2) + 1) ("erf"), (y * (Erf(y / sqrt 2) + 1)) * 0.5 ("erf_div", torch's
-    TorchScript exporter), or (y * 0.5) * (Tanh((y + y^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"); the CPU backend
-    fuses each into the producer (glow_core.fusion's gelu_erf / gelu_erf_div / gelu_tanh)."""
+    TorchScript exporter), y * (0.5 * (Erf(y / sqrt 2) + 1)) ("erf_half", torch's dynamo exporter before opset 20)
+    or (y * 0.5) * (Tanh((y + y^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"); the CPU backend fuses each into the
+    producer (glow_core.fusion's gelu_erf / gelu_erf_div / gelu_erf_half / gelu_tanh)."""
     model, feeds = built
     g = model.graph
     g.node[0].output[0] = "pre"
-    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
+    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "erf_half": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
     g.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), nm) for nm, v in
                          (("gelu_half", 0.5), ("gelu_one", 1.0), ("gelu_k", k), ("gelu_cube", 0.044715)))
     nodes = {"erf": [("Mul", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
              "erf_div": [("Div", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
+             "erf_half": [("Div", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
              "tanh": [("Mul", ["pre", "pre"], "sq"), ("Mul", ["sq", "pre"], "cu"), ("Mul", ["cu", "gelu_cube"], "c"),
                       ("Add", ["pre", "c"], "in"), ("Mul", ["in", "gelu_k"], "s"), ("Tanh", ["s"], "t")]}[form]
     if form == "erf_div":
         nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["pre", "t1"], "h"), ("Mul", ["h", "gelu_half"], "y0")]
+    elif form == "erf_half":
+        nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["gelu_half", "t1"], "h"), ("Mul", ["pre", "h"], "y0")]
     else:
         nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["pre", "gelu_half"], "h"), ("Mul", ["h", "t1"], "y0")]
     g.node.extend(helper.make_node(op, ins, [out], name="gelu_" + out) for op, ins, out in nodes)
@@ -336,7 +340,7 @@ def _structured():
         rnd(d, (1, 3, 20, 20), r), Init(rnd(d, (16, 3, 3, 3), r, -0.4, 0.4)), Init(rnd(d, (16,), r))],
         {"pads": [1, 1, 1, 1], "strides": [2, 2]}), "tanh"))
     pm, pk, pn = paths.packed_b_shapes("f32")[0]
-    for form in ("erf", "erf_div", "tanh"):
+    for form in ("erf", "erf_div", "erf_half", "tanh"):
         add("MatMul", f"const_b_packed_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
             "MatMul", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk)))]), form))
         add("Gemm", f"bias_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
