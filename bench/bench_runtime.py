@@ -85,8 +85,8 @@ def main(argv=None):
     print(f"  throughput ratio 2 devices / 1 device (ratio of medians): {result['ratio_2_over_1']:.2f}")
     print(f"  load average (1, 5, 15 min) before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, "
           f"after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-    for name, d in result["devices"][2].items():
-        print(f"  2-device host, {name}: {d['runs']} runs, busy {d['busy_seconds']:.2f} s")
+    for d in result["devices"][2]:
+        print(f"  2-device host, {d['name']}: {d['runs']} runs, busy {d['busy_seconds']:.2f} s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

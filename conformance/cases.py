@@ -100,4 +100,4 @@ def profiles_for(dtype: str, family: str = "", quantized: bool = False) -> tuple
 
 
 PROFILES = ("fp32-core", "fp16", "bf16", "fp64", "int-core", "int-extended", "quantized-int8", "quantized-int16",
-            "storage-formats", "models", "memory", "passes", "negative", "partition")
+            "storage-formats", "models", "memory", "passes", "negative", "partition", "device")

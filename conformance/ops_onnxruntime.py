@@ -31,6 +31,12 @@ MATMUL_NBITS = {
     "b8_bs64_zp_uint8_bias": ((2, 3, 128), 128, 16, 8, 64, "uint8", True, True),
     "b8_bs16_zp_uint8": ((5, 48), 48, 8, 8, 16, "uint8", False, True),  # (onnxruntime: no 8 bits with float zp)
     "b2_bs32_zp_uint8": ((3, 64), 64, 8, 2, 32, "uint8", False, True),
+    # the CPU backend's MatMulNBits paths (backends/cpu/kernels/llm.py): GEMVs of 1 to 4 rows with a row
+    # remainder, K ending inside a packed word, N inside a 16-column group; dequantized panels for M > 8
+    "b4_rows7_k_word_tail": ((7, 100), 100, 37, 4, 32, "uint8", True, True),
+    "b8_rows6_k_word_tail": ((6, 70), 70, 21, 8, 64, None, False, True),
+    "b4_prefill_m24": ((24, 256), 256, 150, 4, 32, "uint8", True, True),
+    "b8_prefill_m17_k_tail": ((17, 200), 200, 40, 8, 128, None, True, True),
 }
 
 # variant: (batch, new tokens, heads, kv heads, head size, past length, seqlens_k, total_sequence_length, attrs,
@@ -55,6 +61,10 @@ GQA = {
     "chunk_fully_masked_row": (1, 3, 4, 2, 16, 6, [8], 9, {}, ("attention_bias", "neginf_row")),
     "chunk_head_sink": (1, 3, 4, 2, 16, 6, [8], 9, {}, ("head_sink",)),
     "chunk_smooth_softmax": (1, 3, 4, 2, 16, 6, [8], 9, {"smooth_softmax": 1}, ()),
+    # LLaMA-like heads (64 features, 4 query heads per kv head): a decode step at the end of a 128-position
+    # cache, a prefill of 16 tokens into it
+    "decode_cache_128_d64_rotary": (1, 1, 8, 2, 64, 128, [127], 128, {"do_rotary": 1}, ("rotary",)),
+    "prefill_16_into_cache_64_d64": (1, 16, 8, 2, 64, 64, [15], 16, {"do_rotary": 1}, ("rotary",)),
 }
 #: GQA lines without a float16 oracle: onnxruntime's float16 kernel returns NaN for a row with no key to attend,
 #: its float32 kernel zeros (ONNX Attention's rule, which the lowering follows)

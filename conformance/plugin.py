@@ -21,7 +21,7 @@ import pytest
 from .cases import PROFILES, CaseFailure, Context
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition")
+TIERS = ("primitives", "ops", "models", "passes", "memory", "negative", "partition", "device")
 PROP = "glow_case"
 DEFAULT_SEED = 0
 
@@ -53,6 +53,10 @@ OPTIONS = [
                                      "alone)")),
     ("--conformance-report", dict(dest="glow_report", default=None, metavar="PATH",
                                   help="write an HTML report to PATH and its data to PATH with suffix .json")),
+    ("--export-golden", dict(dest="glow_golden", default=None, metavar="DIR",
+                             help="also write each case's compiled artifact (the backend's emit_bundle), inputs, "
+                                  "expected outputs and checks into DIR, with a C runner that replays them on a "
+                                  "device (glow_conformance.golden; compile groups off)")),
     ("--sanitize", dict(dest="glow_sanitize", nargs="?", const="address,undefined", default=None, metavar="LIST",
                         help="build the cpu backend's generated C with these sanitizers (default "
                              "address,undefined) and fail every case during which one reports")),
@@ -118,7 +122,9 @@ def _configure(config):
         return (f"glowc conformance --backend {shlex.quote(spec)} --conformance-seed {seed} "
                 f"--case {shlex.quote(case_id)}")
     ref = is_reference(backend)
-    ctx = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref, seed=seed)
+    golden = config.getoption("glow_golden")
+    ctx = Context(backend, ref, rerun, group_compile=config.getoption("glow_group") and not ref and not golden,
+                  seed=seed)
     record_answers(backend, ctx.answers)
     config._glow = ctx
     config._glow_known = list(backend.known_failures())
@@ -162,6 +168,9 @@ class TierFile(pytest.File):
             seen.add(case.id)
             if not _selected(self.config, case.id):
                 continue
+            if self.config.getoption("glow_golden"):
+                from .golden import wrap
+                case = wrap(case, os.path.abspath(self.config.getoption("glow_golden")))
             CASES[case.id] = case
             item = CaseItem.from_parent(self, name=case.id, case=case)
             if ctx.group_compile and case.info.get("group") is not None:  # a group compiles once, on one worker
@@ -391,6 +400,10 @@ def pytest_configure(config):
         config.option.dist = "loadgroup"  # keep each compile group on one worker
     if getattr(config, "_glow", None) is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(Results(config), "glow-conformance-results")
+        if config.getoption("glow_golden"):
+            from .golden import Exporter
+            config.pluginmanager.register(Exporter(config, os.path.abspath(config.getoption("glow_golden"))),
+                                          "glow-conformance-golden")
 
 
 def pytest_sessionfinish(session, exitstatus):

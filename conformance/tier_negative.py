@@ -180,10 +180,11 @@ FUZZ_REFUSALS = (
         [("x", 1, [1, 2, 4, 4]), ("rois", 1, [1, 4]), ("bi", 7, [1])], [("y", 1, None)], opset=16),
      {"x": np.zeros((1, 2, 4, 4), np.float32), "rois": np.array([[0, 0, 2, 2]], np.float32),
       "bi": np.array([2], np.int64)}),
-    # found by the importer fuzzer on the layered core, where a lowering's stray exception became InternalError
+    # found by the importer fuzzer on the layered core, where a lowering's stray exception became InternalError;
+    # Gemm-6's broadcast in an opset-7 model (an opset-6 model is upgraded first: glow_core/importer/legacy.py)
     ("attribute_of_an_older_opset", "broadcast", lambda tmp: _model(
         [helper.make_node("Gemm", ["a", "b", "c"], ["y"], broadcast=1)],
-        [("a", 1, [2, 3]), ("b", 1, [3, 4]), ("c", 1, [4])], [("y", 1, None)], opset=6),
+        [("a", 1, [2, 3]), ("b", 1, [3, 4]), ("c", 1, [4])], [("y", 1, None)], opset=7),
      _feeds(a=(2, 3), b=(3, 4), c=(4,))),
     ("required_input_left_empty", "required", lambda tmp: _model(
         [helper.make_node("Relu", [""], ["y"])], [("x", 1, [3])], [("y", 1, None)]), _feeds(x=(3,))),

@@ -445,6 +445,12 @@ ENGINE_ONE_PER_GROUP = {
     "one_filter_c40_3x3_stride2": ((1, 40, 9, 9), (1, 40, 3, 3), [2, 2], [1, 1], _Z, 1, 1),
     # groups of whole channel blocks (16 + 16) from nchw: the direct kernel's own copy, of flattened 1x1 rows
     "grouped_aligned_c32_m32_1x1": ((1, 32, 5, 7), (32, 16, 1, 1), [1, 1], [1, 1], _Z, 2, 1),
+    # 1x1 with padding at the end only: the padded copy's rows are the kernel's (not flattened for depthwise)
+    "dw_c3_1x1_end_pads": ((1, 3, 4, 5), (3, 1, 1, 1), [1, 1], [1, 1], [0, 0, 1, 1], 3, 1),
+    "mult_c1_m4_1x1_end_pad_w": ((1, 1, 9, 9), (4, 1, 1, 1), [1, 1], [1, 1], [0, 0, 0, 2], 1, 1),
+    "mult_c3_m6_1x1_end_pad_h": ((1, 3, 4, 5), (6, 1, 1, 1), [1, 1], [1, 1], [0, 0, 2, 0], 3, 1),
+    "grouped_c85_m5_1x1_1d_end_pad": ((1, 85, 1), (5, 17, 1), [1], [1], [0, 1], 5, 1),
+    "grouped_c34_m17_1x1_end_pads": ((1, 34, 4, 5), (17, 2, 1, 1), [1, 1], [1, 1], [0, 0, 1, 1], 17, 1),
 }
 _S = paths.parallel_side(_DW, 1, 32)  # a 1x1 depthwise of 16 channels x2 past the threshold
 ENGINE_ONE_PER_GROUP["mult_c16_m32_1x1_t2"] = ((1, 16, _S, _S + 1), (32, 1, 1, 1), [1, 1], [1, 1], _Z, 16, 2)

@@ -27,7 +27,7 @@ from .errors import GlowError, InputError, MemoryLimitError, NeedsSpecialization
 from .fusion import fuse_activations
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, import_model, load_model, shape_operand_inputs
-from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, plan_memory, remove_dead_allocations, share_buffers, verify_ir
+from .ir import IRFunction, attach_scratch, eliminate_copies, generate_ir, insert_deallocs, plan_memory, remove_dead_allocations, share_buffers, verify_ir
 from .layout import assign_layouts
 from .lower import lower
 from .partition import PartitionedFunction, Partitioning, SplitNeeded, feeds_of, output_sources, single_report
@@ -247,6 +247,15 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     Option ``schedule=False`` keeps the node order the passes left instead of trying ``glow_core.schedule``'s."""
     options = with_required_options(options or {}, [backend])
     stats = {} if stats is None else stats
+    irf = plan_graph(fn, backend, options, stats)
+    if before_compile is not None:
+        before_compile(irf)
+    return finish_compile(fn, irf, None, backend, options, stats)
+
+
+def plan_graph(fn: Function, backend: Backend, options: dict, stats: dict) -> IRFunction:
+    """``compile_graph`` up to the planned IR (lowering, post-lowering passes, checks, scheduling, IR passes and
+    the memory plan): what ``backend.compile`` or ``backend.compile_functions`` is then given."""
     with stage(stats, "lowering"):  # lowering, then quantization (when asked for), then activation fusion
         stats["lowered"] = lower(fn, backend.should_lower)
         q = quantization.run(fn, options, lambda node: _refusal(backend, node))
@@ -289,16 +298,28 @@ def compile_graph(fn: Function, backend: Backend, options=None, stats=None, befo
     capacity = options.get("memory_capacity", backend.memory_capacity())
     if capacity is not None and irf.plan.activations_size > capacity:
         plan_memory(irf, capacity=capacity)  # raises MemoryLimitError with the need and the largest buffer
-    if before_compile is not None:
-        before_compile(irf)
+    return irf
+
+
+def backend_compile(backend: Backend, irfs: list[IRFunction], options: dict, stats: dict, together: bool = False):
+    """``backend.compile`` for one planned IR (``together``: ``backend.compile_functions`` for several, a module),
+    timed as the "backend-compile" stage, host memory exhaustion reported as MemoryLimitError."""
     try:
         with stage(stats, "backend-compile"):
-            compiled = backend.compile(irf, options)
+            return backend.compile_functions(irfs, options) if together else backend.compile(irfs[0], options)
     except MemoryError:
-        p = irf.plan
+        p = irfs[0].plan
         raise MemoryLimitError(f"backend '{backend.name}': out of host memory for the memory plan of "
-                               f"'{irf.name}' (constant {p.constant_size} B, mutable {p.mutable_size} B, "
-                               f"activations {p.activations_size} B)") from None
+                               f"'{irfs[0].name}' (constant {p.constant_size} B, mutable {p.mutable_size} B, "
+                               f"state {p.state_size} B, activations {p.activations_size} B)") from None
+
+
+def finish_compile(fn: Function, irf: IRFunction, compiled, backend: Backend, options: dict,
+                   stats: dict) -> CompileResult:
+    """The CompileResult of a planned IR: ``compiled`` (None: compile it now), the backend's native compile spans
+    carved out of its "backend-compile" stage."""
+    if compiled is None:
+        compiled = backend_compile(backend, [irf], options, stats)
     spans = compiled.compile_spans()
     for name, _, seconds in spans:
         carve(stats, "backend-compile", name, seconds)
@@ -322,6 +343,9 @@ def _planned_ir(fn: Function, backend: Backend, stats: dict) -> tuple[IRFunction
     if problems:
         raise UnsupportedOpError("; ".join(problems[:10]))
     with stage(stats, "memory-plan"):
+        irf.groups = [list(g) for g in backend.instruction_groups(irf) if len(g) > 1]
+        if irf.groups:
+            insert_deallocs(irf)
         attach_scratch(irf, backend.scratch_bytes)
         plan_memory(irf)
     p = irf.plan

@@ -14,7 +14,7 @@ import numpy as np
 
 from .errors import BackendError
 from .graph import Function, Node
-from .ir import IRFunction
+from .ir import IRFunction, state_as_io
 from .layout import LayoutRequirement
 from .passes import DEFAULT_PIPELINE
 
@@ -119,6 +119,17 @@ class CompiledFunction(abc.ABC):
         ``execute`` pays nothing)."""
         return None
 
+    def placeholders(self) -> "dict[str, np.ndarray] | None":
+        """Writable numpy views of the input and output placeholders (by name) in the memory this function runs
+        in, when the host reaches it: a caller writes the inputs there, calls ``run_placeholders()`` and reads the
+        outputs there, with no copy and no allocation per run (a generator's decode loop). Default None: the
+        caller uses ``execute``."""
+        return None
+
+    def run_placeholders(self):
+        """Run once on the inputs as they are in ``placeholders()``, leaving the outputs there."""
+        raise NotImplementedError(f"{type(self).__name__} has no placeholders() to run on")
+
     def compile_spans(self) -> "list[tuple[str, float, float]]":
         """Work ``Backend.compile`` did outside Python for this function, as ``(name, start, seconds)`` with
         ``start`` on the ``time.perf_counter`` clock (the CPU backend: its C compiler). Compile statistics
@@ -133,11 +144,46 @@ class CompiledFunction(abc.ABC):
 
     def memory_regions(self) -> "dict[str, bytearray | np.ndarray] | None":
         """The device memory this function runs in, for observability: ``{"mutable": ..., "activation": ...}``
-        (optionally ``"constant"``), each a writable byte buffer (bytearray or uint8 array) laid out exactly as
-        the memory plan says (``Buffer.region`` names the key, ``Buffer.address`` the offset). The conformance
+        (optionally ``"constant"``; ``"state"`` for a function with persistent placeholders), each a writable byte
+        buffer (bytearray or uint8 array) laid out exactly as the memory plan says (``Buffer.region`` names the
+        key, ``Buffer.address`` the offset). The conformance
         suite's memory tier fills every unplanned byte with guard bytes before a run and checks them after.
         Default None: the backend cannot expose its memory, and those checks are skipped with that reason."""
         return None
+
+
+class StateOnHost(CompiledFunction):
+    """A function whose backend keeps no state (``Backend.compile_functions``' default): its state buffers are
+    ordinary inputs and outputs of ``inner``, and the host keeps their bytes in ``region`` (the module's state
+    region, shared with the other functions of the module), passing them in before and taking them back after
+    every run."""
+
+    def __init__(self, inner: CompiledFunction, views: dict[str, np.ndarray], region: np.ndarray):
+        self.inner, self.views, self.region = inner, views, region
+
+    def execute(self, inputs):
+        outs = self.inner.execute({**inputs, **self.views})
+        for nm, view in self.views.items():
+            view[...] = outs.pop(nm)
+        return outs
+
+    def execute_timed(self, inputs):
+        timed = self.inner.execute_timed({**inputs, **self.views})
+        if timed is None:
+            return None
+        outs, timings = timed
+        for nm, view in self.views.items():
+            view[...] = outs.pop(nm)
+        return outs, timings
+
+    def compile_spans(self):
+        return self.inner.compile_spans()
+
+    def stats(self):
+        return self.inner.stats()
+
+    def memory_regions(self):
+        return {**(self.inner.memory_regions() or {}), "state": self.region}
 
 
 class Backend(abc.ABC):
@@ -214,6 +260,14 @@ class Backend(abc.ABC):
         names (``ir.stored_shape``). Default None: every tensor plain, nothing inserted."""
         return None
 
+    def instruction_groups(self, function: IRFunction) -> list[list]:
+        """Instructions of ``function`` (its IR after the IR passes, before the memory plan) this backend runs as
+        one kernel, e.g. a convolution and the residual add that reads its result: a list of groups, each a list
+        of ``ir.Instr`` of ``function.code``. The memory planner keeps every activation a group names live from the
+        group's first instruction to its last, so no output of the group is placed over an input it still reads;
+        ``function.groups`` holds them for ``compile``. Default: none."""
+        return []
+
     def should_share_buffers(self) -> bool:
         """Whether IR buffer sharing (in-place reuse) may run for this backend."""
         return True
@@ -241,6 +295,45 @@ class Backend(abc.ABC):
         """Conformance case patterns (fnmatch) expected to fail, each with its reason: they become strict xfails."""
         return []
 
+    def compile_functions(self, functions: list[IRFunction], options: dict[str, Any]) -> list[CompiledFunction]:
+        """Compile functions that run on this device as one module (a generator's prefill and decode functions),
+        one CompiledFunction each, in order.
+
+        ``ir.share_regions`` has placed them in one constant region and one state region: a weight several
+        functions read has one offset (and one array) in all of them, to be in device memory once; each
+        persistent placeholder (``IRFunction.state``, buffers of region "state") has one offset in all of them.
+        The state contract: the state region is allocated once for the module and outlives every run; a run
+        finds it as the last run of any function of the module left it; instructions update it in place (a
+        primitive with an ``update_kernel`` names it as its ``@inout`` operand 0 and writes only the elements it
+        updates, ``scatter_nd`` for a KV cache) and nothing copies it per run; ``memory_regions()["state"]`` gives
+        the host its bytes (a generator reads and resets it there).
+
+        A backend that keeps state overrides this (the interpreter and the CPU backend do). The default keeps
+        every backend able to run a stateful module without knowing about state: each function is compiled
+        alone by ``compile`` with its state buffers made ordinary inputs and outputs (``ir.state_as_io``), and
+        the host holds the state region and passes each state in and out around every run (``StateOnHost``).
+        That is correct, but the state crosses the host link twice per run and the weights are loaded once per
+        function."""
+        layout = {}
+        for irf in functions:
+            for name, b in irf.state.items():
+                layout[name] = (b.offset, b.type)
+        size = max((irf.plan.state_size for irf in functions), default=0)
+        host = np.zeros(max(size, 1), np.uint8)
+        views = {nm: host[off:off + t.nbytes].view(t.dtype.np).reshape(t.shape) for nm, (off, t) in layout.items()}
+        out = []
+        for irf in functions:
+            names = list(irf.state)
+            state_as_io(irf)
+            out.append(StateOnHost(self.compile(irf, options), {nm: views[nm] for nm in names}, host))
+        return out
+
     def emit_bundle(self, function: IRFunction, out_dir: str, options: dict[str, Any]) -> list[str]:
         """Write a standalone bundle for ``function`` into ``out_dir``; returns the files written."""
         raise BackendError(f"backend '{self.name}' cannot emit bundles")
+
+    def device_manager(self) -> "type | None":
+        """The ``glow_core.runtime.DeviceManager`` subclass that drives this backend's devices (``Host.add_device``
+        uses it when given no ``device_class``; the conformance suite's device tier checks it against the runtime
+        contract). Default None: the kit's DeviceManager (functions kept in host memory, a worker thread)."""
+        return None

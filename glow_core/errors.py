@@ -59,3 +59,15 @@ class InternalError(Exception):
 
 class RequestRefused(GlowError):
     """The runtime refused a request at once: its queue is full (``max_queue``) or the host is closed."""
+
+
+class DeviceFault(GlowError):
+    """A device failed a run: its code raised something other than a GlowError, the run passed the runtime's
+    ``device_timeout_s``, or it returned outputs of the wrong names, shapes or dtypes. The runtime marks the
+    device unhealthy and retries the run on another one (a GlowError from a device is the request's own error,
+    e.g. a division by zero in its data, and is not retried)."""
+
+
+class DeviceUnavailable(GlowError):
+    """No healthy device can run the request: every device holding one of its partitions failed and has not
+    recovered yet, or the request used up its retries (``max_retries``)."""

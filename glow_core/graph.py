@@ -130,7 +130,8 @@ class NameTable:
 
 
 class Function:
-    """A graph function: placeholders, constants, nodes (topologically ordered), outputs."""
+    """A graph function: placeholders, constants, nodes (topologically ordered), outputs, and the names of its
+    persistent placeholders (``state``)."""
 
     def __init__(self, name: str = "main"):
         self.name = name
@@ -138,6 +139,10 @@ class Function:
         self.outputs: list[Value] = []
         self.output_names: list[str] = []
         self.nodes: list[Node] = []
+        #: Persistent placeholders (state): names that are both an input placeholder and an output of this
+        #: function. The input's memory persists between runs and holds the output's value after each run (a
+        #: KV cache, written in place where the output is an in-place update of the input: ``glow_core.ir``).
+        self.state: list[str] = []
         self._names = NameTable()
 
     def __repr__(self) -> str:
@@ -253,7 +258,7 @@ class Function:
             attrs = ", ".join(f"{k}={_fmt(v)}" for k, v in n.attrs.items())
             lines.append(f"  {outs} = {n.op}({ins})" + (f" {{{attrs}}}" if attrs else ""))
         for name, v in zip(self.output_names, self.outputs):
-            lines.append(f"  output {name} = %{v.name}")
+            lines.append(f"  {'state' if name in self.state else 'output'} {name} = %{v.name}")
         return "\n".join(lines)
 
     def to_dot(self) -> str:

@@ -1,14 +1,19 @@
 """The low-level IR: instructions over buffers, with a static memory plan.
 
 Buffers are *weights* (``const``: the constant region), *placeholders*
-(``mutable``: the inputs and outputs, in the mutable region) or *activations*
-(allocated by ``allocactivation`` and freed by ``deallocactivation``, placed in
-the activations region by the memory allocator). A ``tensorview`` is a buffer
-that aliases another at a byte offset without copying. Every instruction names
-its operands with ``@in``, ``@out`` or ``@inout``.
+(``mutable``: the inputs and outputs, in the mutable region), *state*
+(persistent placeholders, in the state region: their bytes live from one run to
+the next and are shared by the functions of a module, a KV cache) or
+*activations* (allocated by ``allocactivation`` and freed by
+``deallocactivation``, placed in the activations region by the memory
+allocator). A ``tensorview`` is a buffer that aliases another at a byte offset
+without copying. Every instruction names its operands with ``@in``, ``@out`` or
+``@inout``; a state updated in place (a primitive with an ``update_kernel``,
+such as ``scatter_nd``) is its instruction's ``@inout`` operand 0.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,11 +54,11 @@ class Buffer:
 
     name: str
     type: TensorType
-    kind: str  # "constant" | "mutable" | "activation" | "view"
+    kind: str  # "constant" | "mutable" | "state" | "activation" | "view"
     data: np.ndarray | None = None
     base: "Buffer | None" = None  # views: the buffer aliased
     view_offset: int = 0  # views: byte offset inside base
-    io: str | None = None  # "input" | "output" for mutable buffers
+    io: str | None = None  # "input" | "output" for mutable buffers ("state" once ``state_as_io`` made one I/O)
     offset: int | None = None  # byte offset inside its region (root buffers)
     layout: str = PLAIN  # how the bytes hold the logical type: PLAIN or a blocked layout (see stored_shape)
 
@@ -109,8 +114,9 @@ class Instr:
 
 @dataclass
 class MemoryPlan:
-    """Sizes of the three regions and the activation allocator's statistics.
+    """Sizes of the regions and the activation allocator's statistics.
 
+    ``state_size`` is the state region's (persistent placeholders; 0 for a function without state).
     ``activations_size`` includes the scratch buffers: ``scratch_size`` bytes in all, at most ``scratch_peak``
     (aligned) live at once, as each lives only while its instruction runs. ``unscheduled_size`` is the
     activations size the node order before scheduling needs (None when the scheduler did not run)."""
@@ -123,6 +129,7 @@ class MemoryPlan:
     scratch_size: int = 0
     scratch_peak: int = 0
     unscheduled_size: int | None = None
+    state_size: int = 0
 
     @property
     def peak(self) -> int:
@@ -141,6 +148,12 @@ class IRFunction:
     graph: Function | None = None
     plan: MemoryPlan | None = None
     layout_notes: list[str] = field(default_factory=list)  # the layout pass's decisions, for the dump
+    #: Instructions the backend runs as one kernel (``Backend.instruction_groups``), each a list in code order:
+    #: the memory plan keeps every activation a group names live over the whole group.
+    groups: list[list[Instr]] = field(default_factory=list)
+    #: Persistent placeholders by name (buffers of kind "state"): read at the start of a run as the previous run
+    #: (of this function or another of its module) left them, updated in place.
+    state: dict[str, Buffer] = field(default_factory=dict)
 
     @property
     def code(self) -> list[Instr]:
@@ -161,8 +174,39 @@ class IRFunction:
 
 
 # -- generation ---------------------------------------------------------------------------------------
+def state_updates(fn: Function) -> dict[str, list]:
+    """State name -> the nodes that update it in place, in order: a chain from the state's placeholder to the value
+    the function leaves in it, each node a primitive with an ``update_kernel`` whose input 0 is the previous value,
+    read by nothing else (so no reader can see the update early). A state left unchanged has an empty chain; a
+    state whose value is computed otherwise is absent (it is copied into the state after every other instruction).
+    """
+    if not fn.state:
+        return {}
+    users = fn.users()
+    placeholders = {v.name: v for v in fn.inputs}
+    final = dict(zip(fn.output_names, fn.outputs))
+    chains = {}
+    for name in fn.state:
+        cur, end, chain = placeholders[name], final[name], []
+        while cur is not end:
+            readers = users.get(cur.id, [])
+            if len(readers) != 1 or cur in fn.outputs:
+                break
+            n = readers[0]
+            p = get_primitive(n.op)
+            if p is None or p.update_kernel is None or n.inputs[0] is not cur or cur in n.inputs[1:]:
+                break
+            chain.append(n)
+            cur = n.outputs[0]
+        else:
+            chains[name] = chain
+    return chains
+
+
 def generate_ir(fn: Function, ident=None) -> IRFunction:
-    """Low-level IR from a (lowered) graph Function: one instruction per node, views for reshapes."""
+    """Low-level IR from a (lowered) graph Function: one instruction per node, views for reshapes. Each of
+    ``fn.state`` is one buffer of kind "state": its input and its output; the nodes of ``state_updates`` write it
+    in place (operand 0 ``@inout``), any other value left in a state is copied there at the end."""
     ident = ident or (lambda s: s)
     buffers: list[Buffer] = []
     names = NameTable()
@@ -173,11 +217,23 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
         return b
 
     vbuf: dict[int, Buffer] = {}
-    inputs, outputs = {}, {}
+    inputs, outputs, states = {}, {}, {}
     for v in fn.inputs:
-        vbuf[v.id] = inputs[v.name] = new_buffer(v.name, v.type, "mutable", io="input")
+        if v.name in fn.state:
+            vbuf[v.id] = states[v.name] = new_buffer(v.name, v.type, "state")
+        else:
+            vbuf[v.id] = inputs[v.name] = new_buffer(v.name, v.type, "mutable", io="input")
+    missing = [nm for nm in fn.state if nm not in states or nm not in fn.output_names]
+    if missing:
+        raise VerifyError(f"function '{fn.name}': state {missing} must be both an input placeholder and an output")
+    in_place = {}  # id(node) -> the state buffer it updates
+    for name, chain in state_updates(fn).items():
+        for n in chain:
+            in_place[id(n)] = states[name]
     out_ids = {}
     for nm, v in zip(fn.output_names, fn.outputs):
+        if nm in fn.state:
+            continue
         outputs[nm] = new_buffer(nm, v.type, "mutable", io="output")
         out_ids.setdefault(v.id, nm)
     instrs: list[Instr] = []
@@ -193,6 +249,12 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
             instrs.append(Instr("tensorview", [(view, "out"), (src, "in")], {"offset": 0, "type": str(out.type)},
                                 n.name))
             vbuf[out.id] = view
+            continue
+        if id(n) in in_place:
+            sb = in_place[id(n)]
+            vbuf[n.outputs[0].id] = sb
+            ins = [vbuf[v.id] for v in n.inputs[1:] if v is not None]
+            instrs.append(Instr(n.op, [(sb, "inout")] + [(b, "in") for b in ins], dict(n.attrs), n.name))
             continue
         outs = []
         for v in n.outputs:
@@ -210,20 +272,22 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
                                 v is None for v in n.inputs) else dict(n.attrs), n.name))
     # Outputs not yet written (placeholders, constants, views, duplicates) are copied.
     for nm, v in zip(fn.output_names, fn.outputs):
-        dst = outputs[nm]
+        dst = states[nm] if nm in fn.state else outputs[nm]
         if v.is_const and v.id not in vbuf:
             vbuf[v.id] = new_buffer(v.name, v.type, "constant", data=v.const)
         src = vbuf[v.id]
         if src is not dst:
             instrs.append(Instr("copy", [(dst, "out"), (src, "in")], {}, f"copy_{nm}"))
-    irf = IRFunction(fn.name, buffers, instrs, inputs, outputs, fn)
+    irf = IRFunction(fn.name, buffers, instrs, inputs, outputs, fn, state=states)
     insert_deallocs(irf)
     return irf
 
 
 def insert_deallocs(irf: IRFunction):
     """(Re)place every activation's allocactivation before its first use and deallocactivation after its
-    last use (uses of views count as uses of their root)."""
+    last use (uses of views count as uses of their root). An activation named by an instruction group
+    (``irf.groups``) is live at least from the group's first instruction to its last: the group runs as one
+    kernel, which reads every input while it writes every output."""
     code = [i for i in irf.instrs if i.op not in ("allocactivation", "deallocactivation")]
     first, last = {}, {}
     for idx, ins in enumerate(code):
@@ -232,6 +296,21 @@ def insert_deallocs(irf: IRFunction):
             if r.kind == "activation":
                 first.setdefault(id(r), (idx, r))
                 last[id(r)] = (idx, r)
+    if irf.groups:
+        pos = {id(ins): idx for idx, ins in enumerate(code)}
+        for group in irf.groups:
+            at = [pos.get(id(ins)) for ins in group]
+            if None in at:
+                missing = group[at.index(None)]
+                raise VerifyError(f"instruction group {[i.name for i in group]}: '{missing.name}' ({missing.op}) "
+                                  f"is not an instruction of '{irf.name}'")
+            lo, hi = min(at), max(at)
+            for ins in group:
+                for b, _ in ins.operands:
+                    r = b.root
+                    if r.kind == "activation":
+                        first[id(r)] = min(first[id(r)], (lo, r), key=lambda t: t[0])
+                        last[id(r)] = max(last[id(r)], (hi, r), key=lambda t: t[0])
     before: dict[int, list[Buffer]] = {}
     after: dict[int, list[Buffer]] = {}
     for idx, r in first.values():
@@ -247,7 +326,7 @@ def insert_deallocs(irf: IRFunction):
             out.append(Instr("deallocactivation", [(r, "out")], {}, r.name))
     irf.instrs = out
     live = {id(b) for i in out for b, _ in i.operands} | {id(b.base) for b in irf.buffers if b.base is not None}
-    irf.buffers = [b for b in irf.buffers if id(b) in live or b.kind == "mutable"]
+    irf.buffers = [b for b in irf.buffers if id(b) in live or b.kind in ("mutable", "state")]
 
 
 def attach_scratch(irf: IRFunction, scratch_bytes) -> int:
@@ -431,15 +510,24 @@ def eliminate_copies(irf: IRFunction) -> int:
 
 # -- memory planning --------------------------------------------------------------------------------------
 def plan_memory(irf: IRFunction, alignment: int = ALIGNMENT, capacity: int | None = None) -> MemoryPlan:
-    """Offsets in the constant, mutable and activations regions (all ``alignment``-aligned)."""
-    const_off = mut_off = 0
+    """Offsets in the constant, mutable, state and activations regions (all ``alignment``-aligned). The state
+    region holds the persistent placeholders in name order (``share_regions`` places a module's together)."""
+    const_off = mut_off = state_off = 0
     for b in irf.buffers:
         if b.kind == "constant":
             b.offset = const_off
             const_off = align_up(const_off + b.size, alignment)
+    placed = set()
     for b in list(irf.inputs.values()) + list(irf.outputs.values()):
+        if id(b) in placed:  # a state made input and output (state_as_io)
+            continue
+        placed.add(id(b))
         b.offset = mut_off
         mut_off = align_up(mut_off + max(b.size, 1), alignment)
+    for name in sorted(irf.state):
+        b = irf.state[name]
+        b.offset = state_off
+        state_off = align_up(state_off + max(b.size, 1), alignment)
     rng = live_ranges(irf)
     ivs = [Interval(r.name, r.size, s, e) for s, e, r in rng.values()]
     by_name = {r.name: r for _, _, r in rng.values()}
@@ -451,13 +539,73 @@ def plan_memory(irf: IRFunction, alignment: int = ALIGNMENT, capacity: int | Non
             b.offset = None
     scratch = [ins.scratch.size for ins in irf.code if ins.scratch is not None]
     irf.plan = MemoryPlan(const_off, mut_off, alloc.peak, alignment, alloc, sum(scratch),
-                          max((align_up(n, alignment) for n in scratch), default=0))
+                          max((align_up(n, alignment) for n in scratch), default=0), state_size=state_off)
     return irf.plan
+
+
+def _content_key(data: np.ndarray) -> tuple:
+    raw = np.ascontiguousarray(data)
+    return raw.dtype.str, raw.shape, hashlib.blake2b(raw.reshape(-1).view(np.uint8), digest_size=20).digest()
+
+
+def share_regions(functions: list[IRFunction], alignment: int = ALIGNMENT) -> dict:
+    """Place the constants and the state of functions compiled together for one device (a module: a generator's
+    prefill and decode) in one constant region and one state region, as Glow's Module holds the Constants its
+    Functions share: equal weights (same dtype, shape and bytes) get one offset and one array, every state name
+    one offset (the same type in every function, or a VerifyError). Each function's plan then gives the shared
+    regions' sizes. Returns statistics: the shared regions' sizes and the constant bytes placed once instead of
+    several times."""
+    keys: dict[int, tuple] = {}  # id(array) -> content key (arrays shared by imports hash once)
+    placed: dict[tuple, tuple[int, np.ndarray]] = {}
+    const_off = saved = 0
+    for irf in functions:
+        for b in irf.buffers:
+            if b.kind != "constant":
+                continue
+            key = keys.get(id(b.data))
+            if key is None:
+                key = keys[id(b.data)] = _content_key(b.data)
+            if key in placed:
+                b.offset, b.data = placed[key]
+                saved += b.size
+            else:
+                placed[key] = (const_off, b.data)
+                b.offset = const_off
+                const_off = align_up(const_off + b.size, alignment)
+    types: dict[str, TensorType] = {}
+    for irf in functions:
+        for name, b in irf.state.items():
+            t = types.setdefault(name, b.type)
+            if (t.dtype, t.shape) != (b.type.dtype, b.type.shape):
+                raise VerifyError(f"state '{name}' is {t} in one function and {b.type} in '{irf.name}': the "
+                                  f"functions of a module share it, so its type must be the same")
+    offsets, state_off = {}, 0
+    for name in sorted(types):
+        offsets[name] = state_off
+        state_off = align_up(state_off + max(types[name].nbytes, 1), alignment)
+    for irf in functions:
+        for name, b in irf.state.items():
+            b.offset = offsets[name]
+        irf.plan.constant_size = const_off
+        irf.plan.state_size = state_off
+    return {"constant_size": const_off, "state_size": state_off, "constant_bytes_shared": saved,
+            "state_offsets": offsets, "state_types": types}
+
+
+def state_as_io(irf: IRFunction):
+    """Make every state buffer an ordinary placeholder, an input and an output under its name (io "state"), and
+    plan the memory again: for a backend without persistent state (``Backend.compile_functions``' default), the
+    host then passes the state in and out around each run."""
+    for name, b in irf.state.items():
+        b.kind, b.io = "mutable", "state"
+        irf.inputs[name] = irf.outputs[name] = b
+    irf.state = {}
+    plan_memory(irf, irf.plan.alignment if irf.plan else ALIGNMENT)
 
 
 def verify_ir(irf: IRFunction):
     """Every read buffer is written before (or is a weight/input); activations are allocated when used."""
-    written = {id(b) for b in irf.buffers if b.kind in ("constant",) or b.io == "input"}
+    written = {id(b) for b in irf.buffers if b.kind in ("constant", "state") or b.io in ("input", "state")}
     alive = set()
     for idx, ins in enumerate(irf.instrs):
         if ins.op == "allocactivation":
@@ -494,11 +642,11 @@ def dump_ir(irf: IRFunction) -> str:
     lines = [f"function {irf.name}", "declare {"]
     total = 0
     for b in irf.buffers:
-        if b.kind not in ("constant", "mutable"):
+        if b.kind not in ("constant", "mutable", "state"):
             continue
         total += b.size
         u = ", ".join(users.get(id(b), []))
-        cm = "const" if b.kind == "constant" else "mutable"
+        cm = {"constant": "const", "mutable": "mutable", "state": "state"}[b.kind]
         lines.append(f"  %{b.name} = WeightVar {b.type} {cm} // size: {b.size} // Users: {u}")
     lines.append("")
     lines.append(f"  ; size = {total} bytes")
@@ -526,6 +674,8 @@ def dump_ir(irf: IRFunction) -> str:
         lines.append(f"  {idx} %{ins.name} = {ins.op} {ops}" + (f" {{ {attrs} }}" if attrs else ""))
     lines.append("}")
     lines.extend(f"; layout: {n}" for n in irf.layout_notes)
+    lines.extend(f"; group: {' + '.join('%' + i.name for i in g)} (one kernel; its buffers live over all of it)"
+                 for g in irf.groups)
     if irf.plan is not None:
         p = irf.plan
         lines.append("")
@@ -533,7 +683,8 @@ def dump_ir(irf: IRFunction) -> str:
         notes += [f"before scheduling {p.unscheduled_size} B"] if p.unscheduled_size is not None else []
         notes += [f"lower bound {p.allocation.lower_bound} B", f"efficiency {p.allocation.efficiency:.2f}",
                   f"strategy {p.allocation.strategy}"]
-        lines.append(f"; memory: constant {p.constant_size} B, mutable {p.mutable_size} B, activations "
+        state = f"state {p.state_size} B, " if p.state_size else ""
+        lines.append(f"; memory: constant {p.constant_size} B, mutable {p.mutable_size} B, {state}activations "
                      f"{p.activations_size} B ({', '.join(notes)}), alignment {p.alignment}")
     return "\n".join(lines)
 

@@ -73,6 +73,8 @@ class Partition:
     inputs: list[Value] = field(default_factory=list)  # placeholders of the graph or other partitions' outputs
     outputs: list[Value] = field(default_factory=list)  # read by later partitions or graph outputs
     split: str = ""  # why it was cut from a larger partition
+    #: The graph's persistent placeholders this partition reads and writes: (name, placeholder, value left in it).
+    state: list = field(default_factory=list)
 
     @property
     def key(self) -> tuple:
@@ -80,7 +82,7 @@ class Partition:
 
     def function(self, name: str) -> Function:
         """A fresh Function of this partition: a placeholder per input, a copy of each node, an output per value
-        that leaves it (named after the value)."""
+        that leaves it (named after the value), and the graph's state it holds (``Function.state``, same names)."""
         sf = Function(name)
         vmap = {v.id: sf.add_input(v.name, v.type) for v in self.inputs}
         for u in self.units:
@@ -88,7 +90,12 @@ class Partition:
             ins = [None if v is None else (v if v.is_const else vmap[v.id]) for v in n.inputs]
             m = sf.add_node(n.op, ins, dict(n.attrs), [v.type for v in n.outputs], n.name, n.opset)
             vmap.update((a.id, b) for a, b in zip(n.outputs, m.outputs))
-        sf.set_outputs([vmap[v.id] for v in self.outputs], [v.name for v in self.outputs])
+        outs, names = [vmap[v.id] for v in self.outputs], [v.name for v in self.outputs]
+        for nm, ph, final in self.state:
+            outs.append(final if final.is_const else vmap[final.id])
+            names.append(nm)
+            sf.state.append(nm)
+        sf.set_outputs(outs, names)
         return sf
 
 
@@ -394,10 +401,25 @@ class Partitioning:
                         seen.add(id(v))
                         p.inputs.append(v)
                         leaving.add(id(v))
-        leaving.update(id(v) for v in self.fn.outputs)
+        leaving.update(id(v) for nm, v in zip(self.fn.output_names, self.fn.outputs) if nm not in self.fn.state)
         for p in parts:
             p.outputs = [v for u in p.units for v in u.node.outputs if id(v) in leaving]
+            p.state = []
         self._home = home
+        placeholders = {v.name: v for v in self.fn.inputs}
+        for nm, final in zip(self.fn.output_names, self.fn.outputs):
+            if nm not in self.fn.state:
+                continue
+            ph = placeholders[nm]
+            readers = {i for i, p in enumerate(parts) if any(v is ph for v in p.inputs)}
+            owner = home.get(id(final), min(readers, default=None))
+            if owner is None:
+                continue
+            if readers - {owner}:
+                raise GlowError(f"state '{nm}' is read in partition(s) {sorted(readers - {owner})} but written in "
+                                f"partition {owner}: a state lives on one backend (place its readers with its "
+                                f"writer: compile option force=)")
+            parts[owner].state.append((nm, ph, final))
 
     def flops(self, p: Partition) -> int:
         return sum(self._flops[id(u.node)] for u in p.units)
@@ -623,13 +645,16 @@ def single_report(fn: Function, backend: str, model_name: str = "") -> Placement
 
 
 def output_sources(plan: Partitioning) -> dict:
-    """Graph output name -> the value name it is read from, or its constant array."""
-    return {nm: (np.asarray(v.const) if v.is_const else v.name) for nm, v in zip(plan.fn.output_names, plan.fn.outputs)}
+    """Graph output name -> the value name it is read from, or its constant array (the state is no output)."""
+    return {nm: (np.asarray(v.const) if v.is_const else v.name) for nm, v in zip(plan.fn.output_names, plan.fn.outputs)
+            if nm not in plan.fn.state}
 
 
 def feeds_of(p: Partition) -> list[tuple[str, str]]:
-    """(placeholder name, value name) pairs of a partition: placeholders are named after the values they carry."""
-    return [(v.name, v.name) for v in p.inputs]
+    """(placeholder name, value name) pairs of a partition: placeholders are named after the values they carry
+    (its state placeholders are no feeds: the state stays in its backend's memory)."""
+    held = {id(ph) for _, ph, _ in p.state}
+    return [(v.name, v.name) for v in p.inputs if id(v) not in held]
 
 
 __all__ = ["Partitioning", "Partition", "PartitionedFunction", "SplitNeeded", "REASONS", "output_sources",

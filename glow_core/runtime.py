@@ -12,9 +12,25 @@ priority=0)`` returns a ``concurrent.futures.Future``:
   ``max_queue`` requests waiting is refused at once (``RequestRefused`` in its future);
 * a running request's partitions run as soon as their inputs exist, each on the least busy device holding it, so
   independent partitions and consecutive requests overlap across devices;
-* an unknown network, bad inputs, a network evicted while the request waited, a device error or a closed host
-  end the future with a ``GlowError``: a request never hangs. A waiting request can be cancelled
-  (``future.cancel()``); a running one cannot.
+* an unknown network, bad inputs, a network evicted while the request waited, an error of the request's own (a
+  ``GlowError`` from the device, e.g. an integer division by zero in its data) or a closed host end the future
+  with a ``GlowError``: a request never hangs. A waiting request can be cancelled (``future.cancel()``); a
+  running one cannot.
+
+Devices fail, and the Host copes (``Host(max_retries=2, device_timeout_s=None, probe_interval_s=1.0)``):
+
+* a device fault is a run whose device code raised anything but a ``GlowError``, returned outputs of the wrong
+  names, shapes or dtypes, or did not come back within ``device_timeout_s`` seconds of its start (of its
+  submission for a device that overrides ``run``). The device is marked unhealthy and the run is retried on
+  another healthy device holding the partition (requests are pure functions of their inputs); a timed-out
+  device's other runs move too. A request is retried at most ``max_retries`` times;
+* an unhealthy device is probed every ``probe_interval_s`` (``DeviceManager.probe``: by default a run of one of
+  its functions on inputs that succeeded before) and rejoins when the probe succeeds; one probe at a time;
+* a request for which some partition has no healthy device fails at once with ``DeviceUnavailable``;
+* ``stats()`` reports per device its health, runs, failures, probes and recoveries, and the retries.
+
+With ``device_timeout_s=None`` (the default) a run that never returns keeps its request: give a deadline when a
+device can hang.
 
 Every state change happens under one lock; devices are called and futures resolved after it is released.
 
@@ -34,9 +50,11 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .api import check_inputs, compile_graph, input_dtypes, plan_partitions
 from .backend import Backend
-from .errors import GlowError, MemoryLimitError, RequestRefused
+from .errors import DeviceFault, DeviceUnavailable, GlowError, MemoryLimitError, RequestRefused
 from .graph import Function
 from .importer.onnx_import import graph_input_specs, load_model, shape_operand_inputs
 from .partition import feeds_of, gather_outputs, output_sources
@@ -59,6 +77,9 @@ class DeviceManager:
     track ``self.name``."""
 
     trace: Trace | None = None
+    #: ``time.perf_counter()`` when the run in progress started on the worker thread, None when idle (the Host
+    #: measures ``device_timeout_s`` from it).
+    running_since: float | None = None
 
     def __init__(self, backend: str | Backend, name: str = "", memory: int | None = None, **options):
         self.backend = get_backend(backend)
@@ -129,9 +150,16 @@ class DeviceManager:
         self._work.put((key, inputs, fut, time.perf_counter()))
         return fut
 
+    def probe(self, key, inputs: dict) -> Future:
+        """Check an unhealthy device (the Host calls it every ``probe_interval_s`` until it succeeds): a future
+        that succeeds when the device works. Default: a run of function ``key`` on ``inputs``, inputs on which
+        it succeeded before (or the failed run's own); a vendor may read a status register instead."""
+        return self.run(key, inputs)
+
     def execute(self, key, inputs: dict) -> dict:
         """Run function ``key`` on ``inputs`` (called on the worker thread, one run at a time); when tracing, with
-        its instructions on this device's track (if the backend times them)."""
+        its instructions on this device's track (if the backend times them). Raise a ``GlowError`` for an error
+        the request causes (not retried); anything else raised is a device fault (module docstring)."""
         with self._lock:
             compiled = self._functions[key][0]
         timed = None if self.trace is None else (time.perf_counter(), compiled.execute_timed(inputs))
@@ -147,17 +175,23 @@ class DeviceManager:
             if item is None:
                 return
             key, inputs, fut, queued = item
-            t0 = time.perf_counter()
+            if not fut.set_running_or_notify_cancel():  # the Host moved the run elsewhere before it started
+                with self._lock:
+                    self._pending -= 1
+                continue
+            t0 = self.running_since = time.perf_counter()
             try:
                 out = self.execute(key, inputs)
             except GlowError as e:
-                fut.set_exception(GlowError(f"device {self.name}, function '{key}': {e}"))
-            except Exception as e:  # noqa: BLE001  (a vendor's device code may fail in any way: report, never hang)
-                fut.set_exception(GlowError(f"device {self.name} failed running '{key}': {type(e).__name__}: {e}"))
+                kind = DeviceFault if isinstance(e, DeviceFault) else GlowError
+                fut.set_exception(kind(f"device {self.name}, function '{key}': {e}"))
+            except BaseException as e:  # noqa: BLE001  (a vendor's device code may fail in any way: report, never hang)
+                fut.set_exception(DeviceFault(f"device {self.name} failed running '{key}': {type(e).__name__}: {e}"))
             else:
                 fut.set_result(out)
             finally:
                 t1 = time.perf_counter()
+                self.running_since = None
                 if self.trace is not None:
                     self.trace.complete(key, t0, t1 - t0, TRACE_PROCESS, self.name, "device run",
                                         {"function": key, "device queue wait ms": round((t0 - queued) * 1e3, 3),
@@ -173,12 +207,80 @@ class DeviceManager:
         self._thread.join(timeout)
 
 
+@dataclass(frozen=True)
+class Fault:
+    """One rule of a ``FaultyDevice``'s schedule: what happens (``kind``) on which of the device's runs (numbered
+    from 1, every run on the device counted, probes too): the runs listed in ``at``, and every ``every``-th run.
+
+    Kinds: ``raise`` (a RuntimeError, as a driver would), ``hang`` (blocks until ``release()`` or ``close()``,
+    then runs), ``delay`` (sleeps ``seconds``, then runs), ``garbage`` (returns empty arrays in place of the
+    outputs)."""
+
+    kind: str
+    at: tuple[int, ...] = ()
+    every: int = 0
+    seconds: float = 0.0
+
+    KINDS = ("raise", "hang", "delay", "garbage")
+
+    def __post_init__(self):
+        if self.kind not in self.KINDS:
+            raise GlowError(f"Fault kind {self.kind!r}: the kinds are {', '.join(self.KINDS)}")
+        if self.every < 0 or self.seconds < 0 or any(n < 1 for n in self.at):
+            raise GlowError(f"Fault({self.kind!r}, at={self.at}, every={self.every}, seconds={self.seconds}): run "
+                            f"numbers start at 1, every and seconds are zero or more")
+
+    def hits(self, run: int) -> bool:
+        return run in self.at or (self.every > 0 and run % self.every == 0)
+
+
+class FaultyDevice(DeviceManager):
+    """A DeviceManager that fails on a schedule, for testing a runtime against device faults (the kit's own tests
+    and a vendor's): set ``faults`` (``Fault`` rules; the first that hits a run decides) on a device made with
+    ``host.add_device(..., device_class=FaultyDevice)``. ``injected`` lists ``(run number, kind)`` of every
+    fault injected; ``release()`` ends every hang, present and future."""
+
+    faults: tuple[Fault, ...] = ()
+
+    def __init__(self, *args, **kwargs):
+        self.executions = 0
+        self.injected: list[tuple[int, str]] = []
+        self._released = threading.Event()
+        super().__init__(*args, **kwargs)
+
+    def execute(self, key, inputs: dict) -> dict:
+        with self._lock:
+            self.executions += 1
+            run = self.executions
+        fault = next((f for f in self.faults if f.hits(run)), None)
+        if fault is not None:
+            self.injected.append((run, fault.kind))
+            if fault.kind == "raise":
+                raise RuntimeError(f"injected fault on {self.name}, run {run}")
+            if fault.kind == "hang":
+                self._released.wait()
+            elif fault.kind == "delay":
+                time.sleep(fault.seconds)
+            elif fault.kind == "garbage":
+                return {k: np.zeros(0, v.dtype) for k, v in super().execute(key, inputs).items()}
+        return super().execute(key, inputs)
+
+    def release(self):
+        """End every hang, present and future."""
+        self._released.set()
+
+    def close(self, timeout: float | None = None):
+        self.release()
+        super().close(timeout)
+
+
 @dataclass(eq=False)
 class _Part:
     key: str
     devices: list[DeviceManager]
     feeds: list[tuple[str, str]]
     deps: list[int]
+    outputs: list[tuple[str, tuple, np.dtype]]  # what a run must return: name, shape, dtype
     users: list[int] = field(default_factory=list)
 
 
@@ -190,6 +292,7 @@ class _Network:
     input_shapes: dict
     parts: list[_Part]
     outputs: dict
+    output_types: dict  # graph output name -> TensorType
     active: int = 0
     evicted: bool = False
 
@@ -209,30 +312,75 @@ class _Request:
     waiting: list[int] = field(default_factory=list)  # unmet dependencies per partition
     left: int = 0
     finished: bool = False
+    retries: int = 0
+    faults: list[str] = field(default_factory=list)  # the device faults it met
+
+
+@dataclass(eq=False)
+class _Attempt:
+    """One run of a request's partition given to a device."""
+    req: _Request
+    part: int
+    device: DeviceManager
+    feed: dict
+    submitted: float
+    future: Future | None = None
+    abandoned: bool = False  # its device timed out: the run moved elsewhere, a late result is dropped
+
+
+@dataclass(eq=False)
+class _Health:
+    """The Host's view of one device."""
+    healthy: bool = True
+    runs: int = 0  # request runs the device gave back (or timed out on)
+    failures: int = 0  # device faults
+    probes: int = 0
+    recoveries: int = 0
+    last_error: str = ""
+    attempts: set = field(default_factory=set)  # runs given to the device and not back
+    probing: bool = False
+    next_probe: float = 0.0
+    failed_run: tuple | None = None  # (partition, feed) of its last fault: a probe's inputs when no run succeeded
 
 
 class Host:
-    """Devices, networks partitioned across them and a priority queue of requests (module docstring)."""
+    """Devices, networks partitioned across them and a priority queue of requests; retries around faulty devices
+    (module docstring)."""
 
-    def __init__(self, max_active_requests: int = 4, max_queue: int = 64, trace: bool = False):
+    def __init__(self, max_active_requests: int = 4, max_queue: int = 64, trace: bool = False, max_retries: int = 2,
+                 device_timeout_s: float | None = None, probe_interval_s: float = 1.0):
         if max_active_requests < 1 or max_queue < 0:
             raise GlowError(f"Host(max_active_requests={max_active_requests}, max_queue={max_queue}): at least one "
                             f"active request and a queue of zero or more")
+        if max_retries < 0 or (device_timeout_s is not None and not device_timeout_s > 0) or not probe_interval_s > 0:
+            raise GlowError(f"Host(max_retries={max_retries}, device_timeout_s={device_timeout_s}, probe_interval_s="
+                            f"{probe_interval_s}): retries zero or more, a timeout above zero (or None), a probe "
+                            f"interval above zero")
         self.max_active_requests = max_active_requests
         self.max_queue = max_queue
+        self.max_retries = max_retries
+        self.device_timeout_s = device_timeout_s
+        self.probe_interval_s = probe_interval_s
         self.devices: list[DeviceManager] = []
         self._networks: dict[str, _Network] = {}
         self._queue: list = []  # heap of (priority, arrival, request)
         self._arrival = itertools.count()
         self._active = 0
-        self._outstanding: dict[DeviceManager, int] = {}  # runs given to each device and not finished
+        self._health: dict[DeviceManager, _Health] = {}
+        self._good_feed: dict[str, dict] = {}  # partition key -> the feed of its last successful run (for probes)
         self._running: set[_Request] = set()
-        self._counts = {"completed": 0, "failed": 0, "refused": 0, "cancelled": 0}
+        self._counts = {"completed": 0, "failed": 0, "refused": 0, "cancelled": 0, "retries": 0}
         self._closed = False
+        self._watching = True
         #: The Chrome trace of compilations, device runs and requests with ``trace=True`` (module docstring).
         self.trace = Trace() if trace else None
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._wake = threading.Condition(self._lock)
+        limits = [0.25, probe_interval_s / 4] + ([device_timeout_s / 4] if device_timeout_s else [])
+        self._tick = max(0.002, min(limits))
+        self._watchdog = threading.Thread(target=self._watch, name="glow-host-watchdog", daemon=True)
+        self._watchdog.start()
 
     def __enter__(self):
         return self
@@ -242,10 +390,12 @@ class Host:
 
     # -- set-up -------------------------------------------------------------------------------------------
     def add_device(self, backend: str | Backend, count: int = 1, memory: int | None = None,
-                   device_class: type = DeviceManager, **options) -> list[DeviceManager]:
-        """Create ``count`` devices of ``backend`` (``device_class``: a vendor's DeviceManager subclass);
-        ``options`` reach the backend's compile for these devices (e.g. ``num_threads=1``)."""
+                   device_class: type | None = None, **options) -> list[DeviceManager]:
+        """Create ``count`` devices of ``backend`` (``device_class``: a vendor's DeviceManager subclass; by default
+        the backend's own, ``Backend.device_manager()``, else DeviceManager); ``options`` reach the backend's
+        compile for these devices (e.g. ``num_threads=1``)."""
         b = get_backend(backend)
+        device_class = device_class or b.device_manager() or DeviceManager
         with self._lock:
             if self._closed:
                 raise GlowError("the host is closed")
@@ -253,6 +403,7 @@ class Host:
             new = [device_class(b, f"{b.name}{first + i}", memory, **options) for i in range(count)]
             for d in new:
                 d.trace = self.trace
+                self._health[d] = _Health()
             self.devices.extend(new)
         return new
 
@@ -300,7 +451,8 @@ class Host:
                     raise MemoryLimitError(f"network '{name}': partition {i} ({b.name}, {len(p.units)} nodes) fits on "
                                            f"no device: " + "; ".join(why))
                 deps = sorted({home[src] for _, src in feeds_of(p) if src in home})
-                parts.append(_Part(key, on, feeds_of(p), deps))
+                outs = [(v.name, v.type.shape, v.type.dtype.np) for v in p.outputs]
+                parts.append(_Part(key, on, feeds_of(p), deps, outs))
         except BaseException:
             for d, key in loaded:
                 d.evict_function(key)
@@ -308,10 +460,27 @@ class Host:
         for i, p in enumerate(parts):
             for j in p.deps:
                 parts[j].users.append(i)
-        net = _Network(name, specs, input_dtypes(specs), shapes, parts, output_sources(plan))
+        out_types = {nm: v.type for nm, v in zip(plan.fn.output_names, plan.fn.outputs)}
+        net = _Network(name, specs, input_dtypes(specs), shapes, parts, output_sources(plan), out_types)
         with self._lock:
             self._networks[name] = net
         return plan.report(name)
+
+    def signature(self, name: str) -> dict:
+        """The inputs and outputs of network ``name`` as it was compiled: ``{"inputs": [(name, DType, shape)],
+        "outputs": [(name, DType, shape)]}`` in the model's order."""
+        with self._lock:
+            net = self._networks.get(name)
+            if net is None:
+                raise GlowError(f"unknown network '{name}'; added: {', '.join(sorted(self._networks)) or 'none'}")
+        ins = [(nm, net.dtypes[nm], tuple(net.input_shapes.get(nm, dims))) for nm, _, dims in net.specs]
+        return {"inputs": ins, "outputs": [(nm, t.dtype, t.shape) for nm, t in net.output_types.items()]}
+
+    def ready(self, name: str) -> bool:
+        """Whether a request for network ``name`` would find a healthy device for each of its partitions."""
+        with self._lock:
+            net = self._networks.get(name)
+            return net is not None and not self._closed and self._unavailable(net) is None
 
     # -- requests -------------------------------------------------------------------------------------------
     def run(self, name: str, inputs: dict, priority: int = 0) -> Future:
@@ -327,7 +496,7 @@ class Host:
                 try:
                     req = _Request(net, check_inputs(inputs, net.specs, net.dtypes, net.input_shapes), fut,
                                    priority, time.perf_counter())
-                    err = None
+                    err = self._unavailable(net)
                 except GlowError as e:
                     err = e
             if err is None and self._active >= self.max_active_requests and len(self._queue) >= self.max_queue:
@@ -343,6 +512,14 @@ class Host:
         self._act(actions)
         return fut
 
+    def _unavailable(self, net: _Network) -> DeviceUnavailable | None:
+        """The error for a request of ``net`` when a partition has no healthy device (lock held), else None."""
+        for i, p in enumerate(net.parts):
+            if not any(self._health[d].healthy for d in p.devices):
+                why = "; ".join(f"{d.name}: {self._health[d].last_error}" for d in p.devices)
+                return DeviceUnavailable(f"network '{net.name}': no healthy device holds partition {i} ({why})")
+        return None
+
     def _dispatch(self) -> list:
         """Start queued requests while slots are free (lock held); returns the actions to perform unlocked."""
         actions = []
@@ -352,6 +529,11 @@ class Host:
                 self._counts["cancelled"] += 1
                 continue
             net = req.net
+            err = self._unavailable(net)
+            if err is not None:  # its devices failed while it waited
+                self._counts["failed"] += 1
+                actions.append((req.future, err))
+                continue
             req.dispatched = time.perf_counter()
             self._active += 1
             self._running.add(req)
@@ -361,58 +543,112 @@ class Host:
             req.left = len(net.parts)
             if not net.parts:  # every output is an input or a constant
                 actions += self._finish(req, gather_outputs(net.outputs, req.env, req.inputs))
-            actions += [self._submission(req, i) for i, p in enumerate(net.parts) if not p.deps]
+            for i, p in enumerate(net.parts):
+                if not p.deps:
+                    actions += self._submission(req, i)
         return actions
 
-    def _submission(self, req: _Request, i: int):
-        """A run of partition ``i`` on the device holding it with the fewest runs outstanding (lock held)."""
+    def _submission(self, req: _Request, i: int) -> list:
+        """A run of partition ``i`` on the healthy device holding it with the fewest runs outstanding, or the
+        request's end when there is none (lock held)."""
         p = req.net.parts[i]
-        device = min(p.devices, key=lambda d: self._outstanding.get(d, 0))
-        self._outstanding[device] = self._outstanding.get(device, 0) + 1
-        req.submitted[i] = (device.name, time.perf_counter())
-        return (device, p.key, {ph: req.env[src] for ph, src in p.feeds}, req, i)
+        healthy = [d for d in p.devices if self._health[d].healthy]
+        if not healthy:
+            faults = "; ".join(req.faults) or "; ".join(f"{d.name}: {self._health[d].last_error}" for d in p.devices)
+            return self._finish(req, DeviceUnavailable(f"network '{req.net.name}': no healthy device holds partition "
+                                                       f"{i} ({faults})"))
+        device = min(healthy, key=lambda d: len(self._health[d].attempts))
+        a = _Attempt(req, i, device, {ph: req.env[src] for ph, src in p.feeds}, time.perf_counter())
+        self._health[device].attempts.add(a)
+        req.submitted[i] = (device.name, a.submitted)
+        return [a]
 
     def _act(self, actions):
-        """Outside the lock: resolve futures (fut, result or exception) and submit runs to devices."""
+        """Outside the lock: resolve futures (fut, result or exception) and submit runs (attempts) to devices."""
         for a in actions:
-            if len(a) == 2:
-                fut, value = a
-                if fut.cancelled():  # a waiting request the caller cancelled
-                    continue
-                if isinstance(value, BaseException):
-                    fut.set_exception(value)
-                else:
-                    fut.set_result(value)
-            else:
-                device, key, feed, req, i = a
+            if isinstance(a, _Attempt):
+                key = a.req.net.parts[a.part].key
                 try:
-                    f = device.run(key, feed)
-                except Exception as e:  # noqa: BLE001  (a vendor's run may fail in any way: the request fails)
+                    f = a.device.run(key, a.feed)
+                    if not isinstance(f, Future):
+                        raise TypeError(f"run returned a {type(f).__name__}, not a concurrent.futures.Future")
+                except Exception as e:  # noqa: BLE001  (a vendor's run may fail in any way: a device fault)
                     f = Future()
-                    f.set_exception(GlowError(f"device {device.name} refused a run of '{key}': "
-                                              f"{type(e).__name__}: {e}"))
-                f.add_done_callback(lambda f, req=req, i=i, device=device: self._done(req, i, device, f))
-
-    def _done(self, req: _Request, i: int, device: DeviceManager, f: Future):
-        with self._lock:
-            self._outstanding[device] -= 1
-            if req.finished:
-                return
-            req.done_at[i] = time.perf_counter()
-            err = f.exception()
-            if err is not None:
-                actions = self._finish(req, err if isinstance(err, GlowError) else GlowError(str(err)))
+                    f.set_exception(DeviceFault(f"device {a.device.name} refused a run of '{key}': "
+                                                f"{type(e).__name__}: {e}"))
+                a.future = f
+                if a.abandoned:
+                    f.cancel()
+                f.add_done_callback(lambda f, a=a: self._done(a, f))
+                continue
+            fut, value = a
+            if fut.cancelled():  # a waiting request the caller cancelled
+                continue
+            if isinstance(value, BaseException):
+                fut.set_exception(value)
             else:
-                req.env.update(f.result())
+                fut.set_result(value)
+
+    def _done(self, a: _Attempt, f: Future):
+        with self._lock:
+            h = self._health[a.device]
+            h.attempts.discard(a)
+            req = a.req
+            if a.abandoned or req.finished:
+                return
+            h.runs += 1
+            req.done_at[a.part] = time.perf_counter()
+            part = req.net.parts[a.part]
+            err = DeviceFault(f"device {a.device.name}: its run of '{part.key}' was cancelled") if f.cancelled() \
+                else f.exception()
+            if err is None:
+                out = f.result()
+                wrong = _wrong_outputs(part, out)
+                if wrong:
+                    err = DeviceFault(f"device {a.device.name} returned wrong outputs for '{part.key}': {wrong}")
+            if err is None:
+                self._good_feed[part.key] = a.feed
+                req.env.update((nm, out[nm]) for nm, _, _ in part.outputs)
                 req.left -= 1
                 actions = []
-                for j in req.net.parts[i].users:
+                for j in part.users:
                     req.waiting[j] -= 1
-                    if req.waiting[j] == 0:
-                        actions.append(self._submission(req, j))
-                if req.left == 0:
+                    if req.waiting[j] == 0 and not req.finished:
+                        actions += self._submission(req, j)
+                if req.left == 0 and not req.finished:
                     actions += self._finish(req, gather_outputs(req.net.outputs, req.env, req.inputs))
+            elif isinstance(err, GlowError) and not isinstance(err, DeviceFault):
+                actions = self._finish(req, err)  # the request's own error: the same on any device
+            else:
+                if not isinstance(err, DeviceFault):
+                    err = DeviceFault(f"device {a.device.name} failed running '{part.key}': {type(err).__name__}: {err}")
+                self._fault(a.device, str(err), part, a.feed)
+                actions = self._retry(a, str(err))
         self._act(actions)
+
+    def _fault(self, device: DeviceManager, message: str, part: _Part, feed: dict):
+        """Mark ``device`` unhealthy after a fault (lock held); it is probed after ``probe_interval_s``."""
+        h = self._health[device]
+        h.failures += 1
+        h.last_error = message
+        h.failed_run = (part, feed)
+        if h.healthy:
+            h.healthy = False
+            h.next_probe = time.perf_counter() + self.probe_interval_s
+
+    def _retry(self, a: _Attempt, why: str) -> list:
+        """Run attempt ``a``'s partition again on a healthy device, within the request's retries (lock held)."""
+        req = a.req
+        req.faults.append(why)
+        if req.retries >= self.max_retries:
+            return self._finish(req, DeviceUnavailable(
+                f"network '{req.net.name}': partition {a.part} failed after {req.retries} retries "
+                f"(max_retries={self.max_retries}): {'; '.join(req.faults)}"))
+        actions = self._submission(req, a.part)
+        if actions and isinstance(actions[0], _Attempt):
+            req.retries += 1
+            self._counts["retries"] += 1
+        return actions
 
     def _finish(self, req: _Request, value) -> list:
         """End an active request (lock held): free its slot, unload an evicted network's last use, start more."""
@@ -428,6 +664,92 @@ class Host:
             self._unload(req.net)
         self._idle.notify_all()
         return [(req.future, value)] + self._dispatch()
+
+    # -- the watchdog: deadlines and probes ------------------------------------------------------------------
+    def _watch(self):
+        while True:
+            with self._lock:
+                self._wake.wait(self._tick)
+                if not self._watching:
+                    return
+                now = time.perf_counter()
+                actions, cancel, probes = [], [], []
+                for d, h in self._health.items():
+                    if self.device_timeout_s is not None and h.attempts:
+                        actions += self._deadline(d, h, now, cancel)
+                    if not h.healthy and not h.probing and now >= h.next_probe and d in self.devices:
+                        probes += self._probe_run(d, h)
+            for a in cancel:
+                if a.future is not None:
+                    a.future.cancel()
+            self._act(actions)
+            for d, part, feed in probes:
+                try:
+                    f = d.probe(part.key, feed)
+                    if not isinstance(f, Future):
+                        raise TypeError(f"probe returned a {type(f).__name__}, not a concurrent.futures.Future")
+                except Exception as e:  # noqa: BLE001  (a vendor's probe may fail in any way)
+                    f = Future()
+                    f.set_exception(e)
+                f.add_done_callback(lambda f, d=d, part=part: self._probed(d, part, f))
+
+    def _deadline(self, d: DeviceManager, h: _Health, now: float, cancel: list) -> list:
+        """When ``d`` holds a run past ``device_timeout_s``: the device is unhealthy and its runs move (lock
+        held). The clock starts when the worker starts the run (at submission for a device with its own run)."""
+        live = [a for a in h.attempts if not a.abandoned]
+        if not live:
+            return []
+        if type(d).run is DeviceManager.run:
+            since = d.running_since
+            late = since is not None and now - since > self.device_timeout_s
+        else:
+            late = any(now - a.submitted > self.device_timeout_s for a in live)
+        if not late:
+            return []
+        running = [a for a in live if a.future is not None and a.future.running()] or live[:1]
+        part = running[0].req.net.parts[running[0].part]
+        why = f"device {d.name}: a run of '{part.key}' passed device_timeout_s={self.device_timeout_s} s"
+        self._fault(d, why, part, running[0].feed)
+        h.runs += len(running)
+        actions = []
+        for a in sorted(live, key=lambda a: a.submitted):
+            a.abandoned = True
+            cancel.append(a)
+            if not a.req.finished:
+                actions += self._retry(a, why)
+        return actions
+
+    def _probe_run(self, d: DeviceManager, h: _Health) -> list:
+        """The probe to start on unhealthy ``d`` (lock held): one of its partitions on inputs that succeeded
+        before, else on its failed run's; a device holding nothing to probe with rejoins."""
+        with d._lock:
+            loaded = set(d._functions)
+        parts = [p for net in self._networks.values() for p in net.parts if d in p.devices and p.key in loaded]
+        good = [p for p in parts if p.key in self._good_feed]
+        if good:
+            part, feed = good[0], self._good_feed[good[0].key]
+        elif h.failed_run is not None and h.failed_run[0].key in loaded:
+            part, feed = h.failed_run
+        else:
+            h.healthy = True
+            h.recoveries += 1
+            return []
+        h.probing = True
+        h.probes += 1
+        return [(d, part, feed)]
+
+    def _probed(self, d: DeviceManager, part: _Part, f: Future):
+        with self._lock:
+            h = self._health[d]
+            h.probing = False
+            err = f.exception() if not f.cancelled() else DeviceFault("the probe was cancelled")
+            wrong = _wrong_outputs(part, f.result()) if err is None else ""
+            if err is None and not wrong:
+                h.healthy = True
+                h.recoveries += 1
+            else:
+                h.last_error = f"probe of '{part.key}' failed: {wrong or f'{type(err).__name__}: {err}'}"
+                h.next_probe = time.perf_counter() + self.probe_interval_s
 
     def _trace_request(self, req: _Request, value):
         """The request's span, its queue wait and each partition's run until now (lock held)."""
@@ -467,23 +789,29 @@ class Host:
 
     # -- observation and shutdown ---------------------------------------------------------------------------
     def stats(self) -> dict:
-        """Queue depth, active/completed/failed/refused requests, and per device: busy seconds, runs, runs
-        pending, memory used and capacity."""
+        """Queue depth, active/completed/failed/refused/cancelled requests, retries, and ``devices``: per device
+        (in the order added) its name, backend, health, runs, failures (device faults), probes, recoveries, last
+        error, busy seconds, runs pending, memory used and capacity."""
         with self._lock:
             out = {"queue_depth": len(self._queue), "active_requests": self._active,
                    "completed_requests": self._counts["completed"], "failed_requests": self._counts["failed"],
                    "refused_requests": self._counts["refused"], "cancelled_requests": self._counts["cancelled"],
+                   "retries": self._counts["retries"],
                    "networks": {n: {"partitions": len(net.parts), "active": net.active}
                                 for n, net in self._networks.items()}}
-            devices = list(self.devices)
-        out["devices"] = {d.name: {"backend": d.backend.name, "busy_seconds": d.busy_seconds, "runs": d.runs,
-                                   "pending": d.pending, "memory_used": d.memory_used(), "memory": d.memory}
-                          for d in devices}
+            health = [(d, self._health[d]) for d in self._health]
+            rows = [{"name": d.name, "backend": d.backend.name, "healthy": h.healthy, "runs": h.runs,
+                     "failures": h.failures, "probes": h.probes, "recoveries": h.recoveries,
+                     "last_error": h.last_error} for d, h in health]
+        for (d, _), row in zip(health, rows):
+            row.update(busy_seconds=d.busy_seconds, pending=d.pending, memory_used=d.memory_used(), memory=d.memory)
+        out["devices"] = rows
         return out
 
     def close(self, timeout: float | None = 60.0):
         """Refuse new requests, end the waiting ones with a GlowError, let the running ones finish (those still
-        running after ``timeout`` seconds end with a GlowError), then stop the devices. Safe to call twice."""
+        running after ``timeout`` seconds end with a GlowError), then stop the devices (an unhealthy device is
+        given a second at most). Safe to call twice."""
         with self._lock:
             self._closed = True
             gone = [r for _, _, r in self._queue]
@@ -498,6 +826,25 @@ class Host:
                 actions += self._finish(req, GlowError(f"the host was closed while the request ran (still running "
                                                        f"after {timeout} s)"))
             devices, self.devices = list(self.devices), []
+            healthy = {d: self._health[d].healthy for d in devices}
+            self._watching = False
+            self._wake.notify_all()
         self._act(actions)
+        if self._watchdog is not threading.current_thread():
+            self._watchdog.join(timeout)
         for d in devices:
-            d.close(timeout)
+            d.close(timeout if healthy[d] else (1.0 if timeout is None else min(timeout, 1.0)))
+
+
+def _wrong_outputs(part: _Part, out) -> str:
+    """What is wrong with a run's outputs (a dict holding every output of the partition with its shape and
+    dtype), or ''."""
+    if not isinstance(out, dict):
+        return f"a {type(out).__name__}, not a dict of arrays"
+    for name, shape, dt in part.outputs:
+        a = out.get(name)
+        if not isinstance(a, np.ndarray):
+            return f"no array '{name}'" if a is None else f"'{name}' is a {type(a).__name__}, not an array"
+        if a.shape != shape or a.dtype != dt:
+            return f"'{name}' is {a.dtype}{list(a.shape)}, expected {np.dtype(dt)}{list(shape)}"
+    return ""

@@ -39,7 +39,7 @@ LAYERS = (
     ("ir", ("glow_core.ir", "glow_core.memory", "glow_core.layout", "glow_core.tiling", "glow_core.plan_queries")),
     ("backend", ("glow_core.backend", "glow_core.discovery", "glow_core.trace")),
     ("api", ("glow_core.api", "glow_core.onnx_backend", "glow_core.partition", "glow_core.placement",
-             "glow_core.runtime", "glow_core")),
+             "glow_core.runtime", "glow_core.serve", "glow_core.module", "glow_core.llm", "glow_core")),
 )
 
 #: Packages glow_core must never import: the backends (constant folding uses the core's own reference kernels).

@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 
 from glow_core import api, quantization
+from glow_core.llm import Generator
 from glow_conformance import example_models
 from glow_tools.bench import bench, format_report, random_inputs
 from glow_core.discovery import available_backends
@@ -18,6 +19,7 @@ from glow_core.errors import GlowError
 from glow_tools.export_onnx import to_onnx
 from glow_tools.fuzz import cli as fuzz_cli
 from glow_tools.progress import Progress
+from glow_tools import serve as serve_cli
 from glow_core.trace import INSTR
 
 
@@ -141,7 +143,55 @@ def cmd_quantize_report(args):
             print(f"  output {name}: SQNR {b['sqnr']:.2f} -> {o['sqnr']:.2f} dB{top1}")
 
 
+def _generator(args):
+    """A Generator for ``args.model`` (glowc generate, glowc dump --generate), with a progress line."""
+    opts = {"num_threads": args.threads} if getattr(args, "threads", None) else {}
+    samp = {k: getattr(args, k) for k in ("temperature", "top_k", "top_p") if getattr(args, k, None) is not None}
+    with Progress(f"compiling {os.path.basename(args.model)} for {args.backend} (prefill and decode)", tick=True):
+        return Generator(args.model, _backends(args.backend), max_seq_len=args.max_seq_len,
+                         prefill_block=args.prefill_block, **samp, **opts)
+
+
+def _prompt_ids(text: str) -> np.ndarray:
+    try:
+        ids = [int(t) for t in text.replace(" ", "").split(",") if t]
+    except ValueError:
+        ids = []
+    if not ids:
+        raise GlowError(f"--prompt-ids {text!r}: give token ids separated by commas, e.g. 1,2,3")
+    return np.array([ids], np.int64)
+
+
+def cmd_generate(args):
+    g = _generator(args)
+    ids = _prompt_ids(args.prompt_ids)
+    out = g.generate(ids, args.max_new_tokens, seed=args.seed)
+    st = g.stats()
+    print("tokens: " + " ".join(str(t) for t in out[0]))
+    print(f"prefill: {st['prompt_tokens']} tokens, {st['prefill_tokens_per_s']:.1f} tokens/s; decode: "
+          f"{st['decode_steps']} steps, {st['decode_tokens_per_s']:.1f} tokens/s (compile {st['compile_seconds']:.1f} s)")
+
+
+def _dump_generator(args):
+    """glowc dump --generate: the generator's function (decode or prefill), each partition's graph and IR."""
+    g = _generator(args)
+    mf = g.module.functions.get(args.function)
+    if mf is None:
+        raise GlowError(f"--function {args.function}: the generator has {sorted(g.module.functions)}")
+    for i, (b, irf) in enumerate(mf.parts):
+        if len(mf.parts) > 1:
+            print(f"# partition {i}: {b.name}")
+        if args.graph or not (args.ir or args.source):
+            print(irf.graph.dump())
+        if args.ir:
+            print(irf.dump())
+    if args.source:
+        raise GlowError("--source with --generate: dump the IR (--ir) instead")
+
+
 def cmd_dump(args):
+    if args.generate:
+        return _dump_generator(args)
     cm = _compile(args)
     if cm.last is None:
         raise GlowError("the model has symbolic or value-dependent input shapes; run it once to specialize")
@@ -266,7 +316,12 @@ EXAMPLES = {
             "  glowc dump model.onnx --onnx lowered.onnx          the lowered graph as ONNX (open it in Netron)\n"
             "  glowc dump model.onnx --backend cpu --source       the generated C, each kernel's algorithm\n"
             "  glowc dump model.onnx --backend npu --quantize p.json --asm   the NPU program and its tilings\n"
-            "  glowc dump model.onnx --dot graph.dot && dot -Tsvg graph.dot -o graph.svg",
+            "  glowc dump model.onnx --dot graph.dot && dot -Tsvg graph.dot -o graph.svg\n"
+            "  glowc dump llama.onnx --generate --max-seq-len 256 --backend cpu --ir   the decode function's plan",
+    "generate": "examples:\n  glowc generate llama.onnx --backend cpu --prompt-ids 1,2,3 --max-new-tokens 32\n"
+                "  glowc generate llama.onnx --backend cpu --prompt-ids 1,2,3 --max-new-tokens 32 --seed 0 "
+                "--top-k 40\nthe model: a decoder with optimum's I/O names (input_ids, attention_mask, position_ids,"
+                "\npast_key_values.<i>.key|value -> logits, present.<i>.key|value); prints the tokens and the rates",
     "bench": "example:\n  glowc bench model.onnx --backend cpu --threads 1 --compare onnxruntime\n"
              "prints latency (median, p10, p90), runs/s, GFLOP/s and a per-op-kind table; inputs are random\n"
              "unless given with --input",
@@ -283,8 +338,14 @@ EXAMPLES = {
                  "  glowc partition model.onnx --backend cpu        what the cpu backend leaves to the interpreter\n"
                  "prints the partitions (backend, nodes, FLOPs, bytes in and out) and, for every node not on the\n"
                  "first backend, why, grouped by reason",
+    "serve": "examples:\n  glowc serve resnet.onnx --backend cpu --port 8000 --threads 1\n"
+             "  glowc serve resnet.onnx --backend cpu --replicas 2 --max-batch 8 --name resnet\n"
+             "  glowc serve model.onnx --backend acme_npu --address auto     join this machine's Ray cluster\n"
+             "then: curl http://127.0.0.1:8000/v2/models/resnet (Open Inference Protocol v2; tritonclient.http works)",
     "conformance": "examples:\n  glowc conformance --backend cpu -n 2 -q\n"
-                   "  glowc conformance --backend mypkg.backend:MyBackend -k conv",
+                   "  glowc conformance --backend mypkg.backend:MyBackend -k conv\n"
+                   "  glowc conformance --backend cpu -n 2 --export-golden golden/   golden artifacts; then\n"
+                   "      make -C golden CC=aarch64-linux-gnu-gcc && golden/replay golden/   (on the board)",
     "profile": "example:\n  glowc profile model.onnx --input input=calibration.npy -o profile.json\n"
                "each --input file holds a stack of samples on its first axis (e.g. [16, 1, 3, 224, 224] for 16 "
                "samples\nof a [1, 3, 224, 224] input); then: glowc run model.onnx --quantize profile.json ...",
@@ -341,6 +402,13 @@ def _quantize_group(parser, report=False):
         g.add_argument("--npu-config", metavar="FILE.json", help="the npu backend's NpuConfig (glow_npu)")
 
 
+def _generation_args(parser):
+    parser.add_argument("--max-seq-len", type=_positive(int), default=256, metavar="L",
+                        help="the KV cache's capacity in positions (default 256)")
+    parser.add_argument("--prefill-block", type=_positive(int), default=16, metavar="P",
+                        help="prompt tokens per prefill run (default 16)")
+
+
 def build_parser():
     p = _Parser(prog="glowc", description="Glow Kit compiler driver", epilog=EXAMPLES[None],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -372,6 +440,21 @@ def build_parser():
     d.add_argument("--asm", action="store_true", help="print the device program (npu: every instruction, with "
                    "the layers' tilings first)")
     _quantize_group(d)
+    gen = d.add_argument_group("generation (a decoder compiled as glowc generate compiles it)")
+    gen.add_argument("--generate", action="store_true", help="dump the generator's function: its KV cache is state")
+    gen.add_argument("--function", choices=["decode", "prefill"], default="decode", help="which (default decode)")
+    _generation_args(gen)
+    gn = _sub(sub, "generate", "generate tokens with a decoder (KV cache of fixed capacity, updated in place)")
+    gn.add_argument("model")
+    gn.add_argument("--backend", default="cpu", help=backends_help + " (default: cpu)")
+    gn.add_argument("--prompt-ids", required=True, metavar="I,J,...", help="the prompt's token ids")
+    gn.add_argument("--max-new-tokens", type=int, default=16, metavar="N", help="tokens to generate (default 16)")
+    gn.add_argument("--seed", type=int, help="sample with this seed (default: greedy)")
+    gn.add_argument("--temperature", type=_positive(float), help="sampling temperature (default 1)")
+    gn.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens (default all)")
+    gn.add_argument("--top-p", type=_positive(float), metavar="P", help="nucleus sampling (default 1)")
+    gn.add_argument("--threads", type=_positive(int), metavar="N", help="threads of the backend (default: its own)")
+    _generation_args(gn)
     b = _sub(sub, "bench", "measure latency, throughput and GFLOP/s, per op kind, optionally against onnxruntime")
     b.add_argument("model")
     b.add_argument("--backend", default="interpreter", help=backend_help + " (default: interpreter)")
@@ -412,6 +495,9 @@ def build_parser():
     f = _sub(sub, "fuzz", "differential fuzzing of a backend against a reference: random valid ONNX graphs, "
                           "every failure shrunk to a minimal model in --out (exit status 1 when something was found)")
     fuzz_cli.add_arguments(f, backend_help)
+    sv = _sub(sub, "serve", "serve a model over the Open Inference Protocol v2 on Ray Serve (until SIGINT or SIGTERM; "
+                            "needs glow-kit[serve])")
+    serve_cli.add_arguments(sv, backend_help)
     cf = _sub(sub, "conformance", "run the conformance suite (extra args go to pytest)")
     cf.add_argument("--backend", required=True, help=backend_help)
     return p
@@ -435,7 +521,8 @@ def main(argv=None):
                     f"glowc: {category.__name__}: {message}", file=sys.stderr)
                 rc = {"backends": cmd_backends, "run": cmd_run, "dump": cmd_dump, "demo": cmd_demo,
                       "compile": cmd_compile, "bench": cmd_bench, "partition": cmd_partition, "profile": cmd_profile,
-                      "quantize-report": cmd_quantize_report, "fuzz": fuzz_cli.run}[args.cmd](args)
+                      "quantize-report": cmd_quantize_report, "fuzz": fuzz_cli.run,
+                      "serve": serve_cli.run, "generate": cmd_generate}[args.cmd](args)
             if rc:
                 return rc
     except GlowError as e:

@@ -9,24 +9,20 @@ from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
 
-from .kernels import nn as kernels_nn
-
 from . import layouts
-
-from .build import sanitize
-
-from .build import toolchain
-from .fusion.attention import planned_scratch
+from .build import sanitize, toolchain
 from .build.bundle import write_bundle
+from .build.runtime import CPUFunction, aligned_bytes
+from .fusion.attention import planned_scratch
+from .kernels import nn as kernels_nn
 from .kernels.codegen import KernelInstr, scratch_layout
-from .kernels.window import ENGINE_SCRATCH_THREADS
-from .templates import prelude_text
-from .kernels.quantized import supported as quantized_supported
 from .kernels.ctypes_map import supported
 from .kernels.ew import ACTIVATION_PARAMS
-from .program import Program
-from .build.runtime import CPUFunction
+from .kernels.quantized import supported as quantized_supported
 from .kernels.storage_cast import ONE_BYTE_STORAGE
+from .kernels.window import ENGINE_SCRATCH_THREADS
+from .program import Program
+from .templates import prelude_text
 
 #: (producer, activation) pairs whose activation the kernels apply in their store (glow_core.fusion).
 FUSED_ACTIVATIONS = frozenset([(op, act) for op in ("conv", "matmul", "add") for act in ACTIVATION_PARAMS]
@@ -68,7 +64,8 @@ class CPUBackend(Backend):
     def should_lower(self, node) -> bool:
         """Softmax over the last axis, LayerNormalization, and forward LSTM/GRU with default activations on
         float32 run whole (kernels_nn: one kernel instead of the lowering's reductions, elementwise
-        instructions and per-step recurrences); everything else is lowered."""
+        instructions and per-step recurrences), and so do the language-model ops of kernels/llm.py (MatMulNBits,
+        RMS normalizations, rotary embeddings, GroupQueryAttention); everything else is lowered."""
         return not kernels_nn.keeps_whole(node)
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
@@ -98,12 +95,13 @@ class CPUBackend(Backend):
         n = options.get("num_threads")
         return max(1, int(n)) if n else (os.cpu_count() or 1)
 
-    def compile(self, function, options) -> CompiledFunction:
+    def compile(self, function, options, state=None, shared=None) -> CompiledFunction:
+        """``state``: the module's state region; ``shared``: its derived constants (``compile_functions``)."""
         options = dict(options or {})
         nt = self._threads(options)
         program = Program(function, nt, chains=options.get("elementwise_chains", True),
                           attention=options.get("attention", "auto"),
-                          folds=options.get("transpose_folding", True))
+                          folds=options.get("transpose_folding", True), shared=shared)
         flags = options.get("cflags")
         flags = list(flags.split() if isinstance(flags, str) else flags) if flags else toolchain.default_flags(nt)
         # Whatever the user's flags, the libraries must be position-independent and shared, and integer
@@ -114,7 +112,14 @@ class CPUBackend(Backend):
         sanitizers = sanitize.requested(options)
         sanitize.require_runtime(sanitizers)
         flags += sanitize.flags(sanitizers)
-        return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags))
+        return CPUFunction(program, toolchain.build_kernels(list(program.kernels.values()), flags), state)
+
+    def compile_functions(self, functions, options) -> list[CompiledFunction]:
+        """One state region for all the functions; their weights are the same arrays (the plans share them), and so
+        are the constants kernels prepare from them (packed GEMM panels)."""
+        state = aligned_bytes(max((f.plan.state_size for f in functions), default=0))
+        shared: dict = {}
+        return [self.compile(f, options, state, shared) for f in functions]
 
     def emit_bundle(self, function, out_dir, options) -> list[str]:
         options = dict(options or {})

@@ -30,9 +30,13 @@ class Program:
     """The calls of one IRFunction in order, its distinct kernels, and its constant region (the memory plan's
     weights, then the constants kernels asked for: converted weights, 64-byte aligned). The fusion stage
     (fusion/) decides which instructions run as one kernel; options ``chains`` (elementwise chains),
-    ``attention`` ("auto", "always", "never") and ``folds`` (transposes folded into matmuls) turn its rules."""
+    ``attention`` ("auto", "always", "never") and ``folds`` (transposes folded into matmuls) turn its rules.
+    ``shared``: the derived constants of the other functions of a module (``CPUBackend.compile_functions``),
+    reused for the same constant operands (same offsets in the module's shared constant region) so that a packed
+    weight exists once."""
 
-    def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto", folds: bool = True):
+    def __init__(self, irf, num_threads: int, chains: bool = True, attention: str = "auto", folds: bool = True,
+                 shared: dict | None = None):
         self.irf = irf
         self.calls: list[Call] = []
         self.kernels: dict[str, KernelCode] = {}
@@ -41,6 +45,7 @@ class Program:
                                                      "transpose_folding": folds})
         self._end = align_up(irf.plan.constant_size)
         self._placed: dict = {}
+        self._shared = shared
         for ins in irf.code:
             g = fused.group_of(ins)
             if g is not None and ins is not g.at:  # absorbed: computed by its group's kernel
@@ -60,14 +65,21 @@ class Program:
         self.constant_size = self._end if self.derived else irf.plan.constant_size
 
     def _derived(self, ins, code) -> list:
-        """The addresses of ``code``'s derived constants, placed once per (operand buffers, transformation)."""
+        """The addresses of ``code``'s derived constants, placed once per (operand buffers, transformation), made
+        once per module (``shared``)."""
         ptrs = []
         for d in code.derived:
             bufs = [ins.operands[slot][0] for slot in d.slots]
             key = (tuple((b.root.name, b.address, b.type) for b in bufs), d.tag)
             if key not in self._placed:
                 self._placed[key] = []
-                for arr in d.make([constant_value(b) for b in bufs]):
+                module_key = (tuple((b.address, b.type) for b in bufs), d.tag)
+                made = None if self._shared is None else self._shared.get(module_key)
+                if made is None:
+                    made = [np.ascontiguousarray(a) for a in d.make([constant_value(b) for b in bufs])]
+                    if self._shared is not None:
+                        self._shared[module_key] = made
+                for arr in made:
                     arr = np.ascontiguousarray(arr)
                     self._placed[key].append(self._end)
                     self.derived.append((self._end, arr))

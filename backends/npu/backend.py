@@ -17,12 +17,13 @@ from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.errors import GlowError, MemoryLimitError, UnsupportedOpError
 from glow_core.ir import IRFunction
 from glow_core.memory import align_up
+from glow_core.tiling import Tiling
 from glow_core.ops.primitives.linalg import window_sums
 from glow_core.ops.primitives.quantized import fixed_point_multiplier, real_multiplier
 
 from . import isa
 from .config import NpuConfig
-from .kernels import ConvJob, CopyJob, EltJob, PoolJob, cdiv, qadd_params
+from .kernels import ConvJob, CopyJob, DwJob, EltJob, PoolJob, cdiv, qadd_params
 from .sim import Simulator
 from .steps import Stream
 
@@ -35,9 +36,17 @@ CLAIMED = ("qconv", "qmatmul", "qadd", "qmul", "rescale", "qavg_pool", "max_pool
 class NpuBackend(Backend):
     """The reference NPU: quantized conv (every 2-D geometry: strides, padding, dilation, groups, depthwise),
     matmul, elementwise qadd/qmul/max/min, pooling and requantization, in fixed-point arithmetic; the rest runs
-    on ``cpu`` (``fallback_backends``). ``npu_config=`` (an NpuConfig, a dict or a JSON path) sizes the device."""
+    on ``cpu`` (``fallback_backends``). ``npu_config=`` (an NpuConfig, a dict or a JSON path) sizes the device.
+
+    A scratchpad device built on these pieces (the template's ``device_kind=scratchpad``) subclasses it and sets
+    ``CLAIMS`` (the IR ops it runs, each with a job builder in its function's ``JOBS``) and ``FUNCTION`` (its
+    ``NpuFunction`` subclass)."""
 
     name = "npu"
+    #: The IR ops the device claims (8-bit operands, fixed-point requantization; see ``is_op_supported``).
+    CLAIMS = CLAIMED
+    #: The CompiledFunction class ``compile`` builds (None: ``NpuFunction``).
+    FUNCTION = None
 
     def __init__(self, config=None):
         self.config = NpuConfig.of(config)
@@ -51,8 +60,8 @@ class NpuBackend(Backend):
 
     def is_op_supported(self, node_info: NodeInfo):
         op, ins, outs, a = node_info.op, node_info.in_dtypes, node_info.out_dtypes, node_info.attrs
-        if op not in CLAIMED:
-            return Unsupported(f"the NPU runs {', '.join(CLAIMED)}; {op} runs on the fallback")
+        if op not in self.CLAIMS:
+            return Unsupported(f"{self.name} runs {', '.join(sorted(self.CLAIMS))}; {op} runs on the fallback")
         if op == "copy":
             return True
         if not ins or any(d not in Q8 for d in ins[:2 if op in ("qadd", "qmul", "max", "min", "qmatmul") else 1]):
@@ -80,9 +89,14 @@ class NpuBackend(Backend):
                                f"2; tensors of rank 3 and more are channels-last on the device)")
         return True
 
+    def instruction_groups(self, function: IRFunction):
+        """Each ``qconv`` with the ``qadd`` reading its result (a ResNet block's residual add): one kernel, the
+        add in the conv's epilogue (``residual_groups``)."""
+        return residual_groups(function)
+
     def compile(self, function: IRFunction, options) -> CompiledFunction:
         cfg = NpuConfig.of(options.get("npu_config", self.config))
-        return NpuFunction(function, cfg)
+        return (self.FUNCTION or NpuFunction)(function, cfg)
 
     def merge_stats(self, stats):
         """The partitions' statistics summed: cycles, MACs, DRAM bytes, busy cycles; layers concatenated."""
@@ -100,6 +114,49 @@ class NpuBackend(Backend):
 
 
 # -- compilation ---------------------------------------------------------------------------------------------
+def residual_groups(irf: IRFunction) -> list:
+    """[qconv, qadd] pairs the NPU runs as one kernel: the qadd reads the qconv's 8-bit result C (its only reader;
+    C no output of the function, written by the conv alone) and a value B computed before the conv (or a
+    constant or input), and writes an 8-bit Y that is not an operand of the conv (Y may be C itself: the add in
+    place; C is never stored then). No instruction between the two touches B or Y (the group runs at the conv's
+    place), and the memory plan keeps all of them live over the pair (``Backend.instruction_groups``). One pass
+    over the code."""
+    code = irf.code
+    touch: dict = {}  # id(root) -> indices of the instructions naming it, in order
+    for i, ins in enumerate(code):
+        for b, _ in ins.operands:
+            t = touch.setdefault(id(b.root), [])
+            if not t or t[-1] != i:
+                t.append(i)
+    outputs = {id(b.root) for b in irf.outputs.values()}
+    groups = []
+    for i, conv in enumerate(code):
+        if conv.op != "qconv" or len(conv.outs) != 1 or conv.outs[0].type.dtype.name not in Q8:
+            continue
+        c = conv.outs[0].root
+        at = touch[id(c)]
+        if id(c) in outputs or len(at) < 2 or at[0] != i:
+            continue
+        j = at[1]
+        add = code[j]
+        if add.op != "qadd" or add.outs[0].type.dtype.name not in Q8 or add.ins[0].root is add.ins[1].root:
+            continue
+        if not any(b.root is c for b in add.ins):
+            continue
+        y = add.outs[0].root
+        if y is not c and len(at) != 2:  # C has another reader (when y is c, later uses are y's)
+            continue
+        other = add.ins[1] if add.ins[0].root is c else add.ins[0]
+        if other.type.dtype.name not in Q8 or not (other.type.shape == add.outs[0].type.shape == conv.outs[0].type.shape):
+            continue
+        if any(b.root is y for b in conv.ins):
+            continue
+        if any(i < k < j for r in (other.root, y) for k in touch.get(id(r), ())):
+            continue
+        groups.append([conv, add])
+    return groups
+
+
 def nhwc_order(shape):
     """The device order of a tensor's axes: channels-last ([N, *spatial, C]) for rank 3 and more."""
     r = len(shape)
@@ -141,11 +198,34 @@ class Layer:
     def __init__(self, name, op, instr, macs, nbytes):
         self.name, self.op, self.instr, self.macs, self.nbytes = name, op, instr, macs, nbytes
         self.jobs = []  # (job, tiling)
+        self.tiling = None  # the tiling its builder chose, shared by its jobs (None: planned at emission)
 
 
 class NpuFunction(CompiledFunction):
     """The compiled program for one IR function: ``program`` (decoded instructions), ``binary`` (its encoding),
-    ``layers`` (with the tilings chosen), the DRAM image, and a Simulator to run it on."""
+    ``layers`` (with the tilings chosen), the DRAM image, and a Simulator to run it on.
+
+    Hooks a scratchpad device built on it overrides, one piece at a time: ``JOBS`` (the instruction emitter: IR
+    op -> job builder), ``tiling(job)`` (the tile sizes, loop order and scratchpad placement of a job),
+    ``encode`` / ``decode`` (the binary) and ``SIMULATOR`` (what runs the program)."""
+
+    #: IR op -> ``builder(fn, ins, fused, layer) -> [job, ...]``: the jobs computing instruction ``ins`` (``fused``:
+    #: the qadd of its residual group, else None; a builder sets ``layer.macs``). A job has ``plan()`` (a
+    #: ``glow_core.tiling.Tiling``) and ``emit(tiling, stream, layer_name)`` (its ``steps.Step``s); the jobs of
+    #: one instruction share the first one's tiling.
+    JOBS = {
+        "qconv": lambda fn, ins, fused, layer: fn._conv(ins, fused, layer),
+        "qmatmul": lambda fn, ins, fused, layer: fn._matmul(ins, layer),
+        "qavg_pool": lambda fn, ins, fused, layer: [fn._pool(ins)],
+        "max_pool": lambda fn, ins, fused, layer: [fn._pool(ins)],
+        **{op: (lambda fn, ins, fused, layer: [fn._elementwise(ins)]) for op in ("qadd", "qmul", "rescale", "max",
+                                                                                 "min")},
+        "copy": lambda fn, ins, fused, layer: [CopyJob(ins.name, ins.outs[0].type.nbytes, fn.addr(ins.ins[0]),
+                                                       fn.addr(ins.outs[0]), fn.cfg)],
+    }
+    #: The machine the program runs on: ``SIMULATOR(config).run(program, dram, functional=..., check_hazards=...)``
+    #: returns ``sim.SimStats``.
+    SIMULATOR = Simulator
 
     def __init__(self, irf: IRFunction, cfg: NpuConfig):
         self.irf, self.cfg = irf, cfg
@@ -160,8 +240,8 @@ class NpuFunction(CompiledFunction):
         stream = Stream()
         self._compile(stream)
         self.program = stream.program()
-        self.binary = isa.encode_program(self.program)
-        self.program = isa.decode_program(self.binary)  # the device runs what the binary says
+        self.binary = self.encode(self.program)
+        self.program = self.decode(self.binary)  # the device runs what the binary says
         self._tag_layers(stream)
         size = self.packed_base + align_up(len(self.packed))
         if size > cfg.dram_bytes:
@@ -174,7 +254,7 @@ class NpuFunction(CompiledFunction):
             a = self.addr(b)
             self.dram[a:a + arr.nbytes] = arr.reshape(-1).view(np.uint8)
         self.dram[self.packed_base:self.packed_base + len(self.packed)] = np.frombuffer(bytes(self.packed), np.uint8)
-        self.sim = Simulator(cfg)
+        self.sim = self.SIMULATOR(cfg)
         self._stats = None
         self._layer_of = {l.name: l for l in self.layers}
 
@@ -213,62 +293,52 @@ class NpuFunction(CompiledFunction):
 
     # -- the kernels ----------------------------------------------------------------------------------------
     def _compile(self, stream: Stream):
-        code = self.irf.code
-        readers: dict = {}
-        for i, ins in enumerate(code):
-            for b in ins.ins:
-                readers.setdefault(id(b.root), []).append(i)
-        outputs = {id(b.root) for b in self.irf.outputs.values()}
-        writer = {}
-        for i, ins in enumerate(code):
-            for b in ins.outs:
-                writer.setdefault(id(b.root), i)
-        skip = set()
-        for i, ins in enumerate(code):
-            if i in skip:
+        fused_with = {id(g[0]): g[1] for g in self.irf.groups}
+        absorbed = {id(g[1]) for g in self.irf.groups}
+        for ins in self.irf.code:
+            if id(ins) in absorbed:
                 continue
             stream.barrier()
-            fused = self._fusable(i, ins, code, readers, outputs, writer)
+            fused = fused_with.get(id(ins))
             if fused is not None:
-                skip.add(fused)
-            layer = self._layer(ins, code[fused] if fused is not None else None)
+                self._check_group(ins, fused)
+            layer = self._layer(ins, fused)
             self.layers.append(layer)
-            tiling, count = None, {}
+            tiling, count = layer.tiling, {}
             for job in layer.jobs_todo:  # group blocks: one job each, all alike, one tiling
-                tiling = tiling or job.plan()
+                tiling = tiling or self.tiling(job)
                 layer.jobs.append((job, tiling))
                 if isinstance(job, ConvJob):
                     job.emit(tiling, stream, layer.name, count)
                 else:
                     job.emit(tiling, stream, layer.name)
 
-    def _fusable(self, i, ins, code, readers, outputs, writer):
-        """The index of a qadd that only reads this qconv's 8-bit result (and a value computed before it) and
-        whose result overlaps none of the conv's operands: the residual add of a ResNet block, computed in the
-        conv's epilogue. None otherwise."""
-        if ins.op != "qconv" or ins.outs[0].type.dtype.name not in Q8:
-            return None
-        out = ins.outs[0]
-        rd = readers.get(id(out.root), [])
-        if len(rd) != 1 or id(out.root) in outputs:
-            return None
-        j = rd[0]
-        q = code[j]
-        if q.op != "qadd" or q.outs[0].type.dtype.name not in Q8 or q.ins[0] is q.ins[1]:
-            return None
-        other = q.ins[1] if q.ins[0].root is out.root else q.ins[0]
-        if writer.get(id(other.root), -1) >= i or other.root is out.root:
-            return None
-        y = q.outs[0]
+    def tiling(self, job) -> Tiling:
+        """The tiling of ``job``: tile sizes, loop order and each buffer's scratchpad offsets. Default: the job's
+        own ``plan()``, ``glow_core.tiling.plan`` over its loop nest, buffers and analytical cost with the config's
+        scratchpads."""
+        return job.plan()
+
+    def encode(self, program) -> bytes:
+        """The program's binary (``isa.encode_program``: 64-byte words)."""
+        return isa.encode_program(program)
+
+    def decode(self, binary: bytes) -> list:
+        """The instructions of a binary (``isa.decode_program``)."""
+        return isa.decode_program(binary)
+
+    def _check_group(self, conv, add):
+        """The memory plan kept the group's buffers apart (``instruction_groups``): the add's result overlaps
+        no operand of the conv, and its other operand only exactly."""
+        y = add.outs[0]
         lo, hi = self.addr(y), self.addr(y) + y.type.nbytes
-        for b in ins.ins:
+        other = add.ins[1] if add.ins[0].root is conv.outs[0].root else add.ins[0]
+        for b in conv.ins + [other]:
             bl = self.addr(b)
-            if b.region != "constant" and bl < hi and lo < bl + b.type.nbytes:
-                return None
-        ol = self.addr(other)
-        if ol < hi and lo < ol + other.type.nbytes and (ol != lo or other.type.nbytes != y.type.nbytes):
-            return None
-        return j
+            if b.region != "constant" and bl < hi and lo < bl + b.type.nbytes and not (
+                    b is other and bl == lo and b.type.nbytes == y.type.nbytes):
+                raise GlowError(f"NPU '{self.irf.name}': the memory plan placed '{add.name}''s result over "
+                                f"'{b.name}', which the fused group '{conv.name}+{add.name}' still reads")
 
     def _layer(self, ins, fused=None) -> Layer:
         op = ins.op
@@ -277,20 +347,15 @@ class NpuFunction(CompiledFunction):
         if fused is not None:
             nbytes += sum(b.type.nbytes for b in fused.ins + fused.outs) - 2 * ins.outs[0].type.nbytes
         layer = Layer(name, op if fused is None else f"{op}+qadd", ins, 0, nbytes)
-        cfg = self.cfg
-        if op == "qconv":
-            layer.jobs_todo = self._conv(ins, fused, layer)
-        elif op == "qmatmul":
-            layer.jobs_todo = self._matmul(ins, layer)
-        elif op in ("qavg_pool", "max_pool"):
-            layer.jobs_todo = [self._pool(ins)]
-        elif op in ("qadd", "qmul", "rescale", "max", "min"):
-            layer.jobs_todo = [self._elementwise(ins)]
-        elif op == "copy":
-            src, dst = ins.ins[0], ins.outs[0]
-            layer.jobs_todo = [CopyJob(ins.name, dst.type.nbytes, self.addr(src), self.addr(dst), cfg)]
-        else:
-            raise UnsupportedOpError(f"instruction '{ins.name}': the NPU has no kernel for {op}")
+        build = self.JOBS.get(op)
+        if build is None:
+            raise UnsupportedOpError(f"instruction '{ins.name}': no job builder for {op} (the emitter has "
+                                     f"{', '.join(sorted(self.JOBS))})")
+        layer.jobs_todo = list(build(self, ins, fused, layer))
+        if fused is not None and not any(getattr(j, "residual", None) for j in layer.jobs_todo):
+            raise GlowError(f"instruction '{ins.name}' ({op}): its job builder ignored the residual '{fused.name}' "
+                            f"(qadd) of its instruction group; compute it in the jobs' epilogue (ConvJob.residual) or "
+                            f"return no such group from the backend's instruction_groups")
         return layer
 
     def _requant_table(self, ins, x_scale, w_scale, out_scale, f):
@@ -343,22 +408,16 @@ class NpuFunction(CompiledFunction):
                      ma=p["ma"], mb=p["mb"], mo=p["mo"], out_zp=int(qa["out_offset"]), lo=qa.get("clamp_min"),
                      hi=qa.get("clamp_max"), ydt=DT[fused.outs[0].type.dtype.name], conv_dt=ydt)
             self.device_const(other)
-        jobs = []
-        for blk in range(g // gb):
+        geometry = dict(H=H, W=W, OH=OH, OW=OW, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh, dw=dw, pt=pt, pl=pl, D=D, OD=OD,
+                        kd=kd, sd=sd, dd=dd, pf=pf, x_plane=H * W * C)
+        ex = 4 if i32 else 1
+        sp_in, sp_out = D * H * W * C, OD * OH * OW * F
+
+        def gemm_job(blk, w_addr, zp_addr):
             g0 = blk * gb
-            packed = np.empty((kd, kh, kw, Kb, Nb), np.int8)
-            packed[...] = wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int8)  # off the diagonal blocks (w - zp) = 0
-            for q in range(gb):
-                fs = slice((g0 + q) * Fg, (g0 + q + 1) * Fg)
-                packed[:, :, :, q * Cg:(q + 1) * Cg, q * Fg:(q + 1) * Fg] = np.transpose(wv[fs], (2, 3, 4, 1, 0))
-            w_addr = self.pack(packed)
-            zp_addr = self.pack(wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int32))
             f0 = g0 * Fg
-            ex = 4 if i32 else 1
-            sp_in, sp_out = D * H * W * C, OD * OH * OW * F
             job = ConvJob(
-                name=ins.name, images=N, H=H, W=W, K=Kb, N=Nb, OH=OH, OW=OW, kh=kh, kw=kw, sh=sh, sw=sw, dh=dh,
-                dw=dw, pt=pt, pl=pl, D=D, OD=OD, kd=kd, sd=sd, dd=dd, pf=pf, x_plane=H * W * C, y_plane=OH * OW * F,
+                name=ins.name, images=N, K=Kb, N=Nb, y_plane=OH * OW * F, **geometry,
                 x_addr=[self.addr(x) + img * sp_in + g0 * Cg for img in range(N)], x_row=W * C, x_pix=C,
                 xdt=DT[x.type.dtype.name], xzp=int(a["x_offset"]), w_addr=[w_addr] * N, w_row=Nb, wdt="i8",
                 w_zp=zp_addr, bias=bias_addr + 4 * f0, table=None if i32 else table_all + 8 * f0,
@@ -371,7 +430,35 @@ class NpuFunction(CompiledFunction):
                 rr["row"], rr["pix"] = OW * F, F
                 rr["y_addr"] = [self.addr(fused.outs[0]) + img * sp_out + f0 for img in range(N)]
                 job.residual = rr
-            jobs.append(job)
+            return job
+
+        # the cost model chooses: block-diagonal GEMMs on the array, or (depthwise) the vector unit
+        layer.tiling = self.tiling(gemm_job(0, 0, 0))
+        bv = const_value(bias)
+        if fused is None and not i32 and Cg == 1 and Fg == 1 and bv is not None:
+            xzp = int(a["x_offset"])
+            wd = wv.reshape(F, kd * kh * kw).astype(np.int64) - wov[:, None]  # (w - w_zp), per channel and tap
+            dwj = DwJob(name=ins.name, images=N, C=C, **geometry, x_addr=[self.addr(x) + img * sp_in for img in range(N)],
+                        x_row=W * C, xdt=DT[x.type.dtype.name], xzp=xzp, w=0, bias=0, table=table_all,
+                        y_addr=[self.addr(y) + img * sp_out for img in range(N)], y_row=OW * F, y_plane=OH * OW * F,
+                        ydt=ydt, out_zp=int(a["out_offset"]), lo=a.get("clamp_min"), hi=a.get("clamp_max"),
+                        macs=layer.macs, cfg=cfg)
+            t_dw = self.tiling(dwj)
+            if t_dw.cost < layer.tiling.cost * (g // gb):
+                dwj.w = self.pack(np.ascontiguousarray(wd.T).astype(np.int32))
+                b2 = bv.astype(np.int64) - xzp * wd.sum(axis=1)  # the padding (x_offset) then adds exactly 0
+                dwj.bias = self.pack(((b2 + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32))
+                layer.tiling = t_dw
+                return [dwj]
+        jobs = []
+        for blk in range(g // gb):
+            g0 = blk * gb
+            packed = np.empty((kd, kh, kw, Kb, Nb), np.int8)
+            packed[...] = wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int8)  # off the diagonal blocks (w - zp) = 0
+            for q in range(gb):
+                fs = slice((g0 + q) * Fg, (g0 + q + 1) * Fg)
+                packed[:, :, :, q * Cg:(q + 1) * Cg, q * Fg:(q + 1) * Fg] = np.transpose(wv[fs], (2, 3, 4, 1, 0))
+            jobs.append(gemm_job(blk, self.pack(packed), self.pack(wov[g0 * Fg:(g0 + gb) * Fg].astype(np.int32))))
         return jobs
 
     def _matmul(self, ins, layer):

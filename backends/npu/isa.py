@@ -30,7 +30,7 @@ ENGINES = ("load", "compute", "store")
 SPM = {0: "INP", 1: "WGT", 2: "ACC"}
 DTYPE = {0: "i8", 1: "u8", 2: "i32"}
 GEMM_MODE = {0: "overwrite", 1: "accumulate", 2: "bias"}
-ALU = {0: "add", 1: "sub", 2: "mul", 3: "max", 4: "min", 5: "shr", 6: "shl", 7: "clamp"}
+ALU = {0: "add", 1: "sub", 2: "mul", 3: "max", 4: "min", 5: "shr", 6: "shl", 7: "clamp", 8: "mac"}
 SRC2 = {0: "tile", 1: "imm", 2: "colvec"}
 SCALE = {0: "none", 1: "scalar", 2: "colvec"}
 ENUMS = {"spm": SPM, "dt": DTYPE, "adt": DTYPE, "bdt": DTYPE, "mode": GEMM_MODE, "alu": ALU, "src2_mode": SRC2,
@@ -154,7 +154,8 @@ _def(InstrDef(
 _def(InstrDef(
     "VEC", 4, "compute", (
         _f("alu", 4, "add, sub, mul (low 32 bits), max, min, shr (arithmetic, rounding: (x + 2^(s-1)) >> s, s "
-                     "= 0 leaves x), shl, clamp (to [src2 imm, imm2])"),
+                     "= 0 leaves x), shl, clamp (to [src2 imm, imm2]), mac (multiply-accumulate: dst + src * second, "
+                     "low 32 bits; reads dst)"),
         _f("src2_mode", 2, "tile: a second tile (src2, ts2, ts1); imm: the immediate src2; colvec: an n0-element "
                            "vector at src2, one per column"),
         _f("n2", E16, "outer extent"), _f("n1", E16, "middle extent"), _f("n0", E16, "inner extent (contiguous)"),

@@ -7,6 +7,8 @@ the step structure). The jobs:
 
 - ``ConvJob``: convolution and matrix product on the MAC array (an implicit im2col: a GEMM loops over the taps
   of the input tile in INP), with the requantization epilogue (and a fused residual ``qadd``) on the vector unit;
+- ``DwJob``: depthwise convolution on the vector unit (a multiply-accumulate per tap over a widened input tile),
+  when its cost beats the block-diagonal GEMM;
 - ``PoolJob``: max and average pooling on the vector unit over an input tile widened into ACC;
 - ``EltJob``: elementwise ``qadd``, ``qmul``, ``rescale``, ``max``, ``min`` over flat tiles;
 - ``CopyJob``: bytes from one DRAM buffer to another through INP.
@@ -356,6 +358,154 @@ class ConvJob:
                     step.stores.append(Insn("STORE", spm="INP", dt=self.ydt if r is None else r["ydt"], sram=outb,
                                             dram=dram, n2=n[0], n1=n[1], n0=n[2], ds2=self.y_row, ds1=self.y_pix,
                                             ss2=os_[0], ss1=os_[1]))
+            stream.add(step, layer)
+
+
+# -- depthwise convolution on the vector unit ------------------------------------------------------------------
+@dataclass
+class DwJob:
+    """A depthwise convolution (one filter per channel: group = C = F) on the vector unit, over ``images``
+    channels-last images: each tap is one VEC multiply-accumulate of the input tile (widened to int32 in ACC,
+    padded with the input zero point) by a per-channel weight vector, so the vector unit does ``vector_lanes``
+    useful MACs per cycle where the MAC array, given the block-diagonal GEMM of merged groups, does ``mac_cols``.
+
+    In DRAM: ``w`` is [kd * kh * kw][C] int32 weights minus their zero points, ``bias`` [C] int32 the bias minus
+    x_offset times the sum of the channel's weights (the padding, loaded as x_offset, then adds exactly what the
+    zero point takes away), ``table`` [C] (m, shift) pairs; x and y as in ``ConvJob`` (``x_addr`` / ``y_addr`` per
+    image, rows ``x_row`` / ``y_row``, pixels of C elements)."""
+
+    name: str
+    images: int
+    C: int
+    H: int
+    W: int
+    OH: int
+    OW: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    x_addr: list
+    x_row: int
+    xdt: str
+    xzp: int
+    w: int
+    bias: int
+    table: int
+    y_addr: list
+    y_row: int
+    ydt: str
+    out_zp: int = 0
+    lo: "int | None" = None
+    hi: "int | None" = None
+    macs: int = 0
+    cfg: NpuConfig = field(default_factory=NpuConfig)
+    D: int = 1
+    OD: int = 1
+    kd: int = 1
+    sd: int = 1
+    dd: int = 1
+    pf: int = 0
+    x_plane: int = 0
+    y_plane: int = 0
+
+    @property
+    def taps(self) -> int:
+        return self.kd * self.kh * self.kw
+
+    def in_extent(self, toh, tow):
+        return (toh - 1) * self.sh + (self.kh - 1) * self.dh + 1, (tow - 1) * self.sw + (self.kw - 1) * self.dw + 1
+
+    @property
+    def loops(self) -> dict:
+        return {"oh": self.OH, "ow": self.OW, "c": self.C}
+
+    def buffers(self, t) -> list:
+        ih, iw = self.in_extent(t["oh"], t["ow"])
+        pix = t["oh"] * t["ow"] * t["c"]
+        return [TileBuffer("in", "ACC", 4 * self.kd * ih * iw * t["c"]), TileBuffer("acc", "ACC", 4 * pix, double=False),
+                TileBuffer("par", "ACC", 4 * (self.taps + 3) * t["c"]), TileBuffer("out", "INP", pix)]
+
+    def cost(self, t, order) -> float:
+        """Cycles: the busiest of the load engine, the store engine, the DRAM port and the vector unit (a VEC per
+        tap, the bias, the REQ, each a row of up to vector_lanes channels per output pixel), plus fill and drain."""
+        cfg = self.cfg
+        toh, tow, tc = t["oh"], t["ow"], t["c"]
+        n_sp = self.images * self.OD * cdiv(self.OH, toh) * cdiv(self.OW, tow)
+        n_c = cdiv(self.C, tc)
+        steps = n_sp * n_c
+        ih, iw = self.in_extent(toh, tow)
+        in_b = self.kd * ih * iw * tc
+        par_b = 4 * (self.taps + 3) * tc
+        par_loads = n_c if order[0] == "c" or n_c == 1 else steps
+        load_bytes = steps * in_b + par_loads * par_b
+        load = (steps * self.kd + 3 * par_loads) * cfg.dma_latency_cycles + cdiv(load_bytes, cfg.dma_bytes_per_cycle)
+        out_b = toh * tow * tc
+        store = steps * cfg.dma_latency_cycles + cdiv(steps * out_b, cfg.dma_bytes_per_cycle)
+        port = cdiv(load_bytes + steps * out_b, cfg.dma_bytes_per_cycle)
+        comp = steps * (self.taps + 2) * toh * tow * cdiv(tc, cfg.vector_lanes)
+        return max(load, store, port, comp) + dma_cycles(cfg, in_b + par_b) + dma_cycles(cfg, out_b)
+
+    def plan(self) -> Tiling:
+        return plan(self.loops, memories(self.cfg), self.buffers, self.cost, orders=[("c", "sp"), ("sp", "c")],
+                    quanta={"c": min(self.C, self.cfg.vector_lanes)},
+                    sizes={"oh": candidate_sizes(self.OH, 1, 12), "ow": candidate_sizes(self.OW, 1, 6)}).best
+
+    def emit(self, t: Tiling, stream, layer: str):
+        cfg = self.cfg
+        toh, tow, tc = t.tile["oh"], t.tile["ow"], t.tile["c"]
+        off = t.offsets
+        ihf, iwf = self.in_extent(toh, tow)
+        plane = ihf * iwf * tc
+        sp = [(img, od, oh, ow) for img in range(self.images) for od in range(self.OD) for oh in tiles(self.OH, toh)
+              for ow in tiles(self.OW, tow)]
+        ct = tiles(self.C, tc)
+        seq = [(s, c) for c in ct for s in sp] if t.order[0] == "c" else [(s, c) for s in sp for c in ct]
+        par_key, n_par = None, -1
+        istr, astr = (iwf * tc, tc), (tow * tc, tc)
+        vstr = (self.sh * iwf * tc, self.sw * tc)
+        for k, ((img, od, (oh0, toh_), (ow0, tow_)), (c0, tc_)) in enumerate(seq):
+            step = Step()
+            if par_key != c0:  # this channel block's weights, bias and (m, shift) table
+                par_key, n_par = c0, n_par + 1
+                par = off[("par", n_par % 2)]
+                step.loads += [
+                    Insn("LOAD", spm="ACC", dt="i32", sram=par, dram=self.w + 4 * c0, n2=1, n1=self.taps, n0=tc_,
+                         ds1=self.C, ss1=tc),
+                    Insn("LOAD", spm="ACC", dt="i32", sram=par + 4 * self.taps * tc, dram=self.bias + 4 * c0, n2=1,
+                         n1=1, n0=tc_),
+                    Insn("LOAD", spm="ACC", dt="i32", sram=par + 4 * (self.taps + 1) * tc, dram=self.table + 8 * c0,
+                         n2=1, n1=1, n0=2 * tc_)]
+            par = off[("par", n_par % 2)]
+            inb = off[("in", k % 2)]
+            r0, q0 = oh0 * self.sh - self.pt, ow0 * self.sw - self.pl
+            ih = (toh_ - 1) * self.sh + (self.kh - 1) * self.dh + 1
+            iw = (tow_ - 1) * self.sw + (self.kw - 1) * self.dw + 1
+            step.loads += tile_loads("ACC", self.xdt, inb, self.x_addr[img],
+                                     planes(od, self.sd, self.pf, self.kd, self.dd, self.D), self.H, self.W,
+                                     self.x_plane, self.x_row, self.C, r0, ih, q0, iw, c0, tc_,
+                                     (plane, istr[0], istr[1]), self.xzp)
+            acc, outb = off[("acc", 0)], off[("out", k % 2)]
+            n = (toh_, tow_, tc_)
+            tap = 0
+            for a in range(self.kd):
+                for i in range(self.kh):
+                    for j in range(self.kw):
+                        src = inb + 4 * (a * plane + i * self.dh * iwf * tc + j * self.dw * tc)
+                        step.computes.append(vec(cfg, "mul" if tap == 0 else "mac", n, acc, astr, src, vstr,
+                                                 src2=par + 4 * tap * tc, src2_mode="colvec"))
+                        tap += 1
+            step.computes.append(vec(cfg, "add", n, acc, astr, acc, astr, src2=par + 4 * self.taps * tc,
+                                     src2_mode="colvec"))
+            step.computes.append(req(n, acc, astr, outb, astr, self.ydt, scale="table",
+                                     table=par + 4 * (self.taps + 1) * tc, out_zp=self.out_zp, lo=self.lo, hi=self.hi))
+            step.stores.append(Insn("STORE", spm="INP", dt=self.ydt, sram=outb,
+                                    dram=self.y_addr[img] + od * self.y_plane + oh0 * self.y_row + ow0 * self.C + c0,
+                                    n2=n[0], n1=n[1], n0=n[2], ds2=self.y_row, ds1=self.C, ss2=astr[0], ss1=astr[1]))
             stream.add(step, layer)
 
 

@@ -139,15 +139,11 @@ class Simulator:
                     st.dram_read += nbytes
                 else:
                     st.dram_written += nbytes
-            elif insn.op == "GEMM":
-                f = insn.f
-                rows = f["m2"] * f["m1"]
-                slices = f["t2"] * f["t1"] * -(-f["k"] // cfg.mac_rows) * -(-f["n"] // cfg.mac_cols)
-                work = rows * slices
-                end = start + (work + cfg.mac_rows + cfg.mac_cols if work else 0)
-                st.array_macs += rows * f["t2"] * f["t1"] * f["k"] * f["n"]
-            else:  # the vector unit takes vector_lanes contiguous elements of one row per cycle
-                end = start + insn.f["n2"] * insn.f["n1"] * -(-insn.f["n0"] // cfg.vector_lanes)
+            else:
+                end = start + self.compute_cycles(insn)
+                if insn.op == "GEMM":
+                    f = insn.f
+                    st.array_macs += f["m2"] * f["m1"] * f["t2"] * f["t1"] * f["k"] * f["n"]
             for fl in PUSHES:
                 if getattr(insn, fl):
                     tokens[QUEUES[(e, fl)]].append(end)
@@ -158,6 +154,17 @@ class Simulator:
             st.cycles = max(st.cycles, end)
         st.instructions = len(program)
         return st
+
+    def compute_cycles(self, insn: Insn) -> int:
+        """Cycles the compute engine spends on a GEMM, VEC or REQ (``isa.ISA[op].cycles``): a GEMM retires one
+        mac_rows-deep slice of the reduction for mac_cols columns of one row per cycle, plus the array's fill and
+        drain; the vector unit takes up to vector_lanes contiguous elements of one row per cycle. A device with
+        another array or vector unit overrides this (the functional semantics stay)."""
+        f, cfg = insn.f, self.cfg
+        if insn.op == "GEMM":
+            work = f["m2"] * f["m1"] * f["t2"] * f["t1"] * -(-f["k"] // cfg.mac_rows) * -(-f["n"] // cfg.mac_cols)
+            return work + cfg.mac_rows + cfg.mac_cols if work else 0
+        return f["n2"] * f["n1"] * -(-f["n0"] // cfg.vector_lanes)
 
     def _deadlock(self, program, queues, tokens) -> str:
         heads = []
@@ -254,7 +261,10 @@ class Simulator:
             elif mode == "colvec":
                 add(self._range("ACC", f["src2"], 4, (f["n0"],) if all(n) else (0,), (1,), where, "the vector"),
                     False)
-            add(self._range("ACC", f["dst"], 4, n, (f["ds2"], f["ds1"], 1), where, "the result"), True)
+            dst = self._range("ACC", f["dst"], 4, n, (f["ds2"], f["ds1"], 1), where, "the result")
+            if ALU.get(f["alu"]) == "mac":  # the accumulator is read too
+                add(dst, False)
+            add(dst, True)
         elif insn.op == "REQ":
             n = (f["n2"], f["n1"], f["n0"])
             add(self._range("ACC", f["src"], 4, n, (f["ss2"], f["ss1"], 1), where, "the operand"), False)
@@ -368,6 +378,8 @@ class Simulator:
             r = x - y
         elif alu == "mul":
             r = x * y
+        elif alu == "mac":
+            r = self._view("ACC", f["dst"], np.int32, n, (f["ds2"], f["ds1"], 1)).astype(np.int64) + x * y
         elif alu == "max":
             r = np.maximum(x, y)
         elif alu == "min":

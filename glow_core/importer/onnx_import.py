@@ -1,8 +1,8 @@
 """ONNX importer: ModelProto -> Function of high-level nodes with static types.
 
 Handles the ai.onnx domain from opset 7 to the newest the installed onnx knows
-(and the custom domains registered with ``glow_core.ops.custom_op``, and onnxruntime's com.microsoft ops that
-lower, registered as ``com.microsoft.<op>``),
+(older models are upgraded first: ``legacy.py``) (and the custom domains registered with
+``glow_core.ops.custom_op``, and onnxruntime's com.microsoft ops that lower, registered as ``com.microsoft.<op>``),
 initializers and Constant nodes, attribute defaults from ONNX's schema for the
 model's opset, symbolic dimensions (given concrete values) and inputs that feed
 shape operands (given as constants: *specialization*). Every node, in the main
@@ -22,11 +22,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..builder import build_node
-from ..errors import (GlowError, ImportError_, InternalError, MemoryLimitError, ModelLoadError, ShapeError,
-                      UnsupportedOpError)
+from ..errors import (GlowError, ImportError_, InternalError, MemoryLimitError, ModelLoadError,
+                      NeedsSpecialization, ShapeError, UnsupportedOpError)
 from ..graph import OUTER, Function, Node, Value
 from ..ops.registry import OPS, REQUIRED, get_op, qualified
 from ..types import TensorType, dtype
+from . import legacy
 from .subgraph import all_nodes, node_reads, outer_scope_names
 
 #: What to do with a file that is not an ONNX model.
@@ -336,12 +337,31 @@ def _toposort_nodes(g) -> list:
 
 
 def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants: dict | None = None,
-                 name: str = "main") -> Function:
+                 name: str = "main", initializers: dict | None = None) -> Function:
     """Build the high-level Function of an ONNX model.
 
     ``input_shapes`` gives concrete shapes for inputs with symbolic dims; ``constants`` gives values for
-    inputs to specialize (those feeding shape operands). Raises a ``GlowError`` naming the element at fault.
+    inputs to specialize (those feeding shape operands); ``initializers`` (name -> array), when given, is filled
+    with the initializers' arrays and reused: several imports of one model (for several input shapes) then hold
+    its weights once. Raises a ``GlowError`` naming the element at fault. A model of an ai.onnx opset older than
+    ``legacy.NATIVE_MIN_OPSET`` is first upgraded (``legacy.upgrade``); one the version converter cannot upgrade
+    is imported at its own opset, its errors saying why.
     """
+    if legacy.needs_upgrade(m):
+        upgraded, why = legacy.upgrade(m)
+        if upgraded is None:
+            try:
+                return _import(m, input_shapes, constants, name, initializers)
+            except GlowError as e:
+                if isinstance(e, NeedsSpecialization):
+                    raise
+                e.args = (f"{e} ({why})",) + e.args[1:]
+                raise
+        m = upgraded
+    return _import(m, input_shapes, constants, name, initializers)
+
+
+def _import(m: onnx.ModelProto, input_shapes, constants, name, initializers) -> Function:
     input_shapes = input_shapes or {}
     constants = constants or {}
     opset = model_opset(m)
@@ -374,7 +394,12 @@ def import_model(m: onnx.ModelProto, input_shapes: dict | None = None, constants
         env[nm].onnx_name = nm
     for t in m.graph.initializer:
         if t.name not in env:
-            env[t.name] = fn.constant(tensor_to_array(t), t.name or "init")
+            arr = None if initializers is None else initializers.get(t.name)
+            if arr is None:
+                arr = tensor_to_array(t)
+                if initializers is not None:
+                    initializers[t.name] = arr
+            env[t.name] = fn.constant(arr, t.name or "init")
     if len(m.graph.sparse_initializer):
         raise UnsupportedOpError(f"sparse initializer '{m.graph.sparse_initializer[0].values.name}' is not supported")
     _import_nodes(fn, m.graph, env, opset)

@@ -54,6 +54,11 @@ class PrimitiveDef:
     #                         own dtypes (never in float32) and runs on storage-only 1-byte types
     exact: bool = False  # the result must be bit-exact on every dtype
     quantized: str = ""  # how it treats quantized operand types (scale/offset), see QUANTIZED
+    #: State updates: ``(x, *other inputs, **attrs) -> None`` applying the primitive to input 0's array in place.
+    #: Its presence says the output may be input 0's own buffer (an ``@inout`` operand: a persistent
+    #: placeholder updated in place, ``glow_core.ir``); the kernel then reads input 0 only where it does not
+    #: write. The reference kernel must equal a copy of x followed by this update.
+    update_kernel: Callable | None = None
 
     def normalize_attrs(self, attrs: dict, where: str) -> dict:
         """``attrs`` with defaults filled in; ShapeError naming ``where`` for unknown or missing ones."""
@@ -165,7 +170,8 @@ OPS: dict[str, OpDef] = {}
 
 
 def primitive(name, family, inputs, dtypes, shape_rule, kernel, doc, *, tolerance, attrs=None, variadic=False,
-              elementwise=False, inplace=None, movement=False, exact=False, quantized=None) -> PrimitiveDef:
+              elementwise=False, inplace=None, movement=False, exact=False, quantized=None,
+              update_kernel=None) -> PrimitiveDef:
     """Register a primitive: its record, with its reference kernel (``inplace`` defaults to ``elementwise``,
     ``quantized`` to "keep" for movement primitives, else "")."""
     if name in PRIMITIVES:
@@ -177,7 +183,8 @@ def primitive(name, family, inputs, dtypes, shape_rule, kernel, doc, *, toleranc
         raise GlowError(f"primitive {name}: quantized={quantized!r}; accepted: {', '.join(map(repr, QUANTIZED))}")
     PRIMITIVES[name] = PrimitiveDef(name, family, tuple(inputs), dict(attrs or {}), tuple(dtypes), shape_rule,
                                     kernel, doc, tolerance, variadic, elementwise,
-                                    elementwise if inplace is None else inplace, movement, exact, quantized)
+                                    elementwise if inplace is None else inplace, movement, exact, quantized,
+                                    update_kernel)
     return PRIMITIVES[name]
 
 

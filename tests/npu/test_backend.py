@@ -47,6 +47,11 @@ CONVS = [
     ((1, 4, 5, 5), (6, 4, 1, 1), [1, 1], [1, 1], [2, 2, 2, 2], 1, "int8"),  # rows of padding only
     ((2, 3, 21), (5, 3, 4), [2], [3], [2, 1], 1, "uint8"),  # 1-D
     ((1, 4, 4, 5, 6), (4, 2, 2, 3, 2), [1, 2, 1], [2, 1, 2], [1, 0, 1, 0, 1, 1], 2, "int8"),  # 3-D
+    # depthwise (the vector unit's path when its cost wins): dilated, 1-D, 3-D, batch 2 with more channels than lanes
+    ((1, 24, 11, 9), (24, 1, 3, 3), [2, 1], [2, 2], [2, 1, 0, 2], 24, "int8"),
+    ((1, 20, 30), (20, 1, 5), [1], [1], [2, 2], 20, "uint8"),
+    ((1, 6, 4, 5, 6), (6, 1, 2, 3, 3), [1, 1, 2], [1, 1, 1], [0, 1, 1, 1, 1, 0], 6, "int8"),
+    ((2, 72, 13, 13), (72, 1, 3, 3), [2, 2], [1, 1], [1, 1, 1, 1], 72, "uint8"),
 ]
 
 
@@ -180,3 +185,41 @@ def test_dram_and_scratchpad_limits_are_errors():
         run_npu("qconv", arrays, attrs, consts=(1, 2, 3, 4), cfg=NpuConfig(input_spm_bytes=64, acc_spm_bytes=64))
     with pytest.raises(GlowError, match="npu_config"):
         NpuConfig.of(42)
+
+
+def test_depthwise_runs_on_the_vector_unit_when_cheaper():
+    """A MobileNet depthwise layer: the cost model picks the vector unit (a multiply-accumulate per tap, 32 lanes),
+    and the simulated layer beats what the array could do at best on the block-diagonal GEMM (mac_cols useful MACs
+    per cycle); bit-exact."""
+    arrays, attrs = conv_case((1, 96, 28, 28), (96, 1, 3, 3), [1, 1], [1, 1], [1, 1, 1, 1], 96, "uint8", seed=5)
+    attrs.update(clamp_min=0, clamp_max=200)
+    got, fn = run_npu("qconv", arrays, attrs, consts=(1, 2, 3, 4))
+    np.testing.assert_array_equal(got, reference("qconv", arrays, attrs))
+    (layer,) = fn.layers
+    assert [type(job).__name__ for job, _ in layer.jobs] == ["DwJob"]
+    st = fn.stats()
+    cfg = NpuConfig()
+    assert st["layers"][0]["cycles"] < layer.macs / cfg.mac_cols
+    assert "DwJob tile" in fn.describe()
+
+
+def test_a_job_builder_ignoring_the_residual_is_refused():
+    """A device built on the NPU that replaces the qconv builder with one that drops the fused qadd gets a clear
+    error, not a wrong answer."""
+    import glow_core
+    from glow_conformance import example_models
+    from glow_core import quantization
+    from glow_npu.backend import NpuFunction
+
+    class Plain(NpuFunction):
+        JOBS = {**NpuFunction.JOBS, "qconv": lambda fn, ins, fused, layer: fn._conv(ins, None, layer)}
+
+    class Vendor(NpuBackend):
+        name = "npu"
+        FUNCTION = Plain
+
+    m = example_models.resnet(seed=1, size=8, widths=(8,), blocks=1)
+    x = {"input": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    prof = quantization.profile(m, [x])
+    with pytest.raises(GlowError, match="ignored the residual .* instruction_groups"):
+        glow_core.compile(m, backend=[Vendor(), "cpu"], quantize=prof)

@@ -87,6 +87,9 @@ def test_network_identical_to_the_interpreter_fixed_point(name, flow):
     assert st["cycles"] > 0 and 0 < st["mac_utilization"] <= 1 and st["dram_bytes"] > 0
     assert all(lay["cycles"] >= 0 and lay["bound_cycles"] > 0 for lay in st["layers"])
     assert sum(lay["cycles"] for lay in st["layers"]) <= st["cycles"]
+    if name == "resnet18":  # every residual add runs in its conv's epilogue, whatever the memory plan
+        ops = [lay["op"] for lay in st["layers"]]
+        assert ops.count("qconv+qadd") == 8 and "qadd" not in ops, ops
     placement = str(npu.placement())
     assert "quantize runs on the fallback" in placement
 

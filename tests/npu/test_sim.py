@@ -81,7 +81,9 @@ def test_req_and_vec_follow_the_spec():
                  dst=100, ds1=3, in_zp=-2, lshift=1, out_zp=4, lo=-100, hi=120),
             Insn("VEC", alu="shr", src2_mode="imm", src2=2, n2=1, n1=1, n0=12, src=0, dst=256),
             Insn("VEC", alu="clamp", src2_mode="imm", src2=-5, imm2=5, n2=1, n1=1, n0=12, src=0, dst=320),
-            Insn("VEC", alu="mul", src2_mode="colvec", src2=0, n2=1, n1=1, n0=12, src=0, dst=384)]
+            Insn("VEC", alu="mul", src2_mode="colvec", src2=0, n2=1, n1=1, n0=12, src=0, dst=384),
+            Insn("VEC", alu="add", src2_mode="imm", src2=7, n2=1, n1=1, n0=12, src=0, dst=448),
+            Insn("VEC", alu="mac", src2_mode="colvec", src2=0, n2=1, n1=2, n0=6, src=0, ss1=6, dst=448, ds1=6)]
     sim.run(prog, np.zeros(64, np.uint8))
     got = sim.spm["INP"][100:112].view(np.int8)
     want = [min(max(spec_scale((int(x) + 2) << 1, int(table[i % 3, 0]), int(table[i % 3, 1])) + 4, -100), 120)
@@ -90,6 +92,8 @@ def test_req_and_vec_follow_the_spec():
     assert acc(sim, 256, 12).tolist() == [(int(x) + 2) >> 2 for x in v]  # rounding half up
     assert acc(sim, 320, 12).tolist() == np.clip(v, -5, 5).tolist()
     assert acc(sim, 384, 12).tolist() == [int(x) * int(x) for x in v]
+    want_mac = [int(x) + 7 + int(x) * int(v[i % 6]) for i, x in enumerate(v)]  # dst += src * colvec (6 wide)
+    assert acc(sim, 448, 12).tolist() == [(w + 2 ** 31) % 2 ** 32 - 2 ** 31 for w in want_mac]  # wraps
 
 
 def test_timing_model_overlaps_engines_through_tokens():

@@ -1,4 +1,5 @@
-"""Shared set-up of ONNX's node suite (``onnx.backend.test.BackendTest``) for one Glow backend."""
+"""Shared set-up of ONNX's shipped suites (``onnx.backend.test.BackendTest``) for one Glow backend: the node suite
+(``node_suite``) and the model suites (``model_suites``: simple, pytorch-converted, pytorch-operator)."""
 from __future__ import annotations
 
 import os
@@ -49,7 +50,27 @@ def node_suite(backend_name: str, module: str):
         bt.exclude(pat)
     for pat, _ in read_excludes(*exclude_files(backend_name), kinds=("xfail",)):
         bt.xfail(pat)
-    # Only the node cases: real/simple/pytorch model cases download data or are out of scope here.
-    for kind in ("RealModel", "SimpleModel", "PyTorchConvertedModel", "PyTorchOperatorModel"):
+    # Only the node cases: the model suites are model_suites' (real models are downloaded: left out)
+    for kind in ("RealModel",) + MODEL_SUITES:
         bt._test_items.pop(kind, None)
+    return bt
+
+
+#: BackendTest's categories of the model suites onnx ships with its data (no download): simple, pytorch-converted,
+#: pytorch-operator.
+MODEL_SUITES = ("SimpleModel", "PyTorchConvertedModel", "PyTorchOperatorModel")
+
+
+def model_suites(backend_name: str, module: str):
+    """A BackendTest over ONNX's shipped model suites for ``backend_name``, with the same exclude files as the
+    node suite (``excludes/model_suites.txt`` holds the model cases' own)."""
+    bt = onnx.backend.test.BackendTest(glow_core.onnx_backend.backend(backend_name), module)
+    bt.include(r"^test_.*")
+    for pat, _ in read_excludes(*exclude_files(backend_name), kinds=("exclude",)):
+        bt.exclude(pat)
+    for pat, _ in read_excludes(*exclude_files(backend_name), kinds=("xfail",)):
+        bt.xfail(pat)
+    for kind in list(bt._test_items):
+        if kind not in MODEL_SUITES:
+            bt._test_items.pop(kind)
     return bt

@@ -9,7 +9,6 @@ import time
 from collections import Counter
 
 import numpy as np
-import pytest
 
 from glow_core.api import compile_function
 from glow_core.backend import CompiledFunction

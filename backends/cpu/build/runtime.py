@@ -1,7 +1,9 @@
 """Loading and running a compiled function: the kernel libraries through ctypes, the mutable and activations
 regions allocated once (64-byte aligned), and a table of (kernel, operand addresses) that the libraries'
 ``glow_run_table`` walks. Weights are not copied into a constant region: their operand addresses point into
-the IR's own arrays (the constant region is virtual, laid out as a bundle's weights file lays it out)."""
+the IR's own arrays (the constant region is virtual, laid out as a bundle's weights file lays it out), so the
+functions of a module, whose plans share one array per weight (``ir.share_regions``), read the weights once. A
+state region (persistent placeholders) is the module's: allocated once and passed to each of its functions."""
 from __future__ import annotations
 
 import bisect
@@ -37,7 +39,7 @@ def aligned_bytes(n: int, align: int = 64) -> np.ndarray:
 class CPUFunction(CompiledFunction):
     """A compiled function bound to its memory regions: every operand address is computed once, here."""
 
-    def __init__(self, program, build):
+    def __init__(self, program, build, state: np.ndarray | None = None):
         irf = program.irf
         self.irf = irf
         self.program = program
@@ -48,9 +50,11 @@ class CPUFunction(CompiledFunction):
         plan = irf.plan
         self.mutable = aligned_bytes(plan.mutable_size)
         self.activations = aligned_bytes(plan.activations_size)
+        self.state = aligned_bytes(plan.state_size) if state is None else state
         self._weights = program.constant_parts()  # kept alive: kernels read them in place
         starts = [off for off, _ in self._weights]
-        base = {"mutable": self.mutable.ctypes.data, "activation": self.activations.ctypes.data}
+        base = {"mutable": self.mutable.ctypes.data, "activation": self.activations.ctypes.data,
+                "state": self.state.ctypes.data}
 
         def address(region, off):
             if region != "constant":
@@ -86,8 +90,10 @@ class CPUFunction(CompiledFunction):
 
     def memory_regions(self):
         """The mutable and activations regions the generated code runs in, laid out as the plan says (the
-        conformance suite guards every unplanned byte of them); the weights are not exposed."""
-        return {"mutable": self.mutable, "activation": self.activations}
+        conformance suite guards every unplanned byte of them), and the state region when the function has state;
+        the weights are not exposed."""
+        regions = {"mutable": self.mutable, "activation": self.activations}
+        return {**regions, "state": self.state} if self.irf.state else regions
 
     def execute(self, inputs):
         for nm, v in self._in:
@@ -97,6 +103,16 @@ class CPUFunction(CompiledFunction):
             if rc:
                 self.raise_error(rc)
         return {nm: v.copy() for nm, v in self._out}
+
+    def placeholders(self):
+        """Views of the inputs and outputs in the mutable region."""
+        return dict(self._in + self._out)
+
+    def run_placeholders(self):
+        if self._run is not None:
+            rc = self._run(*self._args)
+            if rc:
+                self.raise_error(rc)
 
     def execute_timed(self, inputs):
         """A run through ``glow_run_table_timed``: the same kernels, a monotonic clock read around each call."""

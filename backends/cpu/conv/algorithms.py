@@ -94,12 +94,14 @@ def _layout_strides(layout, cb, c, hw):
 
 
 def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int, cb: int, mult: int = 1,
-                min_rows: int = 1):
+                min_rows: int = 1, strips: bool = False):
     """(prep dict for conv_layout.prep or None, the (h, w) dims the kernel reads, image floats it reads). x is
     read as it is when it already has the kernel's blocking and needs no padding or subsampling; a kernel that
     reads whole rows with one tap sees them flattened into longer rows: into one row, or, when a thread split
     needs at least ``min_rows`` rows, into the fewest (h / k rows of k input rows, k dividing h) that give
-    them (else rows as they are)."""
+    them (else rows as they are). A kernel copying the input per strip of its own rows (``strips``: depthwise)
+    indexes the copy's rows by its own: with rows flattened, the copy is flattened too, which only a copy that
+    adds no padding can be (one with padding keeps the rows)."""
     same = ((in_layout == "nchwc" and icb == cb) or (in_layout == "nchw" and icb == 1) or
             (in_layout == "nhwc" and icb == c))
     prep = None
@@ -110,10 +112,11 @@ def _input_copy(dh: SpatialDim, dw: SpatialDim, c: int, in_layout: str, icb: int
                     sh=dh.sub, sw=dw.sub, mult=mult)
         dh = dataclasses.replace(dh, size=dh.padded)
         dw = dataclasses.replace(dw, size=dw.padded)
-    if dh.trivial and dw.trivial:
+    relayout = prep is None or (prep["h"], prep["w"]) == (prep["hp"], prep["wp"])  # no padding in the copy
+    if dh.trivial and dw.trivial and (relayout or not strips):
         k = max((k for k in range(1, dh.size + 1) if dh.size % k == 0 and dh.size // k >= min_rows), default=1)
         dh, dw = flat_dim(dh.size // k), flat_dim(k * dw.size)
-        if prep:  # the copy in the rows the kernel reads (a depthwise strip copies its own rows by their index)
+        if prep and strips:  # the source's rows flattened as the kernel's (the same elements in the same order)
             prep.update(h=dh.size, w=dw.size, hp=dh.size, wp=dw.size)
     return prep, dh, dw, -(-c * mult // icb) * icb * dh.size * dw.size
 
@@ -271,7 +274,8 @@ def plan_depthwise(geom, target, epi, nt, in_layout, out_layout, name, force):
     if in_layout == "nhwc" or out_layout == "nhwc":
         return Unsupported("conv engine: depthwise runs on nchw / nchwc only")
     parallel = nt > 1 and geom.macs >= PARALLEL_MIN_MACS // 4
-    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb, mult, min_rows=4 * nt if parallel else 1)
+    prep, dh, dw, ximg = _input_copy(dh, dw, C, in_layout, cb, cb, mult, min_rows=4 * nt if parallel else 1,
+                                     strips=True)
     (kh_taps, xoff_h, _, oh), = dh.phases
     (kw_taps, xoff_w, _, ow), = dw.phases
     kh, kw = len(kh_taps), len(kw_taps)

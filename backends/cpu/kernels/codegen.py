@@ -393,4 +393,4 @@ __all__ = ["Derived", "KERNELS", "KernelCode", "KernelInstr", "KernelWriter", "O
 
 
 # the families register their kernels when imported
-from . import elementwise, matmul, movement, nn, quantized, reduce, window  # noqa: E402,F401
+from . import elementwise, llm, matmul, movement, nn, quantized, reduce, window  # noqa: E402,F401

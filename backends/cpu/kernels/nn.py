@@ -33,6 +33,7 @@ from math import prod
 
 import numpy as np
 
+from . import llm
 from .codegen import ScratchLayout, kernel, kernel_scratch
 from .ew import activation, reduce_parts
 from .gemm_blocking import gemm_scratch_bytes, pack_b
@@ -320,3 +321,7 @@ def k_rnn(gen, ki, fn) -> str:
 @kernel_scratch("LSTM", "GRU")
 def rnn_scratch(ki) -> ScratchLayout:
     return ScratchLayout.of([("nn", rnn_scratch_bytes(ki))])
+
+
+# the language-model ops kept whole (kernels/llm.py: their kernels register themselves)
+WHOLE.update(llm.WHOLE)

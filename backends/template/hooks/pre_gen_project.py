@@ -8,9 +8,11 @@ import re
 import sys
 
 NAME = {{ cookiecutter.backend_name | tojson }}
+KIND = {{ cookiecutter.device_kind | tojson }}
+KINDS = ("functional", "scratchpad")
 
 # Built-in backends, and names whose package (glow_<name>) is already one of Glow Kit's own packages.
-TAKEN = {"interpreter", "cpu", "core", "conformance", "kit", "template"}
+TAKEN = {"interpreter", "cpu", "npu", "core", "conformance", "tools", "kit", "template"}
 
 
 def problem(name):
@@ -29,4 +31,8 @@ def problem(name):
 why = problem(NAME)
 if why:
     print(f"error: backend_name {NAME!r} {why}", file=sys.stderr)
+    sys.exit(1)
+if KIND not in KINDS:
+    print(f"error: device_kind {KIND!r} is not one of {', '.join(KINDS)} (functional: kernels on a simulated "
+          f"flat-memory device; scratchpad: the reference NPU's pieces)", file=sys.stderr)
     sys.exit(1)

@@ -219,9 +219,10 @@ def resize(b, x, roi=None, scales=None, sizes=None, *, mode="nearest", coordinat
 
 
 @onnx_op("Upsample", const_inputs=(1,))
-def upsample(b, x, scales=None, *, mode="nearest", **attrs):
-    """Resize with asymmetric coordinates; nearest takes floor(x / scale) (scales: input, or attribute < 9)."""
-    s = attrs.get("scales") if scales is None else b.value_of(scales, "scales")
+def upsample(b, x, scales_input=None, *, mode="nearest", **attrs):
+    """Resize with asymmetric coordinates; nearest takes floor(x / scale) (scales: input, or attribute < 9; the
+    input is not named ``scales``, so that the attribute never binds to it)."""
+    s = attrs.get("scales") if scales_input is None else b.value_of(scales_input, "scales")
     if s is None:
         raise ShapeError(f"{b.where}: Upsample needs scales")
     s = [float(v) for v in np.asarray(s).ravel()]

@@ -194,8 +194,8 @@ def _scatter_nd_rule(ts, reduction):
     return [x]
 
 
-def scatter_nd(x, indices, updates, reduction="none"):
-    out = x.copy()
+def scatter_nd_update(x, indices, updates, reduction="none"):
+    """scatter_nd applied to ``x`` itself (a state updated in place)."""
     k = indices.shape[-1]
     idx = indices.reshape(-1, k)
     upd = updates.reshape((idx.shape[0],) + x.shape[k:])
@@ -204,20 +204,27 @@ def scatter_nd(x, indices, updates, reduction="none"):
     for i in range(idx.shape[0]):
         t = tuple(idx[i])
         if reduction == "none":
-            out[t] = upd[i]
+            x[t] = upd[i]
         elif reduction == "add":
-            out[t] = out[t] + upd[i]
+            x[t] = x[t] + upd[i]
         elif reduction == "mul":
-            out[t] = out[t] * upd[i]
+            x[t] = x[t] * upd[i]
         elif reduction == "max":
-            out[t] = np.maximum(out[t], upd[i])
+            x[t] = np.maximum(x[t], upd[i])
         elif reduction == "min":
-            out[t] = np.minimum(out[t], upd[i])
+            x[t] = np.minimum(x[t], upd[i])
         else:
             raise GlowError(f"scatter_nd: unknown reduction {reduction!r}; accepted: none, add, mul, max, min")
+
+
+def scatter_nd(x, indices, updates, reduction="none"):
+    out = x.copy()
+    scatter_nd_update(out, indices, updates, reduction)
     return out
 
 
 primitive("scatter_nd", "index", ("x", "indices", "updates"), ALL, _scatter_nd_rule, scatter_nd,
           "Copy of x with slices at `indices` replaced (reduction='none') or combined by add/mul/max/min. "
-          "Updates are applied in index order.", attrs={"reduction": "none"}, **INDEXING)
+          "Updates are applied in index order. May update x in place (a persistent placeholder such as a KV "
+          "cache: its output is then x's own buffer).", attrs={"reduction": "none"},
+          update_kernel=scatter_nd_update, **INDEXING)

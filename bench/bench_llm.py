@@ -1,0 +1,231 @@
+"""Text generation on the CPU backend (glow_core.llm.Generator) against onnxruntime on the same ONNX file.
+
+The model is LLaMA-style with random weights (GQA, RoPE, RMSNorm, SwiGLU), about 125 M parameters by default:
+transformers' LlamaForCausalLM exported by torch with optimum's I/O names when transformers is installed, else
+the same architecture built with onnx.helper (glow_conformance.llm_models). Both runtimes generate greedily from
+the same prompt, in alternating rounds (bench/alternate.py), medians:
+
+* prefill tokens/s: the prompt's tokens over the time to its first new token's logits (the Generator in blocks of
+  --prefill-block tokens into its fixed-capacity cache; onnxruntime in one run of the whole prompt);
+* decode tokens/s: decode steps over their time (the Generator: one token per run, the cache updated in place;
+  onnxruntime: one token per run, the past fed back as the export expects, plain InferenceSession.run).
+At 1 and 2 threads. Also: the greedy tokens of both (they must match), the machine's memory bandwidth (numpy:
+a read-only max-reduction and a copy of 512 MiB, one and two threads; the bound takes the faster), the weight bytes one decode step reads (every weight
+but the embedding table, of which one row), and decode's fraction of the bandwidth bound (tokens/s against
+bandwidth / weight bytes per token). With glow_core.quantization.weight_only (the int4 MatMulNBits model), the
+same for int4.
+
+    python bench/bench_llm.py                          # ~125 M parameters, threads 1,2
+    python bench/bench_llm.py --threads 1 --rounds 3 --prompt 64 --new 32
+    python bench/bench_llm.py --quick                  # a tiny model, one thread, one round (the smoke test)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from alternate import alternating_rounds  # noqa: E402
+
+from glow_conformance.llm_models import DecoderConfig, llama_decoder, transformers_llama  # noqa: E402
+from glow_core import quantization  # noqa: E402
+from glow_core.llm import Generator  # noqa: E402
+
+#: ~125 M parameters: 12 layers of hidden 768 (12 query heads, 4 key/value heads of 64), SwiGLU 2048, vocab 32000.
+BENCH = DecoderConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                      num_attention_heads=12, num_key_value_heads=4)
+QUICK = DecoderConfig()
+
+
+def build(cfg: DecoderConfig, source: str, cache_dir: str) -> tuple[str, str]:
+    """The model file (built once per configuration and source, kept in ``cache_dir``) and its source."""
+    if source == "auto":
+        try:
+            import torch  # noqa: F401
+            import transformers  # noqa: F401
+            source = "transformers"
+        except ImportError:
+            source = "helper"
+    key = "_".join(str(v) for v in (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers,
+                                    cfg.num_attention_heads, cfg.num_key_value_heads))
+    path = os.path.join(cache_dir, f"llama_{source}_{key}.onnx")
+    if not os.path.exists(path):
+        os.makedirs(cache_dir, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        if source == "transformers":
+            transformers_llama(cfg, tmp, initializer_range=0.02)
+        else:
+            onnx.save(llama_decoder(cfg), tmp)
+        os.replace(tmp, path)
+    return path, source
+
+
+def bandwidth(nbytes: int = 512 << 20, threads: int = 1, repeats: int = 5) -> dict:
+    """GB/s of numpy reading (a max-reduction of float32: SIMD, bound by memory) and copying (read + write bytes
+    counted) ``nbytes``, split over ``threads`` Python threads (numpy releases the GIL in these loops); the best
+    of ``repeats``. The bound uses the faster of the two."""
+    n = nbytes // 4
+    src = np.ones(n, np.float32)
+    dst = np.empty_like(src)
+    edges = np.linspace(0, n, threads + 1).astype(np.int64)
+    bounds = list(zip(edges[:-1], edges[1:]))
+
+    def run(fn):
+        best = float("inf")
+        for _ in range(repeats):
+            ts = [threading.Thread(target=fn, args=b) for b in bounds]
+            t0 = time.perf_counter()
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    read = run(lambda lo, hi: np.maximum.reduce(src[lo:hi]))
+    copy = run(lambda lo, hi: np.copyto(dst[lo:hi], src[lo:hi]))
+    gbs = {"read": nbytes / read / 1e9, "copy": 2 * nbytes / copy / 1e9}
+    gbs["bound"] = max(gbs.values())  # the bandwidth the bound assumes: the faster of the two
+    return gbs
+
+
+def weight_bytes_per_token(model: onnx.ModelProto) -> int:
+    """Bytes of weights one decode step reads: every initializer, the embedding table but one row."""
+    total = 0
+    for t in model.graph.initializer:
+        size = int(np.prod(t.dims)) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        if "embed" in t.name and len(t.dims) == 2:
+            size = int(t.dims[1]) * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        total += size
+    return total
+
+
+class OrtLoop:
+    """onnxruntime generating greedily as the export expects: the prompt in one run, then one token per run with
+    the presents fed back as the next pasts."""
+
+    def __init__(self, path: str, threads: int):
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        self.sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        self.outs = [o.name for o in self.sess.get_outputs()]
+        self.pasts = [i for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
+
+    def generate(self, ids: np.ndarray, new: int):
+        past = {i.name: np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32) for i in self.pasts}
+        seq, cur = list(ids[0]), ids
+        t0 = time.perf_counter()
+        for step in range(new):
+            total = len(seq)
+            res = dict(zip(self.outs, self.sess.run(None, {
+                "input_ids": cur, "attention_mask": np.ones((1, total), np.int64),
+                "position_ids": np.arange(total - cur.shape[1], total, dtype=np.int64).reshape(1, -1), **past})))
+            seq.append(int(np.argmax(res["logits"][0, -1])))
+            cur = np.array([[seq[-1]]], np.int64)
+            past = {nm.replace("present", "past_key_values"): res[nm] for nm in self.outs[1:]}
+            if step == 0:
+                t1 = time.perf_counter()
+        t2 = time.perf_counter()
+        return np.array([seq]), ids.shape[1] / (t1 - t0), (new - 1) / (t2 - t1) if new > 1 else 0.0
+
+
+def compare(path: str, label: str, threads: list[int], rounds: int, prompt: np.ndarray, new: int, capacity: int,
+            block: int, bound_bytes: int, bw: dict) -> None:
+    print(f"\n{label}: prompt {prompt.shape[1]} tokens, {new} new, cache {capacity} positions, prefill blocks of "
+          f"{block}; weight bytes per decode step {bound_bytes / 1e6:.1f} MB")
+    print(f"{'thr':>3} {'':>5} {'prefill tok/s':>14} {'decode tok/s':>13} {'ms/token':>9} {'glow/ort':>9} "
+          f"{'of bound':>9}  compile")
+    for nt in threads:
+        t0 = time.perf_counter()
+        gen = Generator(path, backend="cpu", max_seq_len=capacity, prefill_block=block, num_threads=nt)
+        compile_s = time.perf_counter() - t0
+        ort_loop = OrtLoop(path, nt)
+        runs = {}
+
+        def glow():
+            out = gen.generate(prompt, new)
+            st = gen.stats()
+            runs["glow_tokens"] = out
+            return st["prefill_tokens_per_s"], st["decode_tokens_per_s"]
+
+        def ort():
+            out, p, d = ort_loop.generate(prompt, new)
+            runs["ort_tokens"] = out
+            return p, d
+        impls = {"glow": glow, "ort": ort}
+        glow(), ort()  # warm-up (and the tokens)
+        got = alternating_rounds(impls, rounds, lambda k: impls[k]())
+        med = {k: (statistics.median(p for p, _ in v), statistics.median(d for _, d in v)) for k, v in got.items()}
+        bound = bw[nt]["bound"] * 1e9 / bound_bytes
+        for k in ("glow", "ort"):
+            p, d = med[k]
+            ratio = (f"{med['glow'][1] / med['ort'][1]:.2f}" if k == "glow" else "")
+            print(f"{nt:>3} {k:>5} {p:>14.1f} {d:>13.2f} {1e3 / d if d else float('nan'):>9.2f} {ratio:>9} "
+                  f"{d / bound:>8.0%}  " + (f"{compile_s:.1f} s" if k == "glow" else ""))
+        print(f"    prefill glow/ort {med['glow'][0] / med['ort'][0]:.2f}; bandwidth bound at {nt} thread(s) "
+              f"{bound:.1f} tokens/s")
+        same = np.array_equal(runs["glow_tokens"], runs["ort_tokens"])
+        print(f"    greedy tokens {'match' if same else 'MISMATCH'} onnxruntime's ({runs['glow_tokens'].shape[1]} "
+              f"tokens)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a tiny model, one thread, one round (smoke test)")
+    ap.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
+    ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (default 64)")
+    ap.add_argument("--new", type=int, default=32, help="new tokens (default 32)")
+    ap.add_argument("--max-seq-len", type=int, default=256, help="the cache's capacity (default 256)")
+    ap.add_argument("--prefill-block", type=int, default=16, help="prefill block (default 16)")
+    ap.add_argument("--source", choices=["auto", "transformers", "helper"], default="auto",
+                    help="transformers' export (when installed: auto) or onnx.helper")
+    ap.add_argument("--omp-wait-policy", choices=["passive", "active"],
+                    help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: libgomp's, spin then sleep; "
+                         "passive is far faster on an oversubscribed machine)")
+    ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "glow_kit", "bench_llm"))
+    args = ap.parse_args(argv)
+    if args.omp_wait_policy:  # read by libgomp when the kernels' library first loads it (at the first compile)
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    if args.quick:
+        cfg, threads, args.rounds, args.prompt, args.new = QUICK, [1], 1, 8, 8
+        args.max_seq_len, args.prefill_block, args.source = 32, 4, "helper"
+        bw_bytes = 64 << 20
+    else:
+        cfg, threads, bw_bytes = BENCH, [int(t) for t in args.threads.split(",")], 512 << 20
+    print(f"load {open('/proc/loadavg').read().split()[:3]}, {os.cpu_count()} cores, OMP_WAIT_POLICY "
+          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+    path, source = build(cfg, args.source, args.cache_dir)
+    model = onnx.load(path, load_external_data=False)
+    print(f"model: {source}, {cfg.parameters() / 1e6:.1f} M parameters ({os.path.getsize(path) / 1e6:.0f} MB), "
+          f"{cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} heads / "
+          f"{cfg.num_key_value_heads} kv heads, vocab {cfg.vocab_size}: {path}")
+    bw = {nt: bandwidth(bw_bytes, nt) for nt in threads}
+    for nt, b in bw.items():
+        print(f"memory bandwidth, {nt} thread(s): read {b['read']:.1f} GB/s, copy {b['copy']:.1f} GB/s (numpy)")
+    prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, args.prompt)).astype(np.int64)
+    compare(path, "fp32", threads, args.rounds, prompt, args.new, args.max_seq_len, args.prefill_block,
+            weight_bytes_per_token(model), bw)
+    weight_only = getattr(quantization, "weight_only", None)
+    if weight_only is None:
+        print("\nint4: glow_core.quantization.weight_only is not available yet (MatMulNBits import: branch llmops)")
+        return 0
+    q = weight_only(model, bits=4, block_size=32, symmetric=True)
+    qpath = path.replace(".onnx", "_int4.onnx")
+    onnx.save(q, qpath)
+    compare(qpath, "int4 (MatMulNBits, block 32)", threads, args.rounds, prompt, args.new, args.max_seq_len,
+            args.prefill_block, weight_bytes_per_token(q), bw)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""The CPU backend's language-model kernels (backends/cpu/kernels/llm.py): each op kept whole reaches its kernel
+and matches the interpreter (the lowering) at 1 and 2 threads over the shapes that choose its paths; errors
+for caches or positions out of range; a genai-style decoder layer (float32, int4, int8) generates the same
+tokens as onnxruntime on the CPU backend with every op whole."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+import glow_core
+from glow_core.errors import GlowError
+from glow_core.quantization import weight_only
+from tests.core.test_onnxruntime_ops import decoder, generate, ort_run
+
+MS = "com.microsoft"
+
+
+def model(op, feeds, outs, attrs=None, inits=(), domain=MS, opset=23):
+    node = helper.make_node(op, list(feeds) + [k for k, _ in inits], outs, domain=domain, **(attrs or {}))
+    vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()]
+    g = helper.make_graph([node], "g", vis, [helper.make_empty_tensor_value_info(o) for o in outs],
+                          [numpy_helper.from_array(a, k) for k, a in inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
+
+
+def against_interpreter(m, feeds, whole, atol=1e-6):
+    want = glow_core.compile(m, "interpreter").run(feeds)
+    for nt in (1, 2):
+        cm = glow_core.compile(m, "cpu", num_threads=nt)
+        assert [i.op for i in cm.last.ir.code] == [whole]
+        got = cm.run(feeds)
+        for k, w in want.items():
+            np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=atol * max(1.0, float(np.abs(w).max())))
+
+
+WEIGHTS = {"b4": (4, 128, 48, 32, False, False), "b4_tails_zp_bias": (4, 100, 37, 32, True, True),
+           "b8_tails_zp": (8, 70, 21, 64, True, False), "b8_bs16_bias": (8, 256, 20, 16, False, True),
+           "b4_threaded": (4, 512, 1030, 64, True, False)}  # a GEMV above kernels.llm.PAR_MIN: threads fork
+
+
+# GEMV passes of 1..4 rows (and remainders), dequantized panels + the packed GEMM above 8 rows
+@pytest.mark.parametrize("m_rows, weights", [(m, w) for w in list(WEIGHTS)[:4] for m in (1, 5, 33)]
+                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9)] + [(1, "b4_threaded")])
+def test_matmul_nbits(m_rows, weights):
+    bits, k, n, block, zp, bias = WEIGHTS[weights]
+    r = np.random.default_rng(m_rows * k + n)
+    kb = -(-k // block)
+    inits = [("B", r.integers(0, 256, (n, kb, block * bits // 8), dtype=np.uint8)),
+             ("s", r.uniform(-0.1, 0.1, (n, kb)).astype(np.float32))]
+    names = ["a", "B", "s"]
+    if zp:
+        inits.append(("zp", r.integers(0, 256, (n, -(-kb * bits // 8)), dtype=np.uint8)))
+    if bias:
+        inits.append(("bias", r.uniform(-1, 1, n).astype(np.float32)))
+    feeds = {"a": r.uniform(-1, 1, (m_rows, k)).astype(np.float32)}
+    node = helper.make_node("MatMulNBits", names + (["zp"] if zp else [""] * bool(bias)) + (["", "bias"] if bias else []),
+                            ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [m_rows, k])],
+                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(a, nm) for nm, a in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    against_interpreter(m, feeds, f"{MS}.MatMulNBits", atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, n", [(5, 40), (1536, 1024)])  # the second above kernels.llm.PAR_MIN: threads fork
+def test_rms_norms(rows, n):
+    r = np.random.default_rng(1)
+    x, s, g, b = (r.uniform(-2, 2, sh).astype(np.float32) for sh in ((2, rows // 2 or 1, n), (rows // 2 or 1, n),
+                                                                    (n,), (n,)))
+    against_interpreter(model("RMSNormalization", {"x": x, "g": g}, ["y"], domain=""), {"x": x, "g": g},
+                        "RMSNormalization")
+    against_interpreter(model("SimplifiedLayerNormalization", {"x": x, "g": g}, ["y", "inv"], domain=""),
+                        {"x": x, "g": g}, "SimplifiedLayerNormalization")
+    f = {"x": x, "s": s, "g": g, "b": b}  # a skip of [S, hidden] broadcast over the batch
+    against_interpreter(model("SkipSimplifiedLayerNormalization", f, ["y", "mean", "inv", "sum"]), f,
+                        f"{MS}.SkipSimplifiedLayerNormalization")
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary(interleaved):
+    r = np.random.default_rng(2)
+    th = r.uniform(0, 6, (20, 8))
+    cos, sin = np.cos(th).astype(np.float32), np.sin(th).astype(np.float32)
+    x4 = r.uniform(-2, 2, (2, 4, 3, 16)).astype(np.float32)
+    ids = r.integers(0, 20, (2, 3)).astype(np.int64)
+    f = {"x": x4, "c": cos, "s": sin, "i": ids}
+    against_interpreter(model("RotaryEmbedding", f, ["y"], {"interleaved": interleaved}, domain=""), f,
+                        "RotaryEmbedding")
+    x3 = r.uniform(-2, 2, (2, 3, 64)).astype(np.float32)
+    f = {"x": x3, "i": np.array([4], np.int64), "c": cos, "s": sin}  # partial rotation, a start position
+    against_interpreter(model("RotaryEmbedding", f, ["y"], {"interleaved": interleaved, "num_heads": 4,
+                                                           "rotary_embedding_dim": 8}), f, f"{MS}.RotaryEmbedding")
+
+
+def _gqa(s, past, seqlens, total, attrs=None, d=16, heads=4, kv=2, rotary=False):
+    r = np.random.default_rng(3)
+    f = {"q": r.uniform(-1, 1, (len(seqlens), s, heads * d)).astype(np.float32),
+         "k": r.uniform(-1, 1, (len(seqlens), s, kv * d)).astype(np.float32),
+         "v": r.uniform(-1, 1, (len(seqlens), s, kv * d)).astype(np.float32),
+         "pk": r.uniform(-1, 1, (len(seqlens), kv, past, d)).astype(np.float32),
+         "pv": r.uniform(-1, 1, (len(seqlens), kv, past, d)).astype(np.float32),
+         "sk": np.array(seqlens, np.int32)}
+    inits = [("tot", np.array(total, np.int32))]
+    if rotary:
+        th = r.uniform(0, 6, (max(past, total) + 2, d // 2))
+        inits += [("cos", np.cos(th).astype(np.float32)), ("sin", np.sin(th).astype(np.float32))]
+    return model("GroupQueryAttention", f, ["y", "pk_out", "pv_out"],
+                 dict(attrs or {}, num_heads=heads, kv_num_heads=kv, do_rotary=int(rotary)), inits), f
+
+
+@pytest.mark.parametrize("s, past, seqlens, total, attrs, rotary", [
+    (5, 0, [4], 5, {}, True),  # a first prompt
+    (1, 8, [5, 8], 9, {}, True),  # ragged decode, present grows by one
+    (1, 16, [5, 8], 9, {"local_window_size": 3, "softcap": 0.5}, False),  # a cache of capacity 16
+    (3, 6, [8], 9, {"smooth_softmax": 1, "rotary_interleaved": 1}, True),  # a chunk after a prefix
+    (1, 1024, [1000], 1024, {"heads": 16, "d": 64}, True),  # above kernels.llm.PAR_MIN: threads fork
+])
+def test_group_query_attention(s, past, seqlens, total, attrs, rotary):
+    dims = {k: attrs.pop(k) for k in ("heads", "d") if k in attrs}
+    m, f = _gqa(s, past, seqlens, total, attrs, rotary=rotary, **dims)
+    against_interpreter(m, f, f"{MS}.GroupQueryAttention")
+
+
+def test_out_of_range_is_an_error_naming_the_instruction():
+    m, f = _gqa(1, 8, [5, 8], 9)
+    f["sk"] = np.array([5, 30], np.int32)  # past the cache of 9
+    with pytest.raises(GlowError, match=r"GroupQueryAttention.*index out of range"):
+        glow_core.compile(m, "cpu", num_threads=1).run(f)
+    r = np.random.default_rng(4)
+    f = {"x": r.uniform(-1, 1, (1, 2, 3, 16)).astype(np.float32), "c": np.ones((4, 8), np.float32),
+         "s": np.zeros((4, 8), np.float32), "i": np.array([[0, 1, 4]], np.int64)}
+    with pytest.raises(GlowError, match=r"RotaryEmbedding.*index out of range"):
+        glow_core.compile(model("RotaryEmbedding", f, ["y"], domain=""), "cpu", num_threads=1).run(f)
+
+
+@pytest.mark.parametrize("quantized", [None, (4, 32), (8, 64)])
+def test_decoder_layer_generates_like_onnxruntime_on_cpu(quantized):
+    cache = {}
+
+    def model_of(past, s):
+        if (past, s) not in cache:
+            m = decoder(past=past, s=s)
+            cache[past, s] = m if quantized is None else weight_only(m, *quantized)
+        return cache[past, s]
+    compiled = {}
+
+    def run(m, f):
+        key = id(m)
+        if key not in compiled:
+            compiled[key] = glow_core.compile(m, "cpu", num_threads=2)
+        return compiled[key].run(f)
+    want_ids, want_logits = generate(model_of, ort_run, [3, 17, 8, 42, 1], 6)
+    got_ids, got_logits = generate(model_of, run, [3, 17, 8, 42, 1], 6)
+    assert got_ids == want_ids
+    for g, w in zip(got_logits, want_logits):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max())
+    ops = {i.op for cm in compiled.values() for i in cm.last.ir.code}
+    assert {f"{MS}.GroupQueryAttention", f"{MS}.SkipSimplifiedLayerNormalization",
+            "SimplifiedLayerNormalization"} <= ops
+    assert (f"{MS}.MatMulNBits" in ops) == (quantized is not None)
