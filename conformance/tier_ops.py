@@ -16,7 +16,7 @@ from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
 from . import ops_onnxruntime, paths
-from .onnx_cases import Init, model_case as _model_case, one_node
+from .onnx_cases import ONNXRUNTIME, Init, model_case as _model_case, one_node
 from .primitive_cases import acc_specials, pairs, specials, sprinkle
 
 F = ("float32", "float16", "float64")
@@ -547,6 +547,24 @@ def _structured():
     add("GRU", "states", ("float32",), lambda r, d: one_node(
         "GRU", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 15, 3), r, -0.5, 0.5), rnd(d, (1, 15, 5), r, -0.5, 0.5),
                 None, None, rnd(d, (1, 2, 5), r, -1, 1)], {"hidden_size": 5}, n_out=2))
+    # sequence_lens shorter than the sequence (rows past their length keep their state, Y zero): at run time
+    # through the packed LSTM and GRU, a constant through the plain loops (weights at run time)
+    add("LSTM", "const_weights_seq_lens", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (5, 3, 3), r, -1, 1), Init(rnd(d, (1, 4 * 21, 3), r, -0.5, 0.5)),
+                 Init(rnd(d, (1, 4 * 21, 21), r, -0.5, 0.5)), Init(rnd(d, (1, 8 * 21), r, -0.5, 0.5)),
+                 np.array([5, 2, 1], np.int32), rnd(d, (1, 3, 21), r, -1, 1), rnd(d, (1, 3, 21), r, -1, 1)],
+        {"hidden_size": 21}, n_out=3))
+    add("LSTM", "seq_lens", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 20, 3), r, -0.5, 0.5), rnd(d, (1, 20, 5), r, -0.5, 0.5),
+                 rnd(d, (1, 40), r, -0.5, 0.5), Init(np.array([3, 1], np.int32))], {"hidden_size": 5}, n_out=3))
+    add("GRU", "const_linear_before_reset_seq_lens", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (5, 3, 4), r, -1, 1), Init(rnd(d, (1, 3 * 17, 4), r, -0.5, 0.5)),
+                Init(rnd(d, (1, 3 * 17, 17), r, -0.5, 0.5)), Init(rnd(d, (1, 6 * 17), r, -0.5, 0.5)),
+                np.array([2, 5, 1], np.int32), rnd(d, (1, 3, 17), r, -1, 1)],
+        {"hidden_size": 17, "linear_before_reset": 1}, n_out=2))
+    add("GRU", "seq_lens", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 15, 3), r, -0.5, 0.5), rnd(d, (1, 15, 5), r, -0.5, 0.5),
+                None, Init(np.array([1, 3], np.int32))], {"hidden_size": 5}, n_out=2))
     add("LpPool", "k2_p2", ("float32",), lambda r, d: one_node("LpPool", [rnd(d, (1, 2, 5, 6), r)],
                                                               {"kernel_shape": [2, 2], "p": 2}))
     add("NonZero", "2d", ("float32", "int32"), lambda r, d: one_node(
@@ -682,7 +700,10 @@ SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "s
                 ("Softmax", "specials"): _softmax_oracle(-1),
                 **{("Softmax", f"last_axis_{n}_specials"): _softmax_oracle(-1) for n in SOFTMAX_TAILS},
                 **{("Erf", f"length_{n}"): _erf for n in SOFTMAX_TAILS},
-                **{("Softmax", f"axis{a}"): _softmax_oracle(a) for a in (-1, 0, 1)}}
+                **{("Softmax", f"axis{a}"): _softmax_oracle(a) for a in (-1, 0, 1)},
+                # onnx.reference's LSTM / GRU ignore sequence_lens; onnxruntime applies it
+                **{k: ONNXRUNTIME for k in (("LSTM", "const_weights_seq_lens"), ("LSTM", "seq_lens"),
+                                            ("GRU", "const_linear_before_reset_seq_lens"), ("GRU", "seq_lens"))}}
 
 
 def structured_cases():

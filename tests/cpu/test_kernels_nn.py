@@ -198,3 +198,40 @@ def test_gru_before_reset_with_constant_weights_runs_unpacked():
     assert "GRU" in _check(m, feed)
     (ins,) = [i for i in glow_core.compile(m, "cpu", num_threads=1).ir.code if i.op == "GRU"]
     assert "packed" not in kernel_code(KernelInstr.of(ins), 1).choice
+
+
+@pytest.mark.parametrize("op,hidden,const,runtime_lens,outs", [
+    ("LSTM", 21, True, True, ["y", "yh", "yc"]), ("LSTM", 100, True, False, ["", "yh", "yc"]),
+    ("LSTM", 5, False, True, ["y", "yh", "yc"]), ("GRU", 21, True, True, ["y", "yh"]),
+    ("GRU", 100, True, True, ["", "yh"]), ("GRU", 5, False, False, ["y", "yh"])])
+def test_rnn_whole_with_sequence_lens(op, hidden, const, runtime_lens, outs):
+    """sequence_lens shorter than the sequence, as an input or a constant: kept whole (packed when the weights
+    are constant, 2-thread blocks at hidden 100); rows past their length keep h (and c) and write zeros to Y,
+    against onnxruntime and the interpreter (the lowering's select)."""
+    ort = pytest.importorskip("onnxruntime")
+    steps, batch, inp = 5, 3, 4
+    m, feed = _states_model(op, steps, batch, inp, hidden, outs, const)
+    lens = np.array([steps, 2, 1], np.int32)
+    node = m.graph.node[0]
+    node.input[4] = "lens"
+    if runtime_lens:
+        m.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [batch]))
+        feed = {**feed, "lens": lens}
+    else:
+        m.graph.initializer.append(numpy_helper.from_array(lens, "lens"))
+    m.ir_version = 8
+    names = [o for o in outs if o]
+    want = dict(zip(names, ort.InferenceSession(m.SerializeToString(),
+                                                providers=["CPUExecutionProvider"]).run(names, feed)))
+    spec = glow_core.compile(m, "interpreter").run(feed)
+    for nt in (1, 2):
+        cm = glow_core.compile(m, "cpu", num_threads=nt)
+        got = cm.run(feed)
+        for nm in names:
+            np.testing.assert_allclose(got[nm], want[nm], rtol=1e-5, atol=1e-5, err_msg=f"{nm}, {nt} threads")
+            np.testing.assert_allclose(got[nm], spec[nm], rtol=1e-5, atol=1e-5, err_msg=f"{nm}, {nt} threads")
+        if "y" in names:
+            assert not got["y"][2:, 0, 1].any() and not got["y"][1:, 0, 2].any()  # past the lengths: exact zeros
+        (ins,) = [i for i in cm.ir.code if i.op == op]
+        choice = kernel_code(KernelInstr.of(ins), nt).choice
+        assert "past their sequence_lens" in choice and ("packed" in choice) == const, choice

@@ -11,7 +11,8 @@ between the steps.
 * Gelu (float32, erf or tanh form): one loop, the lowering's expression with the erf primitive's glow_erff
   (templates/gelu.c.j2).
 * LSTM and GRU (float32, forward, time-major, default activations, no clip, no peepholes, inputs X, W, R and
-  optionally B, initial_h, initial_c and a constant full-length sequence_lens: what torch exports, reverse,
+  optionally B, initial_h, initial_c and sequence_lens (constant or at run time; past a sequence's length its
+  row keeps h and c and writes zeros to Y, the lowering's select, without computing the step): what torch exports, reverse,
   bidirectional and batch-major nodes split into forward ones by glow_core's rnn-directions pass; GRU either
   linear_before_reset): the gate projections of the whole sequence in one GEMM, then per step one fused loop
   (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c) (templates/rnn.c.j2). No
@@ -74,17 +75,17 @@ RNN_INPUTS = ("x", "w", "r", "b", "sequence_lens", "initial_h", "initial_c", "p"
 
 def _rnn_whole(node) -> bool:
     """Forward, time-major, default activations, no clip, no peepholes; float32 X, W, R and optional B,
-    initial_h, initial_c; sequence_lens absent or a constant of the full length (what graph pass rnn-directions
-    leaves of torch's exports, bidirectional and batch-first included)."""
+    initial_h, initial_c; sequence_lens absent or int32 / int64 [batch], a constant or a run-time input (what
+    graph pass rnn-directions leaves of torch's exports, bidirectional and batch-first included)."""
     a = node.attrs
     acts = [str(x.decode() if isinstance(x, bytes) else x).lower() for x in (a.get("activations") or ())]
     default = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}[node.op]
     ins = dict(zip(RNN_INPUTS, node.inputs))
     if any(ins.get(k) is None for k in ("x", "w", "r")) or ins.get("p") is not None:
         return False
-    steps = ins["x"].shape[0] if ins["x"].rank == 3 else None
     lens = ins.get("sequence_lens")
-    if lens is not None and not (lens.is_const and bool(np.all(np.asarray(lens.const) == steps))):
+    if lens is not None and (lens.dtype.name not in ("int32", "int64") or ins["x"].rank != 3
+                            or tuple(lens.shape) != (ins["x"].shape[1],)):
         return False
     return (len(node.inputs) <= (7 if node.op == "LSTM" else 6)
             and all(v is None or v.dtype.name == "float32" for k, v in ins.items() if k != "sequence_lens")
@@ -274,6 +275,10 @@ def k_rnn(gen, ki, fn) -> str:
     h0 = gen.ptr(ops["initial_h"]) if ops["initial_h"] is not None else None
     c0 = gen.ptr(ops["initial_c"]) if ops.get("initial_c") is not None else None
     states = " from initial_h" + (" and initial_c" if c0 else "") if h0 or c0 else ""
+    lens_op = ops["sequence_lens"]
+    lens = gen.ptr(lens_op) if lens_op is not None else None
+    lens_t = f"{lens_op.type.dtype.name}_t" if lens_op is not None else None
+    states += ", rows past their sequence_lens kept" if lens else ""
     gates = _GATES[ki.op] * hidden
     outs = [gen.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
     lbr = bool(ki.attrs.get("linear_before_reset", 0))
@@ -287,7 +292,7 @@ def k_rnn(gen, ki, fn) -> str:
                          f"packed GEMM [{steps * batch} x {inp}] x [{inp} x {4 * blocks * LSTM_UNITS}], {steps} "
                          f"steps of {blocks} fused GEMV + cell blocks of {LSTM_UNITS} units"
                          + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
-        return gen.t("rnn.c.j2", fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, h0=h0, c0=c0,
+        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, h0=h0, c0=c0,
                         y=outs[0], y_h=outs[1], y_c=outs[2], scratch=gen.scratch_ptr(), steps=steps,
                         batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS,
                         gp=4 * blocks * LSTM_UNITS, par=par and gen.nt > 1,
@@ -303,14 +308,14 @@ def k_rnn(gen, ki, fn) -> str:
                       f"{steps} steps in one packed GEMM [{steps * batch} x {inp}] x [{inp} x {gp}], {steps} steps "
                       f"of {blocks} fused GEMV + update blocks of {LSTM_UNITS} units"
                       + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
-        return gen.t("rnn.c.j2", fn=fn, cell="gru_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, rbh=rbh,
+        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="gru_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, rbh=rbh,
                      h0=h0, c0=None, y=outs[0], y_h=outs[1], y_c=None, scratch=gen.scratch_ptr(), steps=steps,
                      batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS, gp=gp,
                      par=par and gen.nt > 1,
                      gemm_off=-(-4 * (steps * batch * gp + 3 * batch * hidden) // 64) * 64)
     gen.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
                      f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps" + states)
-    return gen.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=gen.ptr(ki.ins[0]), w=gen.ptr(ki.ins[1]),
+    return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell=ki.op.lower(), x=gen.ptr(ki.ins[0]), w=gen.ptr(ki.ins[1]),
                     r=gen.ptr(ki.ins[2]), b=gen.ptr(ops["b"]) if ops["b"] is not None else None, h0=h0, c0=c0,
                     y=outs[0],
                     y_h=outs[1], y_c=outs[2] if ki.op == "LSTM" else None, scratch=gen.scratch_ptr(),
