@@ -161,6 +161,24 @@ def _then_gelu(built, form):
     return model, feeds
 
 
+def _then_gelu_op(built, approximate, bias=None):
+    """``built`` (a one-node model and its feeds) followed by (an Add of the constant ``bias``, then) the ONNX
+    Gelu op (opset 20), as torch's dynamo exporter writes nn.Linear -> nn.GELU: the CPU backend lowers a Gelu
+    reading a matmul, add or conv and fuses it into that kernel's store (kernels/nn.py GELU_EPILOGUE_PRODUCERS)."""
+    model, feeds = built
+    g = model.graph
+    g.node[0].output[0] = "pre"
+    if bias is not None:
+        g.initializer.append(numpy_helper.from_array(bias, "gelu_bias"))
+        g.node.append(helper.make_node("Add", ["pre", "gelu_bias"], ["pre_b"], name="bias_add"))
+    g.node.append(helper.make_node("Gelu", ["pre_b" if bias is not None else "pre"], ["y0"], name="gelu_op",
+                                   approximate=approximate))
+    for o in model.opset_import:
+        if o.domain == "":
+            o.version = max(o.version, 20)
+    return model, feeds
+
+
 def model_case(case_id, tier, op, dt, build, tolerance, **kw):
     """An ops-tier case: its op's cases are first run merged into one model (one compilation)."""
     return _model_case(case_id, tier, op, dt, build, tolerance, group=("ops", op), **kw)
@@ -346,6 +364,15 @@ def _structured():
         add("Gemm", f"bias_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
             "Gemm", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk))),
                      Init(rnd(d, (pn,), r))]), form))
+    # ... followed by the Gelu op (opset 20) through a bias Add (ViT's, BERT's MLP as the dynamo exporter writes
+    # it) or straight after a conv: lowered, fused into the add's loop / the conv's epilogue
+    for approx in ("none", "tanh"):
+        add("MatMul", f"bias_gelu_op_{approx}", ("float32",), lambda r, d, approx=approx: _then_gelu_op(one_node(
+            "MatMul", [rnd(d, (2, 50, 64), r), Init(rnd(d, (64, 96), r, -3 / 8, 3 / 8))]), approx,
+            bias=rnd(d, (96,), r)))
+    add("Conv", "const_gelu_op", ("float32",), lambda r, d: _then_gelu_op(one_node("Conv", [
+        rnd(d, (1, 3, 20, 20), r), Init(rnd(d, (16, 3, 3, 3), r, -0.4, 0.4)), Init(rnd(d, (16,), r))],
+        {"pads": [1, 1, 1, 1]}), "none"))
     add("ConvTranspose", "const_stride2", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 8, 6, 5), r), Init(rnd(d, (8, 4, 3, 3), r))], {"strides": [2, 2]}))
     add("ConvTranspose", "stride2", ("float32",), lambda r, d: one_node(

@@ -235,3 +235,32 @@ def test_rnn_whole_with_sequence_lens(op, hidden, const, runtime_lens, outs):
         (ins,) = [i for i in cm.ir.code if i.op == op]
         choice = kernel_code(KernelInstr.of(ins), nt).choice
         assert "past their sequence_lens" in choice and ("packed" in choice) == const, choice
+
+
+@pytest.mark.parametrize("approximate,act", [("none", "gelu_erf"), ("tanh", "gelu_tanh")])
+def test_gelu_op_after_bias_add_fuses_into_the_add(approximate, act, monkeypatch):
+    """MatMul -> Add -> Gelu (opset 20), as torch's dynamo exporter writes nn.Linear -> nn.GELU: the Gelu is
+    lowered and glow_core.fusion's pattern puts it in the bias add's loop (no Gelu pass); against onnx's
+    reference, and equal to the whole Gelu kernel's results (the same expression)."""
+    r = np.random.default_rng(3)
+    consts = [("w", (r.standard_normal((64, 96)) * 0.3).astype(np.float32)),
+              ("b", r.standard_normal(96).astype(np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Gelu", ["a"], ["y"], approximate=approximate)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 50, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    feed = {"x": (r.standard_normal((2, 50, 64)) * 3).astype(np.float32)}
+    want = ReferenceEvaluator(m).run(None, feed)[0]
+    for nt in (1, 2):
+        cm = glow_core.compile(m, "cpu", num_threads=nt)
+        assert "Gelu" not in {i.op for i in cm.ir.code}
+        assert [i.attrs.get("_fused_activation") for i in cm.ir.code if i.op == "add"] == [act]
+        got = cm.run(feed)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{nt} threads")
+    import glow_cpu.kernels.nn as knn
+    monkeypatch.setitem(knn.WHOLE, "Gelu", lambda node: True)
+    whole = glow_core.compile(m, "cpu", num_threads=1)
+    assert "Gelu" in {i.op for i in whole.ir.code}
+    np.testing.assert_allclose(got, whole.run(feed)["y"], rtol=0, atol=1e-6)

@@ -9,7 +9,8 @@ between the steps.
   variance of the centred row (both sums in ROW_LANES lanes), (x - mean) * 1/sqrt(var + epsilon) * scale +
   bias (templates/layernorm.c.j2).
 * Gelu (float32, erf or tanh form): one loop, the lowering's expression with the erf primitive's glow_erff
-  (templates/gelu.c.j2).
+  (templates/gelu.c.j2). A Gelu reading a matmul, add or conv (GELU_EPILOGUE_PRODUCERS) is lowered instead:
+  its pattern fuses into that kernel's store, the same expression without a pass of its own.
 * LSTM and GRU (float32, forward, time-major, default activations, no clip, no peepholes, inputs X, W, R and
   optionally B, initial_h, initial_c and sequence_lens (constant or at run time; past a sequence's length its
   row keeps h and c and writes zeros to Y, the lowering's select, without computing the step): what torch exports, reverse,
@@ -103,8 +104,16 @@ def rnn_operands(ki) -> dict:
     return {name: (None if missing else next(present)) for name, missing in zip(RNN_INPUTS, optional)}
 
 
+#: ONNX ops whose lowering ends in a kernel that applies a fused activation in its store (FUSED_ACTIVATIONS):
+#: a Gelu reading one of them is lowered, and glow_core.fusion's gelu_erf / gelu_tanh pattern puts it in that
+#: kernel's epilogue (one pass less over the tensor: ViT's and ConvNeXt's MatMul -> Add -> Gelu).
+GELU_EPILOGUE_PRODUCERS = frozenset({"Add", "MatMul", "Gemm", "Conv", "add", "matmul", "conv"})
+
+
 def _gelu_whole(node) -> bool:
-    return node.attrs.get("approximate", "none") in ("none", "tanh")
+    producer = node.inputs[0].producer
+    return (node.attrs.get("approximate", "none") in ("none", "tanh")
+            and (producer is None or producer.op not in GELU_EPILOGUE_PRODUCERS))
 
 
 #: ONNX op -> whether a node of it (float32 input already checked) is kept whole.
