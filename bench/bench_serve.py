@@ -332,7 +332,12 @@ def compute_floor(model, x, rounds, budget):
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop glowc serve and its cluster
+
+
 def main(argv=None):
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", default="1,2", help="replica counts to measure, in order (default 1,2)")
     ap.add_argument("--max-batch", type=int, default=8, help="glowc serve --max-batch (default 8)")
