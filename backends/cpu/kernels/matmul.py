@@ -22,9 +22,12 @@ from ..templates import template
 #: independent multiply-add chains per vector as a core needs to stream, not wait on the adds' latency);
 #: ``prefetch_rows``: rows of the panel ahead of the one read that the loop asks the cache for (0: the hardware
 #: prefetcher alone); ``min_weights_per_thread``: weights (multiply-adds) below which a thread is not worth its
-#: fork and barrier (as kernels.llm.PAR_MIN["gemv"]); ``vector_floats``: floats per vector (GCC vector extension:
-#: one AVX-512 register, two AVX2 or four SSE/NEON ones).
-GEMV = {"unroll": 8, "prefetch_rows": 32, "min_weights_per_thread": 1 << 18, "vector_floats": 16}
+#: fork and barrier: one thread streams a decode step's weights near the memory's bandwidth, and on a busy machine
+#: a descheduled thread holds the others at the barrier for a time slice (bench/bench_llm.py, 2 threads, libgomp's
+#: default wait policy, load 4 on 2 cores: 2M weights per thread 1.08x onnxruntime's decode, 256K 0.21x; with
+#: OMP_WAIT_POLICY=passive the same within noise): of a 125 M LLaMA only the lm_head forks. ``vector_floats``:
+#: floats per vector (GCC vector extension: one AVX-512 register, two AVX2 or four SSE/NEON ones).
+GEMV = {"unroll": 8, "prefetch_rows": 32, "min_weights_per_thread": 1 << 21, "vector_floats": 16}
 
 
 @dataclass(frozen=True)
