@@ -306,6 +306,19 @@ def _structured():
             add("Gemm", f"tA{ta}_tB{tb}", F, lambda r, d, ta=ta, tb=tb: one_node(
                 "Gemm", [rnd(d, (5, 4)[::-1] if ta else (5, 4), r), rnd(d, (6, 4) if tb else (4, 6), r),
                          rnd(d, (6,), r)], {"transA": ta, "transB": tb, "alpha": 0.5, "beta": 2.0}))
+    # one row times a constant B (the CPU backend's float32 GEMV): 2-d, a [1, 1, K] decode step, Gemm's
+    # transposed B (constant, folded; or an input) with a bias
+    for gk, gn in paths.gemv_shapes()[3:5]:
+        add("MatMul", f"const_b_gemv_1x{gk}x{gn}", ("float32",), lambda r, d, gk=gk, gn=gn: one_node(
+            "MatMul", [rnd(d, (1, gk), r), Init(rnd(d, (gk, gn), r))]))
+    gk, gn = paths.gemv_shapes()[4]
+    add("MatMul", f"const_b_gemv_1x1x{gk}x{gn}", ("float32",), lambda r, d: one_node(
+        "MatMul", [rnd(d, (1, 1, gk), r), Init(rnd(d, (gk, gn), r))]))
+    add("Gemm", f"gemv_tB1_const_1x{gk}x{gn}", ("float32",), lambda r, d: one_node(
+        "Gemm", [rnd(d, (1, gk), r), Init(rnd(d, (gn, gk), r)), Init(rnd(d, (gn,), r))],
+        {"transB": 1, "alpha": 0.5, "beta": 2.0}))
+    add("Gemm", f"gemv_tB1_input_1x{gk}x{gn}", ("float32",), lambda r, d: one_node(
+        "Gemm", [rnd(d, (1, gk), r), rnd(d, (gn, gk), r), Init(rnd(d, (gn,), r))], {"transB": 1}))
     add("Gemm", "C_scalar_broadcast", F, lambda r, d: one_node("Gemm", [rnd(d, (3, 4), r), rnd(d, (4, 2), r),
                                                                        rnd(d, (1,), r)]))
     conv = {
@@ -361,6 +374,8 @@ def _structured():
     for form in ("erf", "erf_div", "erf_half", "tanh"):
         add("MatMul", f"const_b_packed_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
             "MatMul", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk)))]), form))
+        add("MatMul", f"const_b_gemv_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
+            "MatMul", [rnd(d, (1, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk)))]), form))
         add("Gemm", f"bias_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
             "Gemm", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk))),
                      Init(rnd(d, (pn,), r))]), form))
