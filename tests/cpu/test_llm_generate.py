@@ -40,6 +40,21 @@ def test_64_greedy_tokens_and_logits_equal_onnxruntime(generator, oracle):
         compare(g, w, "model", f"logits at step {step}", "pytest tests/cpu/test_llm_generate.py")
 
 
+def test_group_query_attention_decoder_updates_the_cache_in_place():
+    """onnxruntime-genai's form (com.microsoft GroupQueryAttention kept whole on cpu, positions from
+    attention_mask): 64 greedy tokens equal onnxruntime's, and the GQA kernel writes each cache in its state buffer
+    (no copy of a cache in either function)."""
+    m = llama_decoder(CFG, attention="gqa").SerializeToString()
+    want = OrtDecoder(m).greedy(PROMPT, 64)[0]
+    g = Generator(m, backend="cpu", max_seq_len=80, prefill_block=4, num_threads=1)
+    np.testing.assert_array_equal(g.generate(PROMPT, 64), want)
+    for name in ("prefill", "decode"):
+        (_, irf), = g.module.functions[name].parts
+        ops = [i.op for i in irf.instrs]
+        assert ops.count("com.microsoft.GroupQueryAttention") == CFG.num_hidden_layers, name
+        assert [i.name for i in irf.instrs if i.op == "copy" and "past_key_values" in i.name] == [], name
+
+
 def test_weights_and_cache_once_for_both_functions(generator):
     """The prefill and decode functions run in one state region and read the same weight arrays."""
     prefill, decode = (generator.module.functions[f].compiled for f in ("prefill", "decode"))
