@@ -192,6 +192,7 @@ def main(argv=None):
     ap.add_argument("--omp-wait-policy", choices=["passive", "active"],
                     help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: libgomp's, spin then sleep; "
                          "passive is far faster on an oversubscribed machine)")
+    ap.add_argument("--precisions", default="fp32,int4", help="models to compare (default fp32,int4)")
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "glow_kit", "bench_llm"))
     args = ap.parse_args(argv)
     if args.omp_wait_policy:  # read by libgomp when the kernels' library first loads it (at the first compile)
@@ -213,8 +214,11 @@ def main(argv=None):
     for nt, b in bw.items():
         print(f"memory bandwidth, {nt} thread(s): read {b['read']:.1f} GB/s, copy {b['copy']:.1f} GB/s (numpy)")
     prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, args.prompt)).astype(np.int64)
-    compare(path, "fp32", threads, args.rounds, prompt, args.new, args.max_seq_len, args.prefill_block,
-            weight_bytes_per_token(model), bw)
+    if "fp32" in args.precisions.split(","):
+        compare(path, "fp32", threads, args.rounds, prompt, args.new, args.max_seq_len, args.prefill_block,
+                weight_bytes_per_token(model), bw)
+    if "int4" not in args.precisions.split(","):
+        return 0
     weight_only = getattr(quantization, "weight_only", None)
     if weight_only is None:
         print("\nint4: glow_core.quantization.weight_only is not available yet (MatMulNBits import: branch llmops)")

@@ -1,12 +1,13 @@
 """The CPU backend's language-model kernels (backends/cpu/kernels/llm.py) against onnxruntime's, one-node models on
 the shapes of a LLaMA-style model of about 150 M parameters (hidden 768, 12 heads of 64, 4 KV heads, SwiGLU 2048,
-vocabulary 32000), prefill (128 tokens) and decode (one token after 511): com.microsoft MatMulNBits (4 bits,
-block 32) as GEMV and GEMM, GroupQueryAttention (rotary, KV cache), SkipSimplifiedLayerNormalization and
-RotaryEmbedding: the kernel's time (glow: the instruction's time from ``execute_timed``; onnxruntime: a run with
-inputs and outputs bound once, IOBinding), in alternating rounds (bench/alternate.py); medians, ratios glow /
-onnxruntime. The
-MatMulNBits GEMVs also report the bytes they stream (packed weights and scales) per second against the machine's
-memory read bandwidth, measured here by one thread reading 256 MiB (a C loop built with the backend's compiler).
+vocabulary 32000), prefill (128 tokens) and decode (one token after 511): the fp32 decode MatMuls (one row times
+the weights: the GEMV of backends/cpu/kernels/matmul.py), com.microsoft MatMulNBits (4 bits, block 32) as GEMV and
+GEMM, GroupQueryAttention (rotary, KV cache), SkipSimplifiedLayerNormalization and RotaryEmbedding: the kernel's
+time (glow: the instruction's time from ``execute_timed``; onnxruntime: a run with inputs and outputs bound once,
+IOBinding), in alternating rounds (bench/alternate.py); medians, ratios glow / onnxruntime. The GEMVs (fp32 and
+MatMulNBits) also report the bytes they stream (weights; packed weights and scales) per second against the
+machine's memory read bandwidth, measured here by one thread reading 256 MiB (a C loop built with the backend's
+compiler).
 
     python bench/bench_llm_kernels.py --threads 1,2 --rounds 5
 """
@@ -52,6 +53,13 @@ def matmul_nbits(m, k, n, r):
     return model, {"a": r.uniform(-1, 1, (m, k)).astype(np.float32)}, n * kb * (16 + 4)
 
 
+def matmul_f32(k, n, r):
+    """A decode step's fp32 x @ W (W an initializer [k, n]: the CPU backend's GEMV) and the weight bytes it reads."""
+    model = one_node("MatMul", {"a": r.uniform(-1, 1, (1, k)).astype(np.float32)}, ["y"], {},
+                     [("W", r.uniform(-1, 1, (k, n)).astype(np.float32))], domain="")
+    return model, {"a": r.uniform(-1, 1, (1, k)).astype(np.float32)}, 4 * k * n
+
+
 def gqa(s, past, total, r):
     th = np.arange(CACHE)[:, None] / 10000 ** (np.arange(HEAD // 2) / (HEAD // 2))
     feeds = {"q": r.uniform(-1, 1, (1, s, HEADS * HEAD)).astype(np.float32),
@@ -83,6 +91,11 @@ def rotary(s, start, r):
 
 def cases(r):
     return {
+        "matmul fp32 decode q/o 768x768": matmul_f32(HIDDEN, HIDDEN, r),
+        "matmul fp32 decode k/v 768x256": matmul_f32(HIDDEN, KV_HEADS * HEAD, r),
+        "matmul fp32 decode gate/up 768x2048": matmul_f32(HIDDEN, FFN, r),
+        "matmul fp32 decode down 2048x768": matmul_f32(FFN, HIDDEN, r),
+        "matmul fp32 decode lm_head 768x32000": matmul_f32(HIDDEN, VOCAB, r),
         "matmul_nbits decode q/o 768x768": matmul_nbits(1, HIDDEN, HIDDEN, r),
         "matmul_nbits decode k/v 768x256": matmul_nbits(1, HIDDEN, KV_HEADS * HEAD, r),
         "matmul_nbits decode gate/up 768x2048": matmul_nbits(1, HIDDEN, FFN, r),

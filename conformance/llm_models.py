@@ -7,7 +7,10 @@ padding mask from ``attention_mask`` as transformers builds it (0 / float32 min,
 SwiGLU MLP. ``attention="decomposed"`` spells attention as torch's exports do (Concat, Expand for GQA, MatMul,
 Softmax, opset 18); ``attention="op"`` uses ONNX's opset-23 Attention with past_key/past_value and the boolean
 mask (the same causal and padding mask, so the result does not depend on is_causal's alignment with a past), on
-4-D Q, K, V; ``"op3d"`` the same on 3-D Q, K, V (q_num_heads, kv_num_heads).
+4-D Q, K, V; ``"op3d"`` the same on 3-D Q, K, V (q_num_heads, kv_num_heads); ``"gqa"`` is the form
+onnxruntime-genai's model builder writes: com.microsoft GroupQueryAttention with the rotary inside (do_rotary, cos
+and sin caches of ``max_position`` rows), ``seqlens_k`` = sum(attention_mask) - 1 and ``total_sequence_length``
+from the mask's length, and no ``position_ids`` input (the positions follow from the mask).
 The batch is 1; the past and the block are symbolic (``past``, ``seq``; ``total`` = past + seq).
 """
 from __future__ import annotations
@@ -66,11 +69,12 @@ class _G:
 
 
 def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention: str = "decomposed",
-                  scale: float = 1.0) -> onnx.ModelProto:
+                  scale: float = 1.0, max_position: int = 512) -> onnx.ModelProto:
     """A LLaMA-style decoder with random weights (see the module docstring). Weights are normal with standard
     deviation ``scale / sqrt(fan_in)``, so logits are well separated (greedy decoding is stable under rounding)."""
-    if attention not in ("decomposed", "op", "op3d"):
-        raise ValueError(f"attention={attention!r}: 'decomposed', 'op' or 'op3d'")
+    if attention not in ("decomposed", "op", "op3d", "gqa"):
+        raise ValueError(f"attention={attention!r}: 'decomposed', 'op', 'op3d' or 'gqa'")
+    gqa = attention == "gqa"
     rng = np.random.default_rng(seed)
     g = _G()
     H, KV, D, Hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
@@ -88,6 +92,8 @@ def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention
 
     x = g.op("Gather", w("model.embed_tokens.weight", 1, (cfg.vocab_size, Hd)), "input_ids", axis=0)
     inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(0, D, 2, dtype=np.float64) / D))
+    if gqa:
+        return _gqa_decoder(cfg, g, w, norm_w, rmsnorm, x, inv_freq, max_position)
     freqs = g.op("Mul", g.op("Unsqueeze", g.op("Cast", "position_ids", to=TensorProto.FLOAT), g.const([-1])),
                  g.const(inv_freq, np.float32))  # [1, S, D/2]
     emb = g.op("Concat", freqs, freqs, axis=-1)
@@ -171,6 +177,54 @@ def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention
     graph = helper.make_graph(g.nodes, "llama_decoder", inputs, outputs, g.inits)
     opset = 18 if attention == "decomposed" else 23
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow_kit")
+    model.ir_version = 10
+    return model
+
+
+def _gqa_decoder(cfg, g, w, norm_w, rmsnorm, x, inv_freq, max_position) -> onnx.ModelProto:
+    """``llama_decoder(attention="gqa")``: the weights drawn in the same order as the other forms (the same model)."""
+    H, KV, D, Hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+    angles = np.arange(max_position, dtype=np.float64)[:, None] * inv_freq[None, :]  # [max_position, D/2]
+    cos_cache, sin_cache = g.init("cos_cache", np.cos(angles).astype(np.float32)), \
+        g.init("sin_cache", np.sin(angles).astype(np.float32))
+    seqlens_k = g.op("Cast", g.op("Sub", g.op("ReduceSum", "attention_mask", g.const([1]), keepdims=0), g.const([1])),
+                     to=TensorProto.INT32)  # [1]
+    total = g.op("Cast", g.op("Gather", g.op("Shape", "attention_mask"), g.const(1), axis=0), to=TensorProto.INT32)
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, "total"])]
+    outputs = []
+    for layer in range(cfg.num_hidden_layers):
+        p = f"model.layers.{layer}."
+        h = rmsnorm(x, norm_w(p + "input_layernorm.weight"))
+        q = g.op("MatMul", h, w(p + "self_attn.q_proj.weight", Hd, (Hd, H * D)))
+        k = g.op("MatMul", h, w(p + "self_attn.k_proj.weight", Hd, (Hd, KV * D)))
+        v = g.op("MatMul", h, w(p + "self_attn.v_proj.weight", Hd, (Hd, KV * D)))
+        past_k, past_v = f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"
+        pres_k, pres_v = f"present.{layer}.key", f"present.{layer}.value"
+        for nm in (past_k, past_v):
+            inputs.append(helper.make_tensor_value_info(nm, TensorProto.FLOAT, [1, KV, "past", D]))
+        for nm in (pres_k, pres_v):
+            outputs.append(helper.make_tensor_value_info(nm, TensorProto.FLOAT, [1, KV, "total", D]))
+        g.k += 1
+        y = f"attn_{g.k}"
+        g.nodes.append(helper.make_node("GroupQueryAttention", [q, k, v, past_k, past_v, seqlens_k, total, cos_cache,
+                                                                sin_cache], [y, pres_k, pres_v],
+                                        name=f"GroupQueryAttention_{layer}", domain="com.microsoft", num_heads=H,
+                                        kv_num_heads=KV, do_rotary=1, rotary_interleaved=0))
+        x = g.op("Add", x, g.op("MatMul", y, w(p + "self_attn.o_proj.weight", H * D, (H * D, Hd))))
+        h = rmsnorm(x, norm_w(p + "post_attention_layernorm.weight"))
+        gate = g.op("MatMul", h, w(p + "mlp.gate_proj.weight", Hd, (Hd, cfg.intermediate_size)))
+        up = g.op("MatMul", h, w(p + "mlp.up_proj.weight", Hd, (Hd, cfg.intermediate_size)))
+        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
+        x = g.op("Add", x, g.op("MatMul", act, w(p + "mlp.down_proj.weight", cfg.intermediate_size,
+                                                  (cfg.intermediate_size, Hd))))
+    x = rmsnorm(x, norm_w("model.norm.weight"))
+    g.nodes.append(helper.make_node("MatMul", [x, w("lm_head.weight", Hd, (Hd, cfg.vocab_size))], ["logits"],
+                                    name="lm_head"))
+    outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", cfg.vocab_size]))
+    graph = helper.make_graph(g.nodes, "llama_decoder_gqa", inputs, outputs, g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)],
+                              producer_name="glow_kit")
     model.ir_version = 10
     return model
 

@@ -7,7 +7,7 @@ Linear+Sigmoid come from ``glow_conformance.example_models``.
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from glow_core.types import dtype as gdtype
 
@@ -317,15 +317,34 @@ def ew_chains(seed=0, dt="float32", batch=2, rows=64, cols=320):
 
 
 def attention(seed=0, dt="float32", batch=1, heads=2, seq=260, keys=None, dim=8, scale="mul", mask=None,
-              also=None, vdim=None, q_split=False):
+              also=None, vdim=None, q_split=False, exporter=False):
     """Attention over graph inputs q [B, H, S, D] (``q_split``: q [B, S, H, D], its heads split by a Transpose),
     k [B, H, T, D] and v [B, H, T, Dv] (Dv = ``vdim`` or D): MatMul(q, Transpose(k)) -> [Mul by 1/sqrt(D) | Div by
     sqrt(D)] -> [Add mask: "keys" [B, 1, 1, T] or "full" [B, H, S, T]] -> Softmax -> MatMul v -> Transpose and
     Reshape to [B, S, H * Dv] (a fused attention kernel's pattern). ``also``: "probs" (the softmax also a graph
-    output) or "scores" (the scores also read by a ReduceMax that is an output): fusion refused."""
+    output) or "scores" (the scores also read by a ReduceMax that is an output): fusion refused. ``exporter``: as
+    torch's dynamo exporter decomposes scaled_dot_product_attention: q and k^T each multiplied by D^-1/4, a boolean
+    mask (True: attend) added as Where(mask, 0, -inf), and the probabilities' NaN (a fully masked row) set to 0 by
+    Where(IsNaN(P), 0, P)."""
     g = G(seed, dt)
     t, dv = keys or seq, vdim or dim
     q = g.op("Transpose", ["q"], perm=[0, 2, 1, 3]) if q_split else "q"
+    if exporter:
+        root = g.const(dim ** -0.25)
+        s = g.op("MatMul", [g.op("Mul", [q, root]), g.op("Mul", [g.op("Transpose", ["k"], perm=[0, 1, 3, 2]), root])])
+        if mask:
+            s = g.op("Add", [s, g.op("Where", ["mask", g.const(0.0), g.const(-np.inf)])])
+        p = g.op("Softmax", [s], axis=-1)
+        p = g.op("Where", [g.op("IsNaN", [p]), g.const(0.0), p])
+        o = g.op("MatMul", [p, "v"])
+        o = g.op("Reshape", [g.op("Transpose", [o], perm=[0, 2, 1, 3]), g.const([batch, seq, heads * dv], np.int64)])
+        inputs = [("q", (batch, seq, heads, dim) if q_split else (batch, heads, seq, dim)),
+                  ("k", (batch, heads, t, dim)), ("v", (batch, heads, t, dv))]
+        m = g.model("attention", inputs, [o])
+        if mask:
+            shape = (batch, 1, 1, t) if mask == "keys" else (batch, heads, seq, t)
+            m.graph.input.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, list(shape)))
+        return m
     s = g.op("MatMul", [q, g.op("Transpose", ["k"], perm=[0, 1, 3, 2])])
     if scale == "mul":
         s = g.op("Mul", [s, g.const(1.0 / np.sqrt(dim))])

@@ -129,6 +129,17 @@ def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
         (5, 7, t["nc"] + 3)] + shapes[-1:]  # a K of 7: enough work for the GEMM (gemm_shapes' nc edges have less)
 
 
+def gemv_shapes() -> list[tuple[int, int]]:
+    """(K, N) of one-row products with a constant B (the CPU backend's float32 GEMV, ``kernels.matmul.GEMV``): N on
+    both sides of the panel width, K on both sides of the rows per step (the tail loop), odd sizes, and last a B
+    of enough weights for two threads."""
+    from glow_cpu.kernels import codegen  # noqa: F401  (registers the kernel families in their order)
+    from glow_cpu.kernels.matmul import GEMV
+    w, u, t = _gemm_blocking().gemm_pack_width("f32"), GEMV["unroll"], GEMV["min_weights_per_thread"]
+    k = 4 * u + 3
+    return [(u - 1, w - 1), (u, w), (u + 1, w + 1), (3 * u + 5, 2 * w + 3), (257, 131), (k, 2 * t // k + w + 1)]
+
+
 def parallel_side(work: int, per_point: int, channels: int) -> int:
     """The side of a square output plane that makes ``channels * side**2 * per_point`` exceed ``work``."""
     return math.isqrt(work // (channels * per_point)) + 2

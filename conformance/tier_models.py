@@ -32,7 +32,9 @@ def _feeds(model, rng):
         t = vi.type.tensor_type
         shape = [d.dim_value for d in t.shape.dim]
         dt = gdtype(t.elem_type).np
-        if vi.name == "mask":
+        if vi.name == "mask" and t.elem_type == onnx.TensorProto.BOOL:  # True: attend (80 %)
+            a = rng.random(shape) >= 0.2
+        elif vi.name == "mask":
             a = np.where(rng.random(shape) < 0.2, -1e4, 0.0)
         elif vi.name == "specials":  # special values in channels 1 and C - 1 (a partial channel block's last)
             a = np.zeros(shape)
@@ -170,6 +172,10 @@ ATTENTION = {
     "neginf_mask_row": (dict(batch=1, heads=2, seq=260, mask="full"), 1, "neginf_row"),
     "nan_query_t2": (dict(batch=1, heads=2, seq=260, mask="keys"), 2, "nan"),
     "q_split_copied_t2": (dict(batch=1, heads=2, seq=100, dim=32, q_split=True, mask="keys"), 2, None),
+    # as torch's dynamo exporter writes scaled_dot_product_attention (scale on q and k, boolean mask, NaN to 0)
+    "exporter_mask_keys_t2": (dict(batch=2, heads=3, seq=64, mask="keys", exporter=True), 2, None),
+    "exporter_masked_row": (dict(batch=1, heads=2, seq=260, mask="full", exporter=True), 1, "masked_row"),
+    "exporter_nomask_t2": (dict(batch=1, heads=2, seq=77, keys=100, dim=16, exporter=True), 2, None),
     "refused_probs_output": (dict(batch=1, heads=2, seq=260, mask="keys", also="probs"), 1, None),
     "refused_scores_read": (dict(batch=1, heads=2, seq=260, also="scores"), 1, None),
 }
@@ -279,6 +285,8 @@ def cases():
                 feeds["mask"][0, 1, 7, :] = -np.inf
             elif special == "nan":
                 feeds["q"][0, 1, 5, 3] = np.nan
+            elif special == "masked_row":  # a query attending to nothing: its probabilities NaN, set to 0
+                feeds["mask"][0, 1, 7, :] = False
             return m, feeds
         out.append(model_case(f"models/attention_{name}/float32/seeded", "models", f"attention_{name}", "float32",
                               build, "model", profiles=("models",), threads=threads))

@@ -16,7 +16,7 @@ from glow_core.ops.registry import OPS
 from glow_core.types import dtype as gdtype
 
 from . import ops_onnxruntime, paths
-from .onnx_cases import Init, model_case as _model_case, one_node
+from .onnx_cases import ONNXRUNTIME, Init, model_case as _model_case, one_node
 from .primitive_cases import acc_specials, pairs, specials, sprinkle
 
 #: The sizes of conformance.paths these tables were made with (the plugin re-imports this module for others).
@@ -140,23 +140,45 @@ def _then_activation(built, act):
 def _then_gelu(built, form):
     """``built`` (a one-node model and its feeds) followed by GELU written with primitives as transformers export
     it: (y * 0.5) * (Erf(y * 1/sqrt 2) + 1) ("erf"), (y * (Erf(y / sqrt 2) + 1)) * 0.5 ("erf_div", torch's
-    TorchScript exporter), or (y * 0.5) * (Tanh((y + y^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"); the CPU backend
-    fuses each into the producer (glow_core.fusion's gelu_erf / gelu_erf_div / gelu_tanh)."""
+    TorchScript exporter), y * (0.5 * (Erf(y / sqrt 2) + 1)) ("erf_half", torch's dynamo exporter before opset 20)
+    or (y * 0.5) * (Tanh((y + y^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"); the CPU backend fuses each into the
+    producer (glow_core.fusion's gelu_erf / gelu_erf_div / gelu_erf_half / gelu_tanh)."""
     model, feeds = built
     g = model.graph
     g.node[0].output[0] = "pre"
-    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
+    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "erf_half": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
     g.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), nm) for nm, v in
                          (("gelu_half", 0.5), ("gelu_one", 1.0), ("gelu_k", k), ("gelu_cube", 0.044715)))
     nodes = {"erf": [("Mul", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
              "erf_div": [("Div", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
+             "erf_half": [("Div", ["pre", "gelu_k"], "s"), ("Erf", ["s"], "t")],
              "tanh": [("Mul", ["pre", "pre"], "sq"), ("Mul", ["sq", "pre"], "cu"), ("Mul", ["cu", "gelu_cube"], "c"),
                       ("Add", ["pre", "c"], "in"), ("Mul", ["in", "gelu_k"], "s"), ("Tanh", ["s"], "t")]}[form]
     if form == "erf_div":
         nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["pre", "t1"], "h"), ("Mul", ["h", "gelu_half"], "y0")]
+    elif form == "erf_half":
+        nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["gelu_half", "t1"], "h"), ("Mul", ["pre", "h"], "y0")]
     else:
         nodes += [("Add", ["t", "gelu_one"], "t1"), ("Mul", ["pre", "gelu_half"], "h"), ("Mul", ["h", "t1"], "y0")]
     g.node.extend(helper.make_node(op, ins, [out], name="gelu_" + out) for op, ins, out in nodes)
+    return model, feeds
+
+
+def _then_gelu_op(built, approximate, bias=None):
+    """``built`` (a one-node model and its feeds) followed by (an Add of the constant ``bias``, then) the ONNX
+    Gelu op (opset 20), as torch's dynamo exporter writes nn.Linear -> nn.GELU: the CPU backend lowers a Gelu
+    reading a matmul, add or conv and fuses it into that kernel's store (kernels/nn.py GELU_EPILOGUE_PRODUCERS)."""
+    model, feeds = built
+    g = model.graph
+    g.node[0].output[0] = "pre"
+    if bias is not None:
+        g.initializer.append(numpy_helper.from_array(bias, "gelu_bias"))
+        g.node.append(helper.make_node("Add", ["pre", "gelu_bias"], ["pre_b"], name="bias_add"))
+    g.node.append(helper.make_node("Gelu", ["pre_b" if bias is not None else "pre"], ["y0"], name="gelu_op",
+                                   approximate=approximate))
+    for o in model.opset_import:
+        if o.domain == "":
+            o.version = max(o.version, 20)
     return model, feeds
 
 
@@ -287,6 +309,19 @@ def _structured():
             add("Gemm", f"tA{ta}_tB{tb}", F, lambda r, d, ta=ta, tb=tb: one_node(
                 "Gemm", [rnd(d, (5, 4)[::-1] if ta else (5, 4), r), rnd(d, (6, 4) if tb else (4, 6), r),
                          rnd(d, (6,), r)], {"transA": ta, "transB": tb, "alpha": 0.5, "beta": 2.0}))
+    # one row times a constant B (the CPU backend's float32 GEMV): 2-d, a [1, 1, K] decode step, Gemm's
+    # transposed B (constant, folded; or an input) with a bias
+    for gk, gn in paths.gemv_shapes()[3:5]:
+        add("MatMul", f"const_b_gemv_1x{gk}x{gn}", ("float32",), lambda r, d, gk=gk, gn=gn: one_node(
+            "MatMul", [rnd(d, (1, gk), r), Init(rnd(d, (gk, gn), r))]))
+    gk, gn = paths.gemv_shapes()[4]
+    add("MatMul", f"const_b_gemv_1x1x{gk}x{gn}", ("float32",), lambda r, d: one_node(
+        "MatMul", [rnd(d, (1, 1, gk), r), Init(rnd(d, (gk, gn), r))]))
+    add("Gemm", f"gemv_tB1_const_1x{gk}x{gn}", ("float32",), lambda r, d: one_node(
+        "Gemm", [rnd(d, (1, gk), r), Init(rnd(d, (gn, gk), r)), Init(rnd(d, (gn,), r))],
+        {"transB": 1, "alpha": 0.5, "beta": 2.0}))
+    add("Gemm", f"gemv_tB1_input_1x{gk}x{gn}", ("float32",), lambda r, d: one_node(
+        "Gemm", [rnd(d, (1, gk), r), rnd(d, (gn, gk), r), Init(rnd(d, (gn,), r))], {"transB": 1}))
     add("Gemm", "C_scalar_broadcast", F, lambda r, d: one_node("Gemm", [rnd(d, (3, 4), r), rnd(d, (4, 2), r),
                                                                        rnd(d, (1,), r)]))
     conv = {
@@ -339,16 +374,33 @@ def _structured():
         rnd(d, (1, 3, 20, 20), r), Init(rnd(d, (16, 3, 3, 3), r, -0.4, 0.4)), Init(rnd(d, (16,), r))],
         {"pads": [1, 1, 1, 1], "strides": [2, 2]}), "tanh"))
     pm, pk, pn = paths.packed_b_shapes("f32")[0]
-    for form in ("erf", "erf_div", "tanh"):
+    for form in ("erf", "erf_div", "erf_half", "tanh"):
         add("MatMul", f"const_b_packed_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
             "MatMul", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk)))]), form))
+        add("MatMul", f"const_b_gemv_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
+            "MatMul", [rnd(d, (1, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk)))]), form))
         add("Gemm", f"bias_gelu_{form}", ("float32",), lambda r, d, form=form: _then_gelu(one_node(
             "Gemm", [rnd(d, (pm, pk), r), Init(rnd(d, (pk, pn), r, -3 / np.sqrt(pk), 3 / np.sqrt(pk))),
                      Init(rnd(d, (pn,), r))]), form))
+    # ... followed by the Gelu op (opset 20) through a bias Add (ViT's, BERT's MLP as the dynamo exporter writes
+    # it) or straight after a conv: lowered, fused into the add's loop / the conv's epilogue
+    for approx in ("none", "tanh"):
+        add("MatMul", f"bias_gelu_op_{approx}", ("float32",), lambda r, d, approx=approx: _then_gelu_op(one_node(
+            "MatMul", [rnd(d, (2, 50, 64), r), Init(rnd(d, (64, 96), r, -3 / 8, 3 / 8))]), approx,
+            bias=rnd(d, (96,), r)))
+    add("Conv", "const_gelu_op", ("float32",), lambda r, d: _then_gelu_op(one_node("Conv", [
+        rnd(d, (1, 3, 20, 20), r), Init(rnd(d, (16, 3, 3, 3), r, -0.4, 0.4)), Init(rnd(d, (16,), r))],
+        {"pads": [1, 1, 1, 1]}), "none"))
     add("ConvTranspose", "const_stride2", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 8, 6, 5), r), Init(rnd(d, (8, 4, 3, 3), r))], {"strides": [2, 2]}))
     add("ConvTranspose", "stride2", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 2, 4, 5), r), rnd(d, (2, 3, 3, 3), r)], {"strides": [2, 2]}))
+    # kernel = stride: one matmul (glow_core.ops.onnx_ops.nn.conv_transpose_tiles), as U-Net's 2x2 upsampling
+    add("ConvTranspose", "tiles_const_k2s2_bias", ("float32",), lambda r, d: one_node(
+        "ConvTranspose", [rnd(d, (1, 16, 6, 5), r), Init(rnd(d, (16, 8, 2, 2), r)), Init(rnd(d, (8,), r))],
+        {"strides": [2, 2]}))
+    add("ConvTranspose", "tiles_k2x3_batch2", ("float32",), lambda r, d: one_node(
+        "ConvTranspose", [rnd(d, (2, 3, 4, 5), r), rnd(d, (3, 5, 2, 3), r)], {"strides": [2, 3]}))
     add("ConvTranspose", "pads_output_padding", ("float32",), lambda r, d: one_node(
         "ConvTranspose", [rnd(d, (1, 2, 4, 4), r), rnd(d, (2, 2, 3, 3), r)],
         {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}))
@@ -514,6 +566,57 @@ def _structured():
     add("LSTM", "wide", ("float32",), lambda r, d: one_node(  # input and hidden above the CPU kernel's 32-lane dot
         "LSTM", [rnd(d, (3, 2, 36), r, -1, 1), rnd(d, (1, 160, 36), r, -0.2, 0.2),
                  rnd(d, (1, 160, 40), r, -0.2, 0.2), rnd(d, (1, 320), r, -0.2, 0.2)], {"hidden_size": 40}, n_out=2))
+    # the CPU backend's whole-op kernels with the initial states torch exports (kernels/nn.py): the packed LSTM
+    # (constant weights), the packed GRU (linear_before_reset, constant weights, hidden not a multiple of the
+    # 16-unit block), the plain loops (weights at run time), a constant full-length sequence_lens, and a
+    # bidirectional LSTM (graph pass rnn-directions: two forward kernels)
+    add("LSTM", "const_weights_states", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (5, 2, 3), r, -1, 1), Init(rnd(d, (1, 4 * 21, 3), r, -0.5, 0.5)),
+                 Init(rnd(d, (1, 4 * 21, 21), r, -0.5, 0.5)), Init(rnd(d, (1, 8 * 21), r, -0.5, 0.5)), None,
+                 rnd(d, (1, 2, 21), r, -1, 1), rnd(d, (1, 2, 21), r, -1, 1)], {"hidden_size": 21}, n_out=3))
+    add("LSTM", "states", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 20, 3), r, -0.5, 0.5), rnd(d, (1, 20, 5), r, -0.5, 0.5),
+                 rnd(d, (1, 40), r, -0.5, 0.5), Init(np.full(2, 4, np.int32)), rnd(d, (1, 2, 5), r, -1, 1),
+                 rnd(d, (1, 2, 5), r, -1, 1)], {"hidden_size": 5}, n_out=3))
+    add("LSTM", "bidirectional_const_states", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), Init(rnd(d, (2, 4 * 18, 3), r, -0.5, 0.5)),
+                 Init(rnd(d, (2, 4 * 18, 18), r, -0.5, 0.5)), Init(rnd(d, (2, 8 * 18), r, -0.5, 0.5)), None,
+                 rnd(d, (2, 2, 18), r, -1, 1), rnd(d, (2, 2, 18), r, -1, 1)],
+        {"hidden_size": 18, "direction": "bidirectional"}, n_out=3))
+    add("GRU", "const_linear_before_reset", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (5, 2, 3), r, -1, 1), Init(rnd(d, (1, 3 * 21, 3), r, -0.5, 0.5)),
+                Init(rnd(d, (1, 3 * 21, 21), r, -0.5, 0.5)), Init(rnd(d, (1, 6 * 21), r, -0.5, 0.5))],
+        {"hidden_size": 21, "linear_before_reset": 1}, n_out=2))
+    add("GRU", "const_linear_before_reset_states", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (5, 1, 4), r, -1, 1), Init(rnd(d, (1, 3 * 33, 4), r, -0.5, 0.5)),
+                Init(rnd(d, (1, 3 * 33, 33), r, -0.5, 0.5)), Init(rnd(d, (1, 6 * 33), r, -0.5, 0.5)), None,
+                rnd(d, (1, 1, 33), r, -1, 1)], {"hidden_size": 33, "linear_before_reset": 1}, n_out=2))
+    add("GRU", "bidirectional_const_states", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), Init(rnd(d, (2, 3 * 16, 3), r, -0.5, 0.5)),
+                Init(rnd(d, (2, 3 * 16, 16), r, -0.5, 0.5)), Init(rnd(d, (2, 6 * 16), r, -0.5, 0.5)), None,
+                rnd(d, (2, 2, 16), r, -1, 1)], {"hidden_size": 16, "linear_before_reset": 1,
+                                                "direction": "bidirectional"}, n_out=2))
+    add("GRU", "states", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 15, 3), r, -0.5, 0.5), rnd(d, (1, 15, 5), r, -0.5, 0.5),
+                None, None, rnd(d, (1, 2, 5), r, -1, 1)], {"hidden_size": 5}, n_out=2))
+    # sequence_lens shorter than the sequence (rows past their length keep their state, Y zero): at run time
+    # through the packed LSTM and GRU, a constant through the plain loops (weights at run time)
+    add("LSTM", "const_weights_seq_lens", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (5, 3, 3), r, -1, 1), Init(rnd(d, (1, 4 * 21, 3), r, -0.5, 0.5)),
+                 Init(rnd(d, (1, 4 * 21, 21), r, -0.5, 0.5)), Init(rnd(d, (1, 8 * 21), r, -0.5, 0.5)),
+                 np.array([5, 2, 1], np.int32), rnd(d, (1, 3, 21), r, -1, 1), rnd(d, (1, 3, 21), r, -1, 1)],
+        {"hidden_size": 21}, n_out=3))
+    add("LSTM", "seq_lens", ("float32",), lambda r, d: one_node(
+        "LSTM", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 20, 3), r, -0.5, 0.5), rnd(d, (1, 20, 5), r, -0.5, 0.5),
+                 rnd(d, (1, 40), r, -0.5, 0.5), Init(np.array([3, 1], np.int32))], {"hidden_size": 5}, n_out=3))
+    add("GRU", "const_linear_before_reset_seq_lens", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (5, 3, 4), r, -1, 1), Init(rnd(d, (1, 3 * 17, 4), r, -0.5, 0.5)),
+                Init(rnd(d, (1, 3 * 17, 17), r, -0.5, 0.5)), Init(rnd(d, (1, 6 * 17), r, -0.5, 0.5)),
+                np.array([2, 5, 1], np.int32), rnd(d, (1, 3, 17), r, -1, 1)],
+        {"hidden_size": 17, "linear_before_reset": 1}, n_out=2))
+    add("GRU", "seq_lens", ("float32",), lambda r, d: one_node(
+        "GRU", [rnd(d, (4, 2, 3), r, -1, 1), rnd(d, (1, 15, 3), r, -0.5, 0.5), rnd(d, (1, 15, 5), r, -0.5, 0.5),
+                None, Init(np.array([1, 3], np.int32))], {"hidden_size": 5}, n_out=2))
     add("LpPool", "k2_p2", ("float32",), lambda r, d: one_node("LpPool", [rnd(d, (1, 2, 5, 6), r)],
                                                               {"kernel_shape": [2, 2], "p": 2}))
     add("NonZero", "2d", ("float32", "int32"), lambda r, d: one_node(
@@ -649,7 +752,10 @@ SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "s
                 ("Softmax", "specials"): _softmax_oracle(-1),
                 **{("Softmax", f"last_axis_{n}_specials"): _softmax_oracle(-1) for n in SOFTMAX_TAILS},
                 **{("Erf", f"length_{n}"): _erf for n in SOFTMAX_TAILS},
-                **{("Softmax", f"axis{a}"): _softmax_oracle(a) for a in (-1, 0, 1)}}
+                **{("Softmax", f"axis{a}"): _softmax_oracle(a) for a in (-1, 0, 1)},
+                # onnx.reference's LSTM / GRU ignore sequence_lens; onnxruntime applies it
+                **{k: ONNXRUNTIME for k in (("LSTM", "const_weights_seq_lens"), ("LSTM", "seq_lens"),
+                                            ("GRU", "const_linear_before_reset_seq_lens"), ("GRU", "seq_lens"))}}
 
 
 def structured_cases():

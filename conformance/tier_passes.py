@@ -6,8 +6,9 @@ build with only the pass under test ("ir-buffer-sharing" turns on only ``should_
 "ir-layouts" compares the backend's ``tensor_layout_requirements`` against none, glow_core.layout), and
 compares the two answers (the subject is the pass, the backend only executes). Passes that only remove or
 merge identical work (dce, cse, remove-noops) and buffer sharing must be bit-exact; constant folding
-(computed by the reference at compile time), BatchNorm folding (different arithmetic), layouts (convs over
-blocked buffers may sum in another order) and the default
+(computed by the reference at compile time), BatchNorm folding (different arithmetic), the recurrences'
+canonical form (rnn-directions: the same steps, but a backend may run the forward op with its whole-op kernel),
+layouts (convs over blocked buffers may sum in another order) and the default
 pipeline get the "model" tolerance. That lowering matches each unlowered op is the "ops" tier.
 """
 from __future__ import annotations
@@ -61,7 +62,22 @@ def redundant(seed=0):
     return m
 
 
-MODELS = {"redundant": redundant, "resnet": lambda: example_models.resnet(seed=4, size=8, widths=(4, 8), blocks=1),
+def rnn_directions(seed=0):
+    """Recurrences in every non-canonical form (rnn-directions): a bidirectional LSTM with initial states as
+    torch exports it, then a batch-major reverse GRU over its output."""
+    g = M.G(seed)
+    h = 6
+    y, yh, yc = g.op("LSTM", ["input", g.w(2, 4 * h, 5, scale=0.4), g.w(2, 4 * h, h, scale=0.4),
+                             g.w(2, 8 * h, scale=0.2), "", "h0", "c0"], n_out=3, hidden_size=h,
+                     direction="bidirectional")
+    seq = g.op("Reshape", [g.op("Transpose", [y], perm=[2, 0, 1, 3]), g.const([2, 4, 2 * h], np.int64)])
+    z, zh = g.op("GRU", [seq, g.w(1, 3 * 4, 2 * h, scale=0.4), g.w(1, 3 * 4, 4, scale=0.4)], n_out=2,
+                 hidden_size=4, direction="reverse", layout=1, linear_before_reset=1)
+    return g.model("rnn_directions", [("input", (4, 2, 5)), ("h0", (2, 2, h)), ("c0", (2, 2, h))],
+                   [z, zh, yh, yc])
+
+
+MODELS = {"redundant": redundant, "rnn_directions": rnn_directions, "resnet": lambda: example_models.resnet(seed=4, size=8, widths=(4, 8), blocks=1),
           "bert_encoder": lambda: M.bert_encoder(seed=4), "lstm_unrolled": lambda: M.lstm_unrolled(seed=4),
           "unet": lambda: M.unet(seed=4, size=8), "layout_boundaries": lambda: M.layout_boundaries(seed=4)}
 
@@ -73,6 +89,7 @@ def _feeds(model, rng):
 
 #: The tolerance class of each pass's comparison: bit-exact unless the pass changes arithmetic.
 PASS_CLASS = {"dce": "movement", "cse": "movement", "remove-noops": "movement", "ir-buffer-sharing": "movement",
+              "rnn-directions": "model",
               "constant-fold": "model", "ir-layouts": "model", "fold-batchnorm": "model", "default-pipeline": "model"}
 
 

@@ -321,6 +321,14 @@ def matmul_cases():
             out.append(_matmul_specials(dt, (m, k), (k, n), "gemm/", threads=2))
             pm, pk, pn = packed[-1]
             out.append(_matmul_specials(dt, (pm, pk), (pk, pn), "packed_b/", threads=2, consts=(1,)))
+    # one row times a constant B (a decode step's x @ W: the float32 GEMV over B's packed panels)
+    gemv = paths.gemv_shapes()
+    out += [_matmul_specials("float32", (1, k), (k, n), "gemv/", consts=(1,)) for k, n in gemv]
+    k, n = gemv[-1]
+    out.append(_matmul("float32", (1, k), (k, n), f"gemv/1x{k}@{k}x{n}", threads=2, consts=(1,)))
+    out.append(_matmul_specials("float32", (1, k), (k, n), "gemv/", threads=2, consts=(1,)))
+    k, n = gemv[3]
+    out.append(_matmul("float32", (3, 1, k), (3, k, n), f"gemv/batched/3x1x{k}@3x{k}x{n}", consts=(1,)))
     return out
 
 

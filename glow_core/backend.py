@@ -359,7 +359,8 @@ class Backend(abc.ABC):
         The state contract: the state region is allocated once for the module and outlives every run; a run
         finds it as the last run of any function of the module left it; instructions update it in place (a
         primitive with an ``update_kernel`` names it as its ``@inout`` operand 0 and writes only the elements it
-        updates, ``scatter_nd`` for a KV cache) and nothing copies it per run; ``memory_regions()["state"]`` gives
+        updates, ``scatter_nd`` for a KV cache; or a kept-whole op whose record declares ``OpDef.in_place``
+        writes it as the output aliasing its input) and nothing copies it per run; ``memory_regions()["state"]`` gives
         the host its bytes (a generator reads and resets it there).
 
         A backend that keeps state overrides this (the interpreter and the CPU backend do). The default keeps

@@ -25,7 +25,7 @@ import numpy as np
 from .graph import Function, Node, Value
 
 #: Annotation holding the fused activation's name ("relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu",
-#: "hard_sigmoid", "hard_swish", "gelu_erf", "gelu_erf_div", "gelu_tanh").
+#: "hard_sigmoid", "hard_swish", "gelu_erf", "gelu_erf_div", "gelu_erf_half", "gelu_tanh").
 FUSED_ACTIVATION = "_fused_activation"
 #: Annotation holding its parameters by name (empty for relu, silu, sigmoid and tanh; alpha and beta for the hard ones).
 FUSED_PARAMS = "_fused_params"
@@ -79,6 +79,14 @@ ACTIVATIONS = (
     Pattern("gelu_erf_div", (Step("div", ("x", "splat:divisor")), Step("erf", ("step:0",)),
                              Step("add", ("step:1", "splat:1")), Step("mul", ("x", "step:2")),
                              Step("mul", ("step:3", "splat:0.5")))),
+    # ... and as torch's dynamo exporter decomposes nn.GELU() before opset 20 (no Gelu op): x * (0.5 * (erf(x /
+    # divisor) + 1))
+    Pattern("gelu_erf_half", (Step("div", ("x", "splat:divisor")), Step("erf", ("step:0",)),
+                              Step("add", ("step:1", "splat:1")), Step("mul", ("splat:0.5", "step:2")),
+                              Step("mul", ("x", "step:3")))),
+    Pattern("gelu_erf_half", (Step("div", ("x", "splat:divisor")), Step("erf", ("step:0",)),
+                              Step("add", ("step:1", "splat:1")), Step("mul", ("splat:0.5", "step:2")),
+                              Step("mul", ("step:3", "x")))),
     Pattern("gelu_tanh", (Step("mul", ("x", "x")), Step("mul", ("step:0", "x")),
                           Step("mul", ("step:1", "splat:cube")), Step("add", ("x", "step:2")),
                           Step("mul", ("step:3", "splat:scale")),

@@ -24,7 +24,7 @@ from .errors import VerifyError
 from .fusion import FUSED_ACTIVATION, FUSED_PARAMS
 from .graph import Function, NameTable, Value
 from .memory import ALIGNMENT, Allocation, Interval, align_up, allocate
-from .ops.registry import get_primitive
+from .ops.registry import get_op, get_primitive
 from .types import TensorType
 
 PSEUDO = ("allocactivation", "deallocactivation", "tensorview")
@@ -203,6 +203,34 @@ def state_updates(fn: Function) -> dict[str, list]:
     return chains
 
 
+def state_outputs_in_place(fn: Function, chains: dict) -> dict[int, str]:
+    """Outputs of kept-whole ops (``OpDef.in_place``) that are a state's final value computed over the state's own
+    placeholder, read by nothing else: id(value) -> state name. Such an output is written in the state's buffer."""
+    if not fn.state:
+        return {}
+    users = fn.users()
+    placeholders = {v.name: v for v in fn.inputs}
+    final = dict(zip(fn.output_names, fn.outputs))
+    found = {}
+    for name in fn.state:
+        if name in chains:
+            continue
+        ph, end = placeholders[name], final[name]
+        n = end.producer
+        d = get_op(n.op) if n is not None else None
+        if d is None or not d.in_place or get_primitive(n.op) is not None:
+            continue
+        i = n.outputs.index(end)
+        j = d.in_place.get(i)
+        readers = users.get(ph.id, [])
+        if j is None or j >= len(n.inputs) or n.inputs[j] is not ph or len(readers) != 1 or \
+                sum(v is ph for v in n.inputs) != 1 or ph in fn.outputs or \
+                sum(v is end for v in fn.outputs) != 1:
+            continue
+        found[end.id] = name
+    return found
+
+
 def generate_ir(fn: Function, ident=None) -> IRFunction:
     """Low-level IR from a (lowered) graph Function: one instruction per node, views for reshapes. Each of
     ``fn.state`` is one buffer of kind "state": its input and its output; the nodes of ``state_updates`` write it
@@ -227,9 +255,11 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
     if missing:
         raise VerifyError(f"function '{fn.name}': state {missing} must be both an input placeholder and an output")
     in_place = {}  # id(node) -> the state buffer it updates
-    for name, chain in state_updates(fn).items():
+    chains = state_updates(fn)
+    for name, chain in chains.items():
         for n in chain:
             in_place[id(n)] = states[name]
+    shared = state_outputs_in_place(fn, chains)  # id(value) -> state name
     out_ids = {}
     for nm, v in zip(fn.output_names, fn.outputs):
         if nm in fn.state:
@@ -258,7 +288,9 @@ def generate_ir(fn: Function, ident=None) -> IRFunction:
             continue
         outs = []
         for v in n.outputs:
-            if v.id in out_ids and out_ids[v.id] in outputs and outputs[out_ids[v.id]].kind == "mutable" \
+            if v.id in shared:
+                b = states[shared[v.id]]
+            elif v.id in out_ids and out_ids[v.id] in outputs and outputs[out_ids[v.id]].kind == "mutable" \
                     and id(outputs[out_ids[v.id]]) not in claimed:
                 b = outputs[out_ids[v.id]]
             else:

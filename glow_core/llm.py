@@ -36,7 +36,7 @@ class DecoderIO:
 
     input_ids: str
     attention_mask: str | None
-    position_ids: str | None
+    position_ids: str | None  # None only with com.microsoft GroupQueryAttention (positions from attention_mask)
     caches: tuple[tuple[str, str], ...]
     heads: dict
     dtypes: dict  # input name -> numpy dtype
@@ -72,11 +72,14 @@ class DecoderIO:
         if extra:
             raise UnsupportedOpError(f"model input(s) {extra} are not ones a generator feeds; it feeds input_ids, "
                                      f"attention_mask, position_ids, {CACHE_POSITION} and the past_key_values")
-        if "position_ids" not in specs:
+        gqa = any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in m.graph.node)
+        if "position_ids" not in specs and not (gqa and "attention_mask" in specs):
             raise UnsupportedOpError("model has no 'position_ids' input: the generator places token t at cache slot "
                                      "t and feeds its position there (without it the model derives positions from "
-                                     "the past's length, which a fixed-capacity cache does not have)")
-        return cls("input_ids", "attention_mask" if "attention_mask" in specs else None, "position_ids",
+                                     "the past's length, which a fixed-capacity cache does not have; only "
+                                     "com.microsoft GroupQueryAttention takes them from attention_mask)")
+        return cls("input_ids", "attention_mask" if "attention_mask" in specs else None,
+                   "position_ids" if "position_ids" in specs else None,
                    tuple(sorted(caches, key=lambda c: (int(PAST.fullmatch(c[0]).group(1)), c[0]))), heads,
                    {nm: dtype(elem).np for nm, (elem, _) in specs.items()})
 
@@ -124,7 +127,9 @@ class Generator:
     def _function(self, m, s, weights, backend, options):
         """The model imported for a block of ``s`` tokens over a past of max_seq_len - s, passes run, rewritten."""
         L, io = self.max_seq_len, self.io
-        shapes = {io.input_ids: (1, s), io.position_ids: (1, s)}
+        shapes = {io.input_ids: (1, s)}
+        if io.position_ids:
+            shapes[io.position_ids] = (1, s)
         if io.attention_mask:
             shapes[io.attention_mask] = (1, L)
         for past, _ in io.caches:
@@ -240,7 +245,7 @@ class _Run:
     def __init__(self, compiled, io: DecoderIO, capacity: int, block: int, one_row: bool = False):
         self.compiled, self.io, self.block = compiled, io, block
         self.views = compiled.placeholders()
-        names = [io.input_ids, io.position_ids, CACHE_POSITION] + ([io.attention_mask] if io.attention_mask else [])
+        names = [nm for nm in (io.input_ids, io.position_ids, CACHE_POSITION, io.attention_mask) if nm]
         shapes = {io.input_ids: (1, block), io.position_ids: (1, block), CACHE_POSITION: (block,),
                   io.attention_mask: (1, capacity)}
         dts = dict(io.dtypes)
@@ -271,7 +276,8 @@ class _Run:
         f[io.input_ids][0, :ids.shape[0]] = ids
         f[io.input_ids][0, ids.shape[0]:] = 0
         np.add(self.arange, start, out=f[CACHE_POSITION], casting="unsafe")
-        np.add(self.arange, start, out=f[io.position_ids][0], casting="unsafe")
+        if io.position_ids:
+            np.add(self.arange, start, out=f[io.position_ids][0], casting="unsafe")
         valid = start + self.block
         if io.attention_mask:
             mask = f[io.attention_mask][0]

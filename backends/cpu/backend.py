@@ -76,7 +76,7 @@ class CPUBackend(Backend):
     def supports_fused_activation(self, op: str, activation: str) -> bool:
         """conv (the conv engine, im2col/direct GEMM and depthwise), matmul and the elementwise add apply every
         activation of glow_core.fusion in their kernel: relu, clip, silu, sigmoid, tanh, leaky_relu, gelu_erf,
-        gelu_erf_div, gelu_tanh; conv also hard_sigmoid and hard_swish."""
+        gelu_erf_div, gelu_erf_half, gelu_tanh; conv also hard_sigmoid and hard_swish."""
         return (op, activation) in FUSED_ACTIVATIONS
 
     def tensor_layout_requirements(self, instr):

@@ -127,6 +127,9 @@ class OpDef:
     cases: tuple = ()  # custom ops: conformance case specs (see glow_core.ops.custom)
     shape_only: bool = False  # the value depends only on the static input shapes: always a constant
     foldable: bool = True  # False for ops whose value must not be computed at compile time (random, stateful)
+    #: output index -> input index: a backend keeping the op whole computes that output correctly in the input's own
+    #: buffer (a KV cache updated in place); the IR then gives a state's update that buffer instead of a copy
+    in_place: dict[int, int] = field(default_factory=dict)
 
     @property
     def is_extended(self) -> bool:
@@ -209,10 +212,10 @@ def qualified(domain: str, op_type: str) -> str:
 LOWERED_DOMAINS = ("com.microsoft",)
 
 
-def onnx_op(*names, const_inputs=(), doc="", shape_only=False, domain="", attrs=None):
+def onnx_op(*names, const_inputs=(), doc="", shape_only=False, domain="", attrs=None, in_place=None):
     """Decorator registering the lowering of one or more ONNX op types. ``domain`` (one of LOWERED_DOMAINS)
     registers ops of that domain as ``domain.name`` with their attribute defaults ``attrs`` (there is no ONNX
-    schema to take them from)."""
+    schema to take them from). ``in_place``: see ``OpDef.in_place``."""
     if domain and domain not in LOWERED_DOMAINS:
         raise GlowError(f"onnx_op: domain {domain!r} is not one whose ops lower ({', '.join(LOWERED_DOMAINS)}); "
                         f"a vendor's domain registers custom ops (glow_core.ops.custom_op)")
@@ -221,7 +224,7 @@ def onnx_op(*names, const_inputs=(), doc="", shape_only=False, domain="", attrs=
         for n in names:
             register_op(OpDef(qualified(domain, n), lower=fn, const_inputs=tuple(const_inputs),
                               doc=doc or (fn.__doc__ or "").strip(), shape_only=shape_only, domain=domain,
-                              attrs=dict(attrs or {})))
+                              attrs=dict(attrs or {}), in_place=dict(in_place or {})))
         return fn
     return deco
 

@@ -9,6 +9,7 @@ from ..errors import GlowError
 from .basic import constant_fold, cse, dce
 from .bn_fold import fold_batchnorm
 from .noop import remove_noops
+from .rnn import rnn_directions
 
 PASSES = {
     "dce": dce,
@@ -16,9 +17,10 @@ PASSES = {
     "constant-fold": constant_fold,
     "fold-batchnorm": fold_batchnorm,
     "remove-noops": remove_noops,
+    "rnn-directions": rnn_directions,
 }
 
-DEFAULT_PIPELINE = ("dce", "fold-batchnorm", "remove-noops", "cse", "constant-fold", "dce")
+DEFAULT_PIPELINE = ("dce", "rnn-directions", "fold-batchnorm", "remove-noops", "cse", "constant-fold", "dce")
 #: The cleanup after lowering (and after the quantization passes).
 POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 

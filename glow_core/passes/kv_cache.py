@@ -16,6 +16,11 @@ that of a cache of ``capacity`` positions. ``rewrite_kv_cache`` then:
 * adds the int64 input ``cache_position`` [S] (the absolute positions of the block's tokens), unless the model
   already takes one.
 
+A com.microsoft ``GroupQueryAttention`` node (onnxruntime-genai's form) already writes its new rows into the
+cache at the positions its ``seqlens_k`` gives and masks the rest itself: it is rebuilt on the two caches (past
+and present then have the capacity, the buffer-sharing mode of onnxruntime), and its present outputs are the
+updated states. Its positions come from ``attention_mask`` (seqlens_k = sum(mask) - 1), not ``cache_position``.
+
 Slot j of a cache holds the token at position j, so a run of S tokens at positions p..p+S-1 writes slots
 p..p+S-1 and attends to slots 0..p+i: exactly the export's attention over its past and the block.
 """
@@ -30,6 +35,7 @@ from ..types import TensorType
 from .basic import dce
 
 CACHE_POSITION = "cache_position"
+GQA = "com.microsoft.GroupQueryAttention"
 
 
 def _source(v: Value) -> Value:
@@ -171,6 +177,25 @@ class _Rewrite:
             past, present = names[i]
             self.fn.output_names[self.fn.output_names.index(present)] = past
 
+    def group_query_attention(self, node: Node, names: dict):
+        """com.microsoft GroupQueryAttention: the node rebuilt with the states as past_key/past_value; its present
+        outputs become the states' new values."""
+        states = {i: self.state(*names[i]) for i in (1, 2)}
+        ins = list(node.inputs)
+        ins[3], ins[4] = states[1], states[2]
+        outs = build_node(self.fn, Node(node.op, ins, dict(node.attrs), [], f"{node.name}_cached", node.opset),
+                          len(node.outputs))
+        for i, old in enumerate(node.outputs):
+            if i in (1, 2) and outs[i].type != old.type:
+                raise ShapeError(f"GroupQueryAttention node '{node.name}': its present output {i} is {old.type} but "
+                                 f"{outs[i].type} over a cache of {self.capacity} positions; its total_sequence_length "
+                                 f"must be the attention_mask's length (the capacity)")
+            self.uses.replace(old, outs[i])
+        for i in (1, 2):
+            self.states.append(outs[i])
+            past, present = names[i]
+            self.fn.output_names[self.fn.output_names.index(present)] = past
+
     # -- the masks ----------------------------------------------------------------------------------
     def mask_softmaxes(self) -> int:
         """A 0 / -inf bias of the written positions before every Softmax that reads a cache."""
@@ -212,7 +237,7 @@ def rewrite_kv_cache(fn: Function, caches: list[tuple[str, str]], capacity: int,
         node = out.producer
         if node is not None and node.op == "Concat":
             rw.concat(past, present, node)
-        elif node is not None and node.op == "Attention" and out in node.outputs[1:3]:
+        elif node is not None and node.op in ("Attention", GQA) and out in node.outputs[1:3]:
             slot = node.outputs.index(out)
             attention_nodes.setdefault(id(node), (node, {}))[1][slot] = (past, present)
         else:
@@ -220,11 +245,16 @@ def rewrite_kv_cache(fn: Function, caches: list[tuple[str, str]], capacity: int,
             raise GlowError(f"model output '{present}' is computed by {what}; Concat('{past}', new keys or "
                             f"values, axis=2) or an Attention node's present output is expected")
     for node, names in attention_nodes.values():
-        if set(names) != {1, 2} or node.inputs[4] is None or _source(node.inputs[4]) is not \
-                rw.placeholders[names[1][0]]:
-            raise GlowError(f"Attention node '{node.name}': its present key and value must both be model outputs "
+        past_k, past_v = (3, 4) if node.op == GQA else (4, 5)
+        if set(names) != {1, 2} or any(
+                len(node.inputs) <= i or node.inputs[i] is None or _source(node.inputs[i]) is not
+                rw.placeholders[names[slot][0]] for slot, i in ((1, past_k), (2, past_v))):
+            raise GlowError(f"{node.op} node '{node.name}': its present key and value must both be model outputs "
                             f"and its past key and value the matching inputs")
-        rw.attention(node, names)
+        if node.op == GQA:
+            rw.group_query_attention(node, names)
+        else:
+            rw.attention(node, names)
     fn.toposort()
     softmaxes = rw.mask_softmaxes()
     if not attention_nodes and not softmaxes:

@@ -228,14 +228,18 @@ def test_fused_kernels_in_other_float_types_are_exact(dt, npd):
 def gelu_nodes(src, out, form):
     """GELU of ``src`` written with ONNX primitives as transformers export it: (x * 0.5) * (erf(x * 1/sqrt 2) + 1)
     ("erf"), (x * (erf(x / sqrt 2) + 1)) * 0.5 ("erf_div", torch's TorchScript exporter) or (x * 0.5) *
-    (tanh((x + x^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"), and its constants."""
-    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
+    (tanh((x + x^3 * 0.044715) * sqrt(2/pi)) + 1) ("tanh"), x * (0.5 * (erf(x / sqrt 2) + 1)) ("erf_half", torch's
+    dynamo exporter before opset 20), and its constants."""
+    k = {"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "erf_half": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form]
     consts = [numpy_helper.from_array(np.array(v, np.float32), name) for name, v in
               (("half", 0.5), ("one", 1.0), ("k", k), ("cube", 0.044715))]
     mk = helper.make_node
     if form == "erf_div":
         return [mk("Div", [src, "k"], ["g_s"]), mk("Erf", ["g_s"], ["g_t"]), mk("Add", ["g_t", "one"], ["g_1"]),
                 mk("Mul", [src, "g_1"], ["g_m"]), mk("Mul", ["g_m", "half"], [out])], consts
+    if form == "erf_half":
+        return [mk("Div", [src, "k"], ["g_s"]), mk("Erf", ["g_s"], ["g_t"]), mk("Add", ["g_t", "one"], ["g_1"]),
+                mk("Mul", ["half", "g_1"], ["g_m"]), mk("Mul", [src, "g_m"], [out])], consts
     if form == "erf":
         nodes = [mk("Mul", [src, "k"], ["g_s"]), mk("Erf", ["g_s"], ["g_t"])]
     else:
@@ -263,7 +267,7 @@ def gelu_model(producer, form):
 
 @needs_cc
 @pytest.mark.parametrize("producer", ["conv", "depthwise", "matmul", "add"])
-@pytest.mark.parametrize("form", ["erf", "erf_div", "tanh"])
+@pytest.mark.parametrize("form", ["erf", "erf_div", "erf_half", "tanh"])
 def test_gelu_fused_exactly(producer, form):
     """GELU written with Erf (or Tanh) after conv, depthwise conv, matmul (the GEMM's epilogue) and a bias add is
     one fused gelu_erf / gelu_erf_div / gelu_tanh with its constants as parameters: close to onnxruntime and to
@@ -279,8 +283,9 @@ def test_gelu_fused_exactly(producer, form):
     feed["x" if "x" in feed else "a"].reshape(-1)[:specials.size] = specials
     cm = glow_core.compile(model, "cpu", num_threads=1)
     name = "gelu_" + form
-    k = np.float32({"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "tanh": np.sqrt(2 / np.pi)}[form])
-    want_params = {"divisor" if form == "erf_div" else "scale": pytest.approx(float(k), rel=0, abs=0)}
+    k = np.float32({"erf": 1 / np.sqrt(2), "erf_div": np.sqrt(2), "erf_half": np.sqrt(2),
+                    "tanh": np.sqrt(2 / np.pi)}[form])
+    want_params = {"divisor" if form in ("erf_div", "erf_half") else "scale": pytest.approx(float(k), rel=0, abs=0)}
     if form == "tanh":
         want_params["cube"] = pytest.approx(float(np.float32(0.044715)), rel=0, abs=0)
     if producer == "add":
@@ -302,7 +307,7 @@ def test_gelu_fused_exactly(producer, form):
 
 def test_patterns_are_declared_as_data():
     names = [p.name for p in ACTIVATIONS]
-    assert {"relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu", "gelu_erf", "gelu_erf_div",
+    assert {"relu", "clip", "silu", "sigmoid", "tanh", "leaky_relu", "gelu_erf", "gelu_erf_div", "gelu_erf_half",
             "gelu_tanh"} <= set(names)
     # clip is tried before relu: relu6 (clip 0..6) is one fused clip, not a relu and a separate min
     assert names.index("clip") < names.index("relu")

@@ -120,6 +120,43 @@ def test_quantized_aarch64_bundle_with_shared_weights_under_qemu(tmp_path):
         assert diff <= tol
 
 
+def _hard_activation_convs():
+    """Two convolutions with HardSwish and HardSigmoid fused into the conv engine's epilogue: the product rounded
+    before the add (GCE_ROUNDED) on the host's channel blocks (16 floats with AVX-512, wider than one NEON
+    register)."""
+    from onnx import helper, numpy_helper
+    r = np.random.default_rng(11)
+    inits = [numpy_helper.from_array((r.standard_normal(s) / np.sqrt(np.prod(s[1:]))).astype(np.float32), n)
+             for n, s in (("w", (16, 8, 3, 3)), ("b", (16,)), ("w2", (16, 16, 3, 3)))]  # unit-variance outputs
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"]),
+             helper.make_node("Conv", ["h", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("HardSigmoid", ["c2"], ["y"], alpha=0.3, beta=0.4)]
+    g = helper.make_graph(nodes, "hard", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 10, 10])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 16, 10, 10])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_aarch64_bundle_with_fused_hard_activations_runs_under_qemu(tmp_path):
+    """The conv epilogue's rounding barrier compiles for aarch64 whatever the channel block (NEON's "w" operand is
+    16 bytes), and the bundle computes what the interpreter computes."""
+    _require_cross()
+    m = _hard_activation_convs()
+    onnx.save(m, tmp_path / "hard.onnx")
+    x = np.random.default_rng(5).standard_normal((1, 8, 10, 10)).astype(np.float32)
+    (tmp_path / "hard_x.bin").write_bytes(x.astype("<f4").tobytes())
+    want = glow_core.compile(m, "interpreter").run({"x": x})["y"]
+    out = tmp_path / "bundle"
+    r = _glowc("compile", str(tmp_path / "hard.onnx"), "--bundle-name", "hard", "--emit-bundle", str(out),
+               "--target", "aarch64-linux-gnu")
+    assert r.returncode == 0, r.stderr
+    assert "gce_hard_swish" in (out / "hard.c").read_text()
+    diff = _run(["qemu-aarch64", "-L", SYSROOT, str(out / "bundle_main"), str(out / "hard.weights.bin"),
+                 str(tmp_path / "hard_x.bin")], tmp_path / "res", want, tmp_path)
+    print(f"aarch64 bundle, fused HardSwish/HardSigmoid: max |bundle - interpreter| = {diff:.3g}")
+    assert diff <= 1e-5 * max(1.0, float(np.abs(want).max()))
+
+
 @pytest.mark.skipif(shutil.which("make") is None or shutil.which("cc") is None, reason="no make or cc")
 def test_weights_txt_is_the_weights_file_compiled_in(tmp_path):
     """On the host: NAME.weights.txt holds exactly NAME.weights.bin's bytes, and the driver built with EMBED=1

@@ -8,7 +8,7 @@ import os
 import shutil
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import TensorProto, numpy_helper
 import pytest
 
 import glow_core
@@ -26,6 +26,9 @@ def feeds(m, seed=0):
     out = {}
     for vi in m.graph.input:
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        if vi.name == "mask" and vi.type.tensor_type.elem_type == TensorProto.BOOL:  # exporter's form: True attends
+            out[vi.name] = rng.random(shape) >= 0.2
+            continue
         a = np.where(rng.random(shape) < 0.2, -1e4, 0.0) if vi.name == "mask" else rng.standard_normal(shape)
         out[vi.name] = a.astype(np.float32)
     return out
@@ -259,3 +262,26 @@ def test_dump_shows_the_folds_into_the_fused_kernel(tmp_path, capsys):
                   if c.code.choice.startswith("attention fused"))
     assert src.count(f"folded: {kernel} reads its source through strides") == 3
     assert src.count(f"folded: {kernel} writes its result through strides") == 1
+
+
+@needs_cc
+@pytest.mark.parametrize("threads", [1, 2])
+def test_exporter_decomposition_fuses_with_nan_to_zero(threads):
+    """torch's dynamo decomposition of scaled_dot_product_attention (q and k^T scaled apart, Where(mask, 0, -inf)
+    added, Where(IsNaN(P), 0, P) after the Softmax) is one fused kernel; a query whose keys are all masked gets 0,
+    as onnxruntime computes it, and the result is bit-equal to the unfused kernels."""
+    ort = pytest.importorskip("onnxruntime")
+    m = M.attention(seed=5, batch=1, heads=2, seq=40, keys=70, dim=16, mask="full", exporter=True)
+    f = feeds(m)
+    f["mask"][0, 1, 3, :] = False
+    cm, got = run(m, f, attention="always", num_threads=threads)
+    _, ref = run(m, f, attention="never", num_threads=threads)
+    (choice,) = fused(cm)
+    assert "NaN probabilities to 0" in choice and "mask" in choice
+    out = m.graph.output[0].name
+    g = np.asarray(got[out])
+    assert g.tobytes() == np.asarray(ref[out]).tobytes()
+    assert (g[0, 3, 16:32] == 0).all() and np.isfinite(g).all()
+    m.ir_version = 8
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)

@@ -127,9 +127,140 @@ def test_gru_whole(steps, batch, inp, hidden, outs, bias, lbr):
     assert "GRU" in _check(m, vals)
 
 
-def test_bidirectional_lstm_is_lowered():
+def test_bidirectional_lstm_runs_two_forward_kernels():
+    """Graph pass rnn-directions leaves two forward LSTMs, each kept whole."""
     vals = {"x": rng.uniform(-1, 1, (3, 2, 4)), "w": rng.uniform(-0.5, 0.5, (2, 12, 4)),
             "r": rng.uniform(-0.5, 0.5, (2, 12, 3))}
     vals = {k: v.astype(np.float32) for k, v in vals.items()}
     m = _model(helper.make_node("LSTM", list(vals), ["y"], hidden_size=3, direction="bidirectional"), vals)
-    assert "LSTM" not in _check(m, vals)
+    assert "LSTM" in _check(m, vals)
+    assert [i.op for i in glow_core.compile(m, "cpu", num_threads=1).ir.code].count("LSTM") == 2
+
+
+def test_lstm_with_clip_or_peepholes_is_lowered():
+    """Variants the kernel does not take are lowered (against onnxruntime: onnx's ReferenceEvaluator ignores clip)."""
+    ort = pytest.importorskip("onnxruntime")
+    vals = {"x": rng.uniform(-1, 1, (3, 2, 4)), "w": rng.uniform(-0.5, 0.5, (1, 12, 4)),
+            "r": rng.uniform(-0.5, 0.5, (1, 12, 3)), "b": np.zeros((1, 24)), "p": rng.uniform(-0.5, 0.5, (1, 9))}
+    vals = {k: v.astype(np.float32) for k, v in vals.items()}
+    for names, attrs in ((["x", "w", "r"], {"clip": 0.5}), (["x", "w", "r", "b", "", "", "", "p"], {})):
+        feed = {k: vals[k] for k in names if k}
+        m = _model(helper.make_node("LSTM", names, ["y"], hidden_size=3, **attrs), feed)
+        m.ir_version = 8
+        want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        cm = glow_core.compile(m, "cpu", num_threads=1)
+        np.testing.assert_allclose(cm.run(feed)["y"], want, rtol=1e-5, atol=1e-6)
+        assert "LSTM" not in {i.op for i in cm.ir.code}
+
+
+def _states_model(op, steps, batch, inp, hidden, outs, const, lbr=1, c0=True, seed=1):
+    """An LSTM / GRU with initial_h (and LSTM's initial_c) as inputs, as torch exports nn.LSTM(x, (h0, c0)):
+    weights constant (``const``) or inputs."""
+    r = np.random.default_rng(seed)
+    g = 4 if op == "LSTM" else 3
+    w = {"w": r.uniform(-0.5, 0.5, (1, g * hidden, inp)), "r": r.uniform(-0.5, 0.5, (1, g * hidden, hidden)),
+         "b": r.uniform(-0.5, 0.5, (1, 2 * g * hidden))}
+    w = {k: v.astype(np.float32) for k, v in w.items()}
+    states = {"h0": r.uniform(-1, 1, (1, batch, hidden))}
+    if op == "LSTM" and c0:
+        states["c0"] = r.uniform(-1, 1, (1, batch, hidden))
+    feed = {"x": r.uniform(-1, 1, (steps, batch, inp)), **states}
+    feed = {k: v.astype(np.float32) for k, v in feed.items()}
+    names = ["x", "w", "r", "b", ""] + list(states)
+    attrs = {"hidden_size": hidden} | ({"linear_before_reset": lbr} if op == "GRU" else {})
+    node = helper.make_node(op, names, outs, **attrs)
+    m = _model(node, feed if const else {**feed, **w}, list(w.items()) if const else ())
+    return m, (feed if const else {**feed, **w})
+
+
+@pytest.mark.parametrize("op,steps,batch,inp,hidden,outs,const,packed", [
+    ("LSTM", 4, 2, 3, 21, ["y", "yh", "yc"], True, True), ("LSTM", 3, 2, 20, 100, ["", "yh", "yc"], True, True),
+    ("LSTM", 4, 2, 3, 5, ["y", "yh", "yc"], False, False),
+    ("GRU", 5, 2, 3, 21, ["y", "yh"], True, True), ("GRU", 3, 2, 20, 100, ["y", "yh"], True, True),
+    ("GRU", 4, 1, 8, 32, ["", "yh"], True, True), ("GRU", 4, 2, 3, 5, ["y", "yh"], False, False)])
+def test_rnn_whole_with_initial_states(op, steps, batch, inp, hidden, outs, const, packed):
+    """initial_h (and initial_c) as torch exports them: kept whole, packed when the weights are constant (GRU:
+    linear_before_reset, PyTorch's form), blocks split over 2 threads from LSTM_PARALLEL_MIN multiply-adds."""
+    m, feed = _states_model(op, steps, batch, inp, hidden, outs, const)
+    assert op in _check(m, feed)
+    (ins,) = [i for i in glow_core.compile(m, "cpu", num_threads=2).ir.code if i.op == op]
+    choice = kernel_code(KernelInstr.of(ins), 2).choice
+    assert ("weights packed at compile time" in choice) == packed, choice
+    assert "from initial_h" in choice
+    if packed:
+        gates = 4 if op == "LSTM" else 3
+        assert ("split over 2 threads" in choice) == (gates * hidden * hidden * batch >= LSTM_PARALLEL_MIN)
+
+
+def test_gru_before_reset_with_constant_weights_runs_unpacked():
+    """linear_before_reset=0 needs r of every unit before the candidate's product: the plain loops."""
+    m, feed = _states_model("GRU", 4, 2, 3, 21, ["y", "yh"], True, lbr=0)
+    assert "GRU" in _check(m, feed)
+    (ins,) = [i for i in glow_core.compile(m, "cpu", num_threads=1).ir.code if i.op == "GRU"]
+    assert "packed" not in kernel_code(KernelInstr.of(ins), 1).choice
+
+
+@pytest.mark.parametrize("op,hidden,const,runtime_lens,outs", [
+    ("LSTM", 21, True, True, ["y", "yh", "yc"]), ("LSTM", 100, True, False, ["", "yh", "yc"]),
+    ("LSTM", 5, False, True, ["y", "yh", "yc"]), ("GRU", 21, True, True, ["y", "yh"]),
+    ("GRU", 100, True, True, ["", "yh"]), ("GRU", 5, False, False, ["y", "yh"])])
+def test_rnn_whole_with_sequence_lens(op, hidden, const, runtime_lens, outs):
+    """sequence_lens shorter than the sequence, as an input or a constant: kept whole (packed when the weights
+    are constant, 2-thread blocks at hidden 100); rows past their length keep h (and c) and write zeros to Y,
+    against onnxruntime and the interpreter (the lowering's select)."""
+    ort = pytest.importorskip("onnxruntime")
+    steps, batch, inp = 5, 3, 4
+    m, feed = _states_model(op, steps, batch, inp, hidden, outs, const)
+    lens = np.array([steps, 2, 1], np.int32)
+    node = m.graph.node[0]
+    node.input[4] = "lens"
+    if runtime_lens:
+        m.graph.input.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [batch]))
+        feed = {**feed, "lens": lens}
+    else:
+        m.graph.initializer.append(numpy_helper.from_array(lens, "lens"))
+    m.ir_version = 8
+    names = [o for o in outs if o]
+    want = dict(zip(names, ort.InferenceSession(m.SerializeToString(),
+                                                providers=["CPUExecutionProvider"]).run(names, feed)))
+    spec = glow_core.compile(m, "interpreter").run(feed)
+    for nt in (1, 2):
+        cm = glow_core.compile(m, "cpu", num_threads=nt)
+        got = cm.run(feed)
+        for nm in names:
+            np.testing.assert_allclose(got[nm], want[nm], rtol=1e-5, atol=1e-5, err_msg=f"{nm}, {nt} threads")
+            np.testing.assert_allclose(got[nm], spec[nm], rtol=1e-5, atol=1e-5, err_msg=f"{nm}, {nt} threads")
+        if "y" in names:
+            assert not got["y"][2:, 0, 1].any() and not got["y"][1:, 0, 2].any()  # past the lengths: exact zeros
+        (ins,) = [i for i in cm.ir.code if i.op == op]
+        choice = kernel_code(KernelInstr.of(ins), nt).choice
+        assert "past their sequence_lens" in choice and ("packed" in choice) == const, choice
+
+
+@pytest.mark.parametrize("approximate,act", [("none", "gelu_erf"), ("tanh", "gelu_tanh")])
+def test_gelu_op_after_bias_add_fuses_into_the_add(approximate, act, monkeypatch):
+    """MatMul -> Add -> Gelu (opset 20), as torch's dynamo exporter writes nn.Linear -> nn.GELU: the Gelu is
+    lowered and glow_core.fusion's pattern puts it in the bias add's loop (no Gelu pass); against onnx's
+    reference, and equal to the whole Gelu kernel's results (the same expression)."""
+    r = np.random.default_rng(3)
+    consts = [("w", (r.standard_normal((64, 96)) * 0.3).astype(np.float32)),
+              ("b", r.standard_normal(96).astype(np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Gelu", ["a"], ["y"], approximate=approximate)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 50, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    feed = {"x": (r.standard_normal((2, 50, 64)) * 3).astype(np.float32)}
+    want = ReferenceEvaluator(m).run(None, feed)[0]
+    for nt in (1, 2):
+        cm = glow_core.compile(m, "cpu", num_threads=nt)
+        assert "Gelu" not in {i.op for i in cm.ir.code}
+        assert [i.attrs.get("_fused_activation") for i in cm.ir.code if i.op == "add"] == [act]
+        got = cm.run(feed)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{nt} threads")
+    import glow_cpu.kernels.nn as knn
+    monkeypatch.setitem(knn.WHOLE, "Gelu", lambda node: True)
+    whole = glow_core.compile(m, "cpu", num_threads=1)
+    assert "Gelu" in {i.op for i in whole.ir.code}
+    np.testing.assert_allclose(got, whole.run(feed)["y"], rtol=0, atol=1e-6)

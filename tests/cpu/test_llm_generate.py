@@ -40,6 +40,21 @@ def test_64_greedy_tokens_and_logits_equal_onnxruntime(generator, oracle):
         compare(g, w, "model", f"logits at step {step}", "pytest tests/cpu/test_llm_generate.py")
 
 
+def test_group_query_attention_decoder_updates_the_cache_in_place():
+    """onnxruntime-genai's form (com.microsoft GroupQueryAttention kept whole on cpu, positions from
+    attention_mask): 64 greedy tokens equal onnxruntime's, and the GQA kernel writes each cache in its state buffer
+    (no copy of a cache in either function)."""
+    m = llama_decoder(CFG, attention="gqa").SerializeToString()
+    want = OrtDecoder(m).greedy(PROMPT, 64)[0]
+    g = Generator(m, backend="cpu", max_seq_len=80, prefill_block=4, num_threads=1)
+    np.testing.assert_array_equal(g.generate(PROMPT, 64), want)
+    for name in ("prefill", "decode"):
+        (_, irf), = g.module.functions[name].parts
+        ops = [i.op for i in irf.instrs]
+        assert ops.count("com.microsoft.GroupQueryAttention") == CFG.num_hidden_layers, name
+        assert [i.name for i in irf.instrs if i.op == "copy" and "past_key_values" in i.name] == [], name
+
+
 def test_weights_and_cache_once_for_both_functions(generator):
     """The prefill and decode functions run in one state region and read the same weight arrays."""
     prefill, decode = (generator.module.functions[f].compiled for f in ("prefill", "decode"))
@@ -74,8 +89,15 @@ def test_no_allocation_per_token(model):
         tracemalloc.stop()
     assert logits.nbytes == 16384
     prefill, decode = (g.module.functions[f].compiled for f in ("prefill", "decode"))
-    packed = {arr.ctypes.data for _, arr in decode.program.derived}  # the lm_head's GEMM panels
-    assert packed and packed <= {arr.ctypes.data for _, arr in prefill.program.derived}
+    # the weights' GEMM panels (decode's GEMV reads the same layout): each packed once for both functions; the
+    # lm_head's, the largest, read by prefill's GEMM and decode's GEMV alike
+    arrays = [arr for f in (decode, prefill) for _, arr in f.program.derived]
+    where: dict = {}
+    for arr in arrays:
+        where.setdefault((arr.shape, arr.tobytes()), set()).add(arr.ctypes.data)
+    assert arrays and all(len(ptrs) == 1 for ptrs in where.values())
+    biggest = max((arr for _, arr in decode.program.derived), key=lambda a: a.nbytes)
+    assert biggest.ctypes.data in {arr.ctypes.data for _, arr in prefill.program.derived}
     assert peak - before < 2048 and current - before < 512, (peak - before, current - before)
 
 

@@ -81,6 +81,8 @@ class Attention:
     copy_q: bool  # O overlaps Q: Q is copied with K^T before any store
     choice: str
     strided: "dict | None" = None  # operands read and O written through strides (rule "transposes")
+    nan_zero: bool = False  # the probabilities' NaN (fully masked rows) replaced by 0, as Where(IsNaN(P), 0, P)
+    mask_pick: "tuple | None" = None  # (a, b): the mask is a boolean condition, a added where true, else b
     folded_out: object = None  # the buffer O is then written to
 
 
@@ -196,7 +198,7 @@ def _match(mm, index, sources, skip, elided, nt) -> "Attention | None":
         return None
     *batch, s, d = q.type.shape
     t = k.type.shape[-1]
-    members, scale, mask, reads = [mm], None, None, [(q, mm), (k, mm)]
+    members, scale, mask, reads, mask_pick = [mm], None, None, [(q, mm), (k, mm)], None
     ins = mm
     step = _next(ins, cur, index)
     while step is not None:
@@ -213,10 +215,19 @@ def _match(mm, index, sources, skip, elided, nt) -> "Attention | None":
                     return None
                 scale = (nxt.op, float(vals[0]))
             else:
-                if _mask_strides(ob.type.shape, cur.type.shape) is None:
-                    return None
-                mask = ob
-                reads.append((ob, nxt))
+                sel = _boolean_mask(ob, nxt, index, sources)
+                if sel is not None:  # Where(cond, a, b) read only here: cond read in place, a or b added
+                    sel_ins, cond, picks = sel
+                    if _mask_strides(cond.type.shape, cur.type.shape) is None:
+                        return None
+                    members.insert(0, sel_ins)
+                    mask, mask_pick = cond, picks
+                    reads.append((cond, sel_ins))
+                else:
+                    if _mask_strides(ob.type.shape, cur.type.shape) is None:
+                        return None
+                    mask = ob
+                    reads.append((ob, nxt))
             members.append(nxt)
             ins, cur = nxt, o
             step = _next(ins, cur, index)
@@ -231,7 +242,13 @@ def _match(mm, index, sources, skip, elided, nt) -> "Attention | None":
     if pr.type != cur.type or not _f32(pr):
         return None
     members.append(sm)
-    step = _next(sm, pr, index)
+    zero_nan = _nan_to_zero(sm, pr, index, sources)
+    if zero_nan is not None:  # torch's exporter: Where(IsNaN(P), 0, P) (fully masked rows give 0, not NaN)
+        members += zero_nan
+        pr = zero_nan[-1].outs[0]
+        step = _next(zero_nan[-1], pr, index)
+    else:
+        step = _next(sm, pr, index)
     if step is None or step[0].op != "matmul" or step[1] != 1 or step[0].attrs.get(FUSED_ACTIVATION):
         return None
     mm2 = step[0]
@@ -243,6 +260,7 @@ def _match(mm, index, sources, skip, elided, nt) -> "Attention | None":
     end = index.position(mm2)
     if end - index.position(mm) > MAX_SPAN:
         return None
+    members.sort(key=index.position)
     inside = skip | {id(m) for m in members}
     if any(not index.unwritten(b, index.position(r), end, inside) for b, r in reads):
         return None
@@ -266,11 +284,80 @@ def _match(mm, index, sources, skip, elided, nt) -> "Attention | None":
     else:
         return None
     blk = block_rows(s, t)
-    extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "")
+    nan_zero = any(m.op == "select" for m in members[members.index(sm):])
+    extra = (f", {scale[0]} by {scale[1]!r}" if scale else "") + (", mask" if mask is not None else "") + \
+        (", NaN probabilities to 0" if nan_zero else "") + (", the mask a select of a boolean" if mask_pick else "")
     choice = (f"{prod(batch)} heads x {s} query rows split evenly over the threads in blocks of at most {blk}, a "
               f"{blk} x {t} score tile per thread (D {d}, Dv {dv}{extra}; gemm f32, K^T and V packed per head"
               f"{', Q copied: O overlaps it' if copy_q else ''})")
-    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, copy_q, choice)
+    return Attention(members + [mm2], q, k, v, out, scale, mask, blk, kpack, work, copy_q, choice, nan_zero=nan_zero,
+                     mask_pick=mask_pick)
+
+
+def _boolean_mask(mb, add, index, sources) -> "tuple | None":
+    """(select, cond, (a, b)) when the mask ``mb`` the ``add`` reads is written by ``select(cond, a, b)`` with
+    constant splats a and b (torch's exporter: Where(attention_mask, 0, -inf)) and read by that add only: the kernel
+    then adds a or b by cond in place of the mask's bytes (the select runs no kernel)."""
+    if mb.kind != "activation" or mb.base is not None or id(mb) in index.viewed:
+        return None
+    end = index.position(add)
+    writer = None
+    for i in index.touching(mb):
+        if i >= end:
+            break
+        ins = index.instrs[i]
+        if any(b is mb and kind != "in" for b, kind in ins.operands):
+            writer = ins
+    if writer is None or writer.op != "select" or writer.attrs.get(FUSED_ACTIVATION) or writer.outs[0] is not mb:
+        return None
+    rd = index.readers(mb, index.position(writer))
+    if not rd or len(rd) != 1 or rd[0][0] is not add:
+        return None
+    srcs = sources.get(id(writer), {})
+    cond = srcs.get(1, writer.operands[1][0])
+    picks = []
+    for slot in (2, 3):
+        b = srcs.get(slot, writer.operands[slot][0])
+        vals = constant_value(b).reshape(-1) if b.region == "constant" else None
+        if vals is None or vals.size == 0 or not (vals == vals[0]).all() or b.type.dtype.name != "float32":
+            return None
+        picks.append(float(vals[0]))
+    if cond.type.dtype.name != "bool" or cond.layout != PLAIN:
+        return None
+    return writer, cond, tuple(picks)
+
+
+def _nan_to_zero(sm, pr, index, sources) -> "list | None":
+    """[isnan, select] when the Softmax output ``pr`` is read only by ``isnan(pr)`` and ``select(that, 0, pr)``
+    (torch's dynamo exporter after the softmax of scaled_dot_product_attention), the select's output of pr's
+    type; else None."""
+    if pr.kind != "activation" or pr.base is not None or id(pr) in index.viewed:
+        return None
+    rd = index.readers(pr, index.position(sm))
+    if not rd or len(rd) != 2:
+        return None
+    by_op = {r.op: (r, slots) for r, slots in rd}
+    if set(by_op) != {"isnan", "select"} or by_op["isnan"][1] != [1] or by_op["select"][1] != [3]:
+        return None
+    nan, sel = by_op["isnan"][0], by_op["select"][0]
+    if index.position(nan) > index.position(sel) or sel.attrs.get(FUSED_ACTIVATION):
+        return None
+    step = _next(nan, nan.outs[0], index)
+    if step is None or step[0] is not sel or step[1] != 1:
+        return None
+    zero = sources.get(id(sel), {}).get(2, sel.operands[2][0])
+    vals = constant_value(zero).reshape(-1) if zero.region == "constant" else None
+    if vals is None or vals.size == 0 or (vals != 0).any() or np.signbit(vals).any():
+        return None
+    (o,) = sel.outs
+    if o.type != pr.type or not _f32(o):
+        return None
+    return [nan, sel]
+
+
+def _c_float(v: float) -> str:
+    v = float(np.float32(v))
+    return ("INFINITY" if v > 0 else "(-INFINITY)") if np.isinf(v) else "NAN" if np.isnan(v) else float.hex(v) + "f"
 
 
 def _mask_strides(mshape, shape) -> "list[int] | None":
@@ -353,7 +440,8 @@ def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tu
         pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
         nbh=prod(batch), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
-        max_update=update, sum_t=sum_t)
+        max_update=update, sum_t=sum_t, nan_zero=a.nan_zero,
+        mask_pick=[_c_float(v) for v in a.mask_pick] if a.mask_pick else None)
     name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
     return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), choice), bufs
 

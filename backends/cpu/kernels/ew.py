@@ -42,8 +42,9 @@ def libm(op):
     return lambda ct, a: f"{C_MATH[op]}{_fsfx(ct)}({a})"
 
 
-#: Unary primitive -> C of ``f(ctype, a)``: an expression in the compute type (0/1 for predicates). Float exp and
-#: erf are the prelude's branch-free polynomials (loops over them vectorize); the other C_MATH ops call libm.
+#: Unary primitive -> C of ``f(ctype, a)``: an expression in the compute type (0/1 for predicates). Float exp,
+#: erf and tanh are the prelude's branch-free polynomials (loops over them vectorize); the other C_MATH ops call
+#: libm.
 UNARY_C = {
     **{op: libm(op) for op in C_MATH},
     "neg": _neg, "abs": _abs, "sign": _sign,
@@ -54,7 +55,7 @@ UNARY_C = {
     "not": lambda ct, a: f"(!{a})",
     "bitwise_not": lambda ct, a: f"({ct.compute})(~{a})",
 }
-for _op in ("exp", "erf"):
+for _op in ("exp", "erf", "tanh"):
     UNARY_C[_op] = (lambda op, libm: lambda ct, a: f"glow_{op}f({a})" if ct.compute == "float" else libm(ct, a))(
         _op, UNARY_C[_op])
 
@@ -209,6 +210,7 @@ def reduce_parts(op, dt) -> tuple[str, str, str]:
 #: Fused activations (glow_core.fusion) the kernels apply in their epilogue, with their parameters in order.
 ACTIVATION_PARAMS = {"relu": (), "clip": ("min", "max"), "silu": (), "sigmoid": (), "tanh": (),
                      "leaky_relu": ("alpha",), "gelu_erf": ("scale",), "gelu_erf_div": ("divisor",),
+                     "gelu_erf_half": ("divisor",),
                      "gelu_tanh": ("cube", "scale")}
 
 
@@ -216,7 +218,8 @@ def activation(act, dt, v, params) -> str:
     """The fused activation ``act`` of the stored value ``v`` (a raw value of ``dt``'s storage type), built from
     the elementwise primitives' own expressions in the order the core lowers it (relu = max(v, 0), clip =
     min(max(v, min), max), silu = v * sigmoid(v), leaky_relu = select(v < 0, v * alpha, v), gelu_erf =
-    (v * 0.5) * (erf(v * scale) + 1), gelu_erf_div = (v * (erf(v / divisor) + 1)) * 0.5, gelu_tanh = (v * 0.5) *
+    (v * 0.5) * (erf(v * scale) + 1), gelu_erf_div = (v * (erf(v / divisor) + 1)) * 0.5, gelu_erf_half = v *
+    (0.5 * (erf(v / divisor) + 1)), gelu_tanh = (v * 0.5) *
     (tanh((v + ((v * v) * v) * cube) * scale) + 1)),
     each step rounded to the storage type as the primitive's store does, so a fused result equals the unfused one
     bit for bit (up to the C compiler's contraction of a product and a sum into one multiply-add, as gelu_tanh's
@@ -242,6 +245,8 @@ def activation(act, dt, v, params) -> str:
         half, one = ctype(dt).st("0.5f"), ctype(dt).st("1.0f")
         if act == "gelu_erf_div":
             return ew("mul", [ew("mul", [v, ew("add", [ew("erf", [ew("div", [v, params["divisor"]])]), one])]), half])
+        if act == "gelu_erf_half":
+            return ew("mul", [v, ew("mul", [half, ew("add", [ew("erf", [ew("div", [v, params["divisor"]])]), one])])])
         if act == "gelu_erf":
             t = ew("erf", [ew("mul", [v, params["scale"]])])
         else:

@@ -1,6 +1,7 @@
 """Kernels of matmul: the packed, cache-blocked GEMM (gemm.c.j2 variants, B packed at compile time when it is a
-constant, operands read or the result written through strides: fusion rule "transposes"), float16/bfloat16
-through converted float32 operands, and plain loops (small or integer products)."""
+constant, operands read or the result written through strides: fusion rule "transposes"), the float32 GEMV of a
+one-row product with constant B (a decode step's x @ W: gemv.c.j2, B in the GEMM's packed panels, streamed once),
+float16/bfloat16 through converted float32 operands, and plain loops (small or integer products)."""
 from __future__ import annotations
 
 import functools
@@ -17,9 +18,22 @@ from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack
 from ..templates import template
 
 
+#: The GEMV's choices (gemv.c.j2). ``unroll``: rows of B per step, each column's partial sums kept apart (as many
+#: independent multiply-add chains per vector as a core needs to stream, not wait on the adds' latency);
+#: ``prefetch_rows``: rows of the panel ahead of the one read that the loop asks the cache for (0: the hardware
+#: prefetcher alone); ``min_weights_per_thread``: weights (multiply-adds) below which a thread is not worth its
+#: fork and barrier: one thread streams a decode step's weights near the memory's bandwidth, and on a busy machine
+#: a descheduled thread holds the others at the barrier for a time slice (bench/bench_llm.py, 2 threads, libgomp's
+#: default wait policy, load 4 on 2 cores: 2M weights per thread 1.08x onnxruntime's decode, 256K 0.21x; with
+#: OMP_WAIT_POLICY=passive the same within noise): of a 125 M LLaMA only the lm_head forks. ``vector_floats``:
+#: floats per vector (GCC vector extension: one AVX-512 register, two AVX2 or four SSE/NEON ones).
+GEMV = {"unroll": 8, "prefetch_rows": 32, "min_weights_per_thread": 1 << 21, "vector_floats": 16}
+
+
 @dataclass(frozen=True)
 class MatmulPlan:
-    """gemm (float32/float64), convert (float16/bfloat16 through a float32 GEMM) or naive (small or integer)."""
+    """gemm (float32/float64), gemv (float32, one row, constant B), convert (float16/bfloat16 through a float32
+    GEMM) or naive (small or integer)."""
 
     mode: str
     sfx: str
@@ -35,6 +49,8 @@ def matmul_plan(ki) -> MatmulPlan:
     n = b.type.shape[-1]
     big = m * n * k >= 32768
     acc_t, acc_np = accumulator(dt)
+    if dt == "float32" and m == 1 and b.const and not ki.attrs.get(STRIDED):
+        return MatmulPlan("gemv", "f32", acc_t, True, ScratchLayout.of([]))
     if dt in ("float32", "float64") and big:
         sfx = "f32" if dt == "float32" else "f64"
         return MatmulPlan("gemm", sfx, acc_t, b.const,
@@ -65,6 +81,31 @@ def gemm_source(name: str) -> str:
     return _GEMMS[name]
 
 
+def gemv_threads(k: int, n: int, num_threads: int) -> int:
+    """Threads a GEMV of B[k, n] forks: at most one per panel and per GEMV["min_weights_per_thread"] weights."""
+    panels = -(-n // gemm_pack_width("f32"))
+    return max(1, min(num_threads, panels, k * n // GEMV["min_weights_per_thread"]))
+
+
+def _gemv(gen, ins, fn, plan):
+    a, b = ins.ins
+    k = a.type.shape[-1]
+    n = b.type.shape[-1]
+    w = gemm_pack_width("f32")
+    panels = -(-n // w)
+    threads = gemv_threads(k, n, gen.nt)
+    unroll, pf = GEMV["unroll"], GEMV["prefetch_rows"]
+    bp_ptr = gen.derive(b, "", f"gemm panels {plan.sfx}", functools.partial(pack_b, sfx=plan.sfx))
+    gen.choice = (f"gemv f32: b packed at compile time in {panels} panel(s) of {w} columns x {k} rows, each streamed "
+                  f"once; {unroll} rows per step with separate partial sums"
+                  + (f", prefetch {pf} rows ahead" if pf else "")
+                  + (f"; {threads} threads split the panels" if threads > 1 else "; one thread"))
+    epi = gen.epilogue("float32")
+    return gen.t("gemv.c.j2", fn=fn, choice=gen.choice, out_ptr=gen.ptr(ins.outs[0]), a_ptr=gen.ptr(a),
+                 bp_ptr=bp_ptr, batch=prod(a.type.shape[:-2]), k=k, n=n, w=w, vl=GEMV["vector_floats"],
+                 panels=panels, unroll=unroll, prefetch=pf, threads=threads, epi=epi or "v")
+
+
 @kernel("matmul")
 def matmul(gen, ins, fn):
     a, b = ins.ins
@@ -74,6 +115,8 @@ def matmul(gen, ins, fn):
     m, k = a.type.shape[-2:]
     n = b.type.shape[-1]
     plan = matmul_plan(ins)
+    if plan.mode == "gemv":
+        return _gemv(gen, ins, fn, plan)
     mode, acc_t = plan.mode, plan.acc_t
     scratch = gen.scratch_ptr()
     gen.choice = {"gemm": f"gemm {plan.sfx}" + (" (b packed at compile time)" if plan.b_derived else ""),
@@ -129,5 +172,5 @@ def _strided_operands(gen, ins, m, n, k) -> "dict | None":
 
 @kernel_scratch("matmul")
 def matmul_scratch(ki) -> ScratchLayout:
-    """The GEMM's packed panels, converted operands, or the naive loops' row."""
+    """The GEMM's packed panels, converted operands, or the naive loops' row (the GEMV needs none)."""
     return matmul_plan(ki).scratch

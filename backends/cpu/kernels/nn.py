@@ -9,15 +9,19 @@ between the steps.
   variance of the centred row (both sums in ROW_LANES lanes), (x - mean) * 1/sqrt(var + epsilon) * scale +
   bias (templates/layernorm.c.j2).
 * Gelu (float32, erf or tanh form): one loop, the lowering's expression with the erf primitive's glow_erff
-  (templates/gelu.c.j2).
-* LSTM and GRU (float32, forward, time-major, default activations, no clip, inputs X, W, R and optionally B,
-  zero initial state; GRU either linear_before_reset): the gate projections of the whole sequence in one GEMM,
-  then per step one fused loop (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c)
-  (templates/rnn.c.j2). No per-step instructions, where the lowering unrolls a matmul and a dozen elementwise
-  instructions per step. An LSTM with constant W, R (and B) has its weights packed at compile time
-  (``lstm_packing``): the input projections run on the packed GEMM (templates/gemm.c.j2), and each step is,
-  per block of LSTM_UNITS hidden units, a GEMV over those units' 4 gate rows (vectorized over the gate
-  outputs) fused with their cell update; blocks split over the threads (one barrier per step).
+  (templates/gelu.c.j2). A Gelu reading a matmul, add or conv (GELU_EPILOGUE_PRODUCERS) is lowered instead:
+  its pattern fuses into that kernel's store, the same expression without a pass of its own.
+* LSTM and GRU (float32, forward, time-major, default activations, no clip, no peepholes, inputs X, W, R and
+  optionally B, initial_h, initial_c and sequence_lens (constant or at run time; past a sequence's length its
+  row keeps h and c and writes zeros to Y, the lowering's select, without computing the step): what torch exports, reverse,
+  bidirectional and batch-major nodes split into forward ones by glow_core's rnn-directions pass; GRU either
+  linear_before_reset): the gate projections of the whole sequence in one GEMM, then per step one fused loop
+  (the recurrent projection h R^T and the gates) writing Y, Y_h (and LSTM's Y_c) (templates/rnn.c.j2). No
+  per-step instructions, where the lowering unrolls a matmul and a dozen elementwise instructions per step. An
+  LSTM, and a GRU with linear_before_reset (PyTorch's), with constant W, R (and B) has its weights packed at
+  compile time (``gate_packing``): the input projections run on the packed GEMM (templates/gemm.c.j2), and each
+  step is, per block of LSTM_UNITS hidden units, a GEMV over those units' 4 (3) gate rows (vectorized over the
+  gate outputs) fused with their cell update; blocks split over the threads (one barrier per step).
 
 Each computes what the lowering computes, in its order and precision (sums in double as ``reduce_sum`` does,
 the max's NaN rule of ``reduce_max``); only the C compiler's contraction of multiply-adds and the order of the
@@ -66,18 +70,50 @@ def _layernorm_whole(node) -> bool:
     return all(v is None or (v.dtype.name == "float32" and _trailing(v.shape) == norm) for v in node.inputs[1:3])
 
 
+#: The inputs of the ONNX recurrent ops, in order (GRU stops at initial_h).
+RNN_INPUTS = ("x", "w", "r", "b", "sequence_lens", "initial_h", "initial_c", "p")
+
+
 def _rnn_whole(node) -> bool:
+    """Forward, time-major, default activations, no clip, no peepholes; float32 X, W, R and optional B,
+    initial_h, initial_c; sequence_lens absent or int32 / int64 [batch], a constant or a run-time input (what
+    graph pass rnn-directions leaves of torch's exports, bidirectional and batch-first included)."""
     a = node.attrs
     acts = [str(x.decode() if isinstance(x, bytes) else x).lower() for x in (a.get("activations") or ())]
     default = {"LSTM": ["sigmoid", "tanh", "tanh"], "GRU": ["sigmoid", "tanh"]}[node.op]
-    return (3 <= len(node.inputs) <= 4 and all(v is not None and v.dtype.name == "float32" for v in node.inputs)
+    ins = dict(zip(RNN_INPUTS, node.inputs))
+    if any(ins.get(k) is None for k in ("x", "w", "r")) or ins.get("p") is not None:
+        return False
+    lens = ins.get("sequence_lens")
+    if lens is not None and (lens.dtype.name not in ("int32", "int64") or ins["x"].rank != 3
+                            or tuple(lens.shape) != (ins["x"].shape[1],)):
+        return False
+    return (len(node.inputs) <= (7 if node.op == "LSTM" else 6)
+            and all(v is None or v.dtype.name == "float32" for k, v in ins.items() if k != "sequence_lens")
             and a.get("direction", "forward") == "forward" and a.get("layout", 0) == 0 and a.get("clip") is None
             and not a.get("input_forget") and acts in ([], default)
             and a.get("activation_alpha") is None and a.get("activation_beta") is None)
 
 
+def rnn_operands(ki) -> dict:
+    """The operands of an LSTM / GRU instruction by RNN_INPUTS name (None where the node had no such input: the
+    IR's operands skip them, ``_optional`` says which)."""
+    optional = list(ki.attrs.get("_optional") or [False] * len(ki.ins))
+    optional += [True] * (len(RNN_INPUTS) - len(optional))
+    present = iter(ki.ins)
+    return {name: (None if missing else next(present)) for name, missing in zip(RNN_INPUTS, optional)}
+
+
+#: ONNX ops whose lowering ends in a kernel that applies a fused activation in its store (FUSED_ACTIVATIONS):
+#: a Gelu reading one of them is lowered, and glow_core.fusion's gelu_erf / gelu_tanh pattern puts it in that
+#: kernel's epilogue (one pass less over the tensor: ViT's and ConvNeXt's MatMul -> Add -> Gelu).
+GELU_EPILOGUE_PRODUCERS = frozenset({"Add", "MatMul", "Gemm", "Conv", "add", "matmul", "conv"})
+
+
 def _gelu_whole(node) -> bool:
-    return node.attrs.get("approximate", "none") in ("none", "tanh")
+    producer = node.inputs[0].producer
+    return (node.attrs.get("approximate", "none") in ("none", "tanh")
+            and (producer is None or producer.op not in GELU_EPILOGUE_PRODUCERS))
 
 
 #: ONNX op -> whether a node of it (float32 input already checked) is kept whole.
@@ -164,7 +200,46 @@ LSTM_PARALLEL_MIN = 32768
 
 
 def _lstm_packed(ki) -> bool:
-    return ki.op == "LSTM" and all(b.const for b in ki.ins[1:])
+    ops = rnn_operands(ki)
+    return ki.op == "LSTM" and all(ops[k] is None or ops[k].const for k in ("w", "r", "b"))
+
+
+def _gru_packed(ki) -> bool:
+    ops = rnn_operands(ki)
+    return (ki.op == "GRU" and bool(ki.attrs.get("linear_before_reset", 0))
+            and all(ops[k] is None or ops[k].const for k in ("w", "r", "b")))
+
+
+def _packed(ki) -> bool:
+    return _lstm_packed(ki) or _gru_packed(ki)
+
+
+def gate_packing(hidden: int, gates: int = 4) -> np.ndarray:
+    """The gate row (of W and R, in ONNX's gate order) behind each packed gate output, -1 for padding: block b
+    holds the ``gates`` gates of hidden units b * LSTM_UNITS ... (b + 1) * LSTM_UNITS - 1, LSTM_UNITS each."""
+    blocks = -(-hidden // LSTM_UNITS)
+    unit = np.arange(blocks * LSTM_UNITS).reshape(blocks, 1, LSTM_UNITS)
+    rows = np.arange(gates).reshape(1, gates, 1) * hidden + unit
+    return np.where(unit < hidden, rows, -1).reshape(-1)
+
+
+def _pack_gru(arrays, hidden: int):
+    """(W^T in GEMM panels, R's blocks [blocks, hidden, 3 * LSTM_UNITS], the projections' bias Wb + Rb of z and
+    r and Wb of h~, Rb of h~ [blocks * LSTM_UNITS]) in gate_packing order (gates z, r, h)."""
+    order = gate_packing(hidden, 3)
+    keep = (order >= 0)[:, None]
+
+    def rows(m):
+        return np.where(keep, m[np.maximum(order, 0)], 0).astype(np.float32)
+    w, r = arrays[0][0], arrays[1][0]
+    b = arrays[2][0].astype(np.float32) if len(arrays) > 2 else np.zeros(6 * hidden, np.float32)
+    proj = b[:3 * hidden] + np.concatenate([b[3 * hidden:5 * hidden], np.zeros(hidden, np.float32)])
+    units = -(-hidden // LSTM_UNITS) * LSTM_UNITS
+    rbh = np.zeros(units, np.float32)
+    rbh[:hidden] = b[5 * hidden:]
+    rb = rows(r).reshape(-1, 3 * LSTM_UNITS, hidden).transpose(0, 2, 1)
+    return [pack_b(rows(w).T, "f32"), np.ascontiguousarray(rb),
+            np.where(order >= 0, proj[np.maximum(order, 0)], 0).astype(np.float32), rbh]
 
 
 def lstm_packing(hidden: int) -> np.ndarray:
@@ -195,8 +270,8 @@ def rnn_scratch_bytes(ki) -> int:
     (GRU) [batch, hidden], and GRU's r * h [hidden]. Packed LSTM: the projections in lstm_packing order, h twice
     (the previous step's and this one's), c, then the GEMM's A panel."""
     steps, batch, inp, hidden = _rnn_dims(ki)
-    if _lstm_packed(ki):
-        gp = 4 * LSTM_UNITS * -(-hidden // LSTM_UNITS)
+    if _packed(ki):
+        gp = _GATES[ki.op] * LSTM_UNITS * -(-hidden // LSTM_UNITS)
         head = 4 * (steps * batch * gp + 3 * batch * hidden)
         return -(-head // 64) * 64 + gemm_scratch_bytes("f32", steps * batch, gp, inp, packed_b=True)
     return 4 * (steps * batch * _GATES[ki.op] * hidden + 2 * batch * hidden + hidden)
@@ -205,28 +280,53 @@ def rnn_scratch_bytes(ki) -> int:
 @kernel("LSTM", "GRU")
 def k_rnn(gen, ki, fn) -> str:
     steps, batch, inp, hidden = _rnn_dims(ki)
+    ops = rnn_operands(ki)
+    h0 = gen.ptr(ops["initial_h"]) if ops["initial_h"] is not None else None
+    c0 = gen.ptr(ops["initial_c"]) if ops.get("initial_c") is not None else None
+    states = " from initial_h" + (" and initial_c" if c0 else "") if h0 or c0 else ""
+    lens_op = ops["sequence_lens"]
+    lens = gen.ptr(lens_op) if lens_op is not None else None
+    lens_t = f"{lens_op.type.dtype.name}_t" if lens_op is not None else None
+    states += ", rows past their sequence_lens kept" if lens else ""
     gates = _GATES[ki.op] * hidden
     outs = [gen.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
     lbr = bool(ki.attrs.get("linear_before_reset", 0))
     if _lstm_packed(ki):
         blocks = -(-hidden // LSTM_UNITS)
-        wt, rb, bias = gen.derive_many([b.slot for b in ki.ins[1:]],
-                                          lambda arrays: _pack_lstm(arrays, hidden), "lstm packed", 3)
+        wt, rb, bias = gen.derive_many([ops[k].slot for k in ("w", "r", "b") if ops[k] is not None],
+                                       lambda arrays: _pack_lstm(arrays, hidden), "lstm packed", 3)
         gen.gemms.add("f32")
         par = 4 * hidden * hidden * batch >= LSTM_PARALLEL_MIN
         gen.choice = (f"lstm whole, weights packed at compile time: input projections of {steps} steps in one "
                          f"packed GEMM [{steps * batch} x {inp}] x [{inp} x {4 * blocks * LSTM_UNITS}], {steps} "
                          f"steps of {blocks} fused GEMV + cell blocks of {LSTM_UNITS} units"
-                         + (f" split over {gen.nt} threads" if par and gen.nt > 1 else ""))
-        return gen.t("rnn.c.j2", fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias,
+                         + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
+        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, h0=h0, c0=c0,
                         y=outs[0], y_h=outs[1], y_c=outs[2], scratch=gen.scratch_ptr(), steps=steps,
                         batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS,
                         gp=4 * blocks * LSTM_UNITS, par=par and gen.nt > 1,
                         gemm_off=-(-4 * (steps * batch * 4 * blocks * LSTM_UNITS + 3 * batch * hidden) // 64) * 64)
+    if _gru_packed(ki):
+        blocks = -(-hidden // LSTM_UNITS)
+        gp = 3 * blocks * LSTM_UNITS
+        wt, rb, bias, rbh = gen.derive_many([ops[k].slot for k in ("w", "r", "b") if ops[k] is not None],
+                                            lambda arrays: _pack_gru(arrays, hidden), "gru packed", 4)
+        gen.gemms.add("f32")
+        par = 3 * hidden * hidden * batch >= LSTM_PARALLEL_MIN
+        gen.choice = (f"gru whole (linear_before_reset), weights packed at compile time: input projections of "
+                      f"{steps} steps in one packed GEMM [{steps * batch} x {inp}] x [{inp} x {gp}], {steps} steps "
+                      f"of {blocks} fused GEMV + update blocks of {LSTM_UNITS} units"
+                      + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
+        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="gru_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, rbh=rbh,
+                     h0=h0, c0=None, y=outs[0], y_h=outs[1], y_c=None, scratch=gen.scratch_ptr(), steps=steps,
+                     batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS, gp=gp,
+                     par=par and gen.nt > 1,
+                     gemm_off=-(-4 * (steps * batch * gp + 3 * batch * hidden) // 64) * 64)
     gen.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
-                     f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps")
-    return gen.t("rnn.c.j2", fn=fn, cell=ki.op.lower(), x=gen.ptr(ki.ins[0]), w=gen.ptr(ki.ins[1]),
-                    r=gen.ptr(ki.ins[2]), b=gen.ptr(ki.ins[3]) if len(ki.ins) > 3 else None, y=outs[0],
+                     f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps" + states)
+    return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell=ki.op.lower(), x=gen.ptr(ki.ins[0]), w=gen.ptr(ki.ins[1]),
+                    r=gen.ptr(ki.ins[2]), b=gen.ptr(ops["b"]) if ops["b"] is not None else None, h0=h0, c0=c0,
+                    y=outs[0],
                     y_h=outs[1], y_c=outs[2] if ki.op == "LSTM" else None, scratch=gen.scratch_ptr(),
                     steps=steps, batch=batch, inp=inp, hidden=hidden, gates=gates, lanes=32, rows=4,
                     rb_rows=gates if ki.op == "LSTM" else 2 * hidden, linear_before_reset=lbr)

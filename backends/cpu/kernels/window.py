@@ -310,7 +310,8 @@ def pool(gen, ins, fn):
     dt = x.type.dtype.name
     ct = ctype(dt)
     dims = _window_dims(ins, x, out, ins.attrs["kernel"])
-    # NCHWc (glow_core.layout; x and out share it): plane nc is lane nc % cb of channel block nc / cb.
+    # NCHWc (glow_core.layout; x and out share it): plane nc is lane nc % cb of channel block nc / cb; the kernel
+    # walks each block's positions once, the cb lanes of a position contiguous (innermost)
     cb = stored_shape(x.type.shape, x.layout)[-1] if x.layout != PLAIN else 1
     istr = [s * cb for s in row_strides(x.type.shape[2:])]
     ost = [s * cb for s in row_strides(out.type.shape[2:])]
@@ -328,7 +329,8 @@ def pool(gen, ins, fn):
         work=out.type.numel * prod(ins.attrs["kernel"]), nc=prod(stored_shape(x.type.shape, x.layout)[:2]) * cb,
         in_size=prod(x.type.shape[2:]), out_size=prod(out.type.shape[2:]), cb=cb, dims=dims, acc_t=acc_t,
         init=init,
-        load=f"({acc_t})" + ct.ld(f"xp[{xidx}]"), update=update, out_idx=oidx, store=store)
+        load=f"({acc_t})" + ct.ld(f"xp[{xidx}{' + l' if cb > 1 else ''}]"), update=update, out_idx=oidx,
+        store=store, xidx=xidx, vmax=ins.op == "max_pool" and dt == "float32" and cb > 1)
 
 
 @kernel_scratch("conv")

@@ -1,6 +1,8 @@
 """Elementwise ONNX ops that map to one primitive: arithmetic, comparisons, logic, unary math."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...errors import ShapeError
 from ..registry import onnx_op
 
@@ -20,9 +22,30 @@ def _legacy_broadcast(b, x, y, broadcast, axis):
     return y
 
 
+#: Float powers by these constant exponents lower to products (x * x, (x * x) * x): what exporters write for
+#: squares and cubes (T5's and LLaMA's RMS norms, GPT-2's tanh GELU), which every backend then computes, fuses and
+#: vectorizes as multiplications (the GELU patterns of glow_core.fusion match the cube as products).
+POW_AS_PRODUCTS = (2, 3)
+
+
+def _splat_exponent(b, x, y):
+    """The exponent of ``pow(x, y)`` from POW_AS_PRODUCTS when ``y`` is a constant of equal elements that does
+    not widen x's shape and x is a float; else None."""
+    if not (x.dtype.is_float and y.is_const and y.const.size) or b.broadcast_shapes(x.shape, y.shape) != x.shape:
+        return None
+    flat = np.asarray(y.const).reshape(-1)
+    k = flat[0]
+    if not np.all(flat == k) or not np.isfinite(k) or float(k) not in POW_AS_PRODUCTS:
+        return None
+    return int(k)
+
+
 def _binary(prim):
     def lower(b, x, y, *, broadcast=None, axis=None, **_):
         y = _legacy_broadcast(b, x, y, broadcast, axis)
+        if prim == "pow" and (k := _splat_exponent(b, x, y)) is not None:
+            sq = b.mul(x, x)
+            return sq if k == 2 else b.mul(sq, x)
         if prim == "pow" and x.dtype != y.dtype:
             if x.dtype.is_int and y.dtype.is_float:  # as numpy: in float64, truncated back to the base type
                 return b.cast_(b.binary("pow", b.cast_(x, "float64"), b.cast_(y, "float64")), x.dtype)
@@ -30,7 +53,9 @@ def _binary(prim):
         return b.binary(prim, x, y)
     lower.__doc__ = (f"Broadcast both operands (numpy rules; before opset 7 `axis` aligns B), then primitive "
                      f"`{prim}`." + (" Pow with mixed types: an integer base with a float exponent is computed "
-                                     "in float64 and cast back; otherwise the exponent is cast to the base type."
+                                     "in float64 and cast back; otherwise the exponent is cast to the base type. "
+                                     "A float base with a constant exponent of 2 or 3 (every element) is "
+                                     "`mul(x, x)` or `mul(mul(x, x), x)`."
                                      if prim == "pow" else ""))
     return lower
 

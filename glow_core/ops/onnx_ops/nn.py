@@ -107,16 +107,49 @@ def conv_transpose_lowering(b, x, w, bias, strides, dilations, pads, output_padd
     return y
 
 
+def conv_transpose_tiles(b, x, w, bias):
+    """A transposed convolution whose windows tile the output (kernel = stride, no dilation, pads or output
+    padding, one group: U-Net's and segmentation decoders' 2x2 stride-2 upsampling) as one `matmul`: every input
+    position's C channels times W [C, M * prod(kernel)] give its output tile (batch 1: W^T times the input's [C,
+    H * W] view, so the input is not transposed); the tiles' axes are then interleaved with the input's spatial
+    axes ([N, M, H, kh, W, kw] -> [N, M, H * kh, W * kw]). Each output is the sum of C
+    products, as the convolution's; no zeros are inserted or multiplied."""
+    n = x.rank - 2
+    N, C, sp, k = x.shape[0], x.shape[1], x.shape[2:], w.shape[2:]
+    M = w.shape[1]
+    if N == 1:  # W^T [M * prod(k), C] x X [C, prod(sp)]: no transpose of the input
+        wt = b.transpose_(b.reshape_(w, (C, M * int(np.prod(k)))), [1, 0])
+        y = b.matmul(wt, b.reshape_(x, (C, int(np.prod(sp)))))
+        y = b.reshape_(y, (1, M) + k + sp)  # [1, M, *k, *sp] -> [1, M, sp0, k0, sp1, k1, ...]
+        perm = [0, 1] + [a for i in range(n) for a in (2 + n + i, 2 + i)]
+    else:
+        rows = b.reshape_(b.transpose_(x, [0] + list(range(2, 2 + n)) + [1]), (N * int(np.prod(sp)), C))
+        y = b.matmul(rows, b.reshape_(w, (C, M * int(np.prod(k)))))
+        y = b.reshape_(y, (N,) + sp + (M,) + k)  # [N, *sp, M, *k] -> [N, M, sp0, k0, sp1, k1, ...]
+        perm = [0, 1 + n] + [a for i in range(n) for a in (1 + i, 2 + n + i)]
+    y = b.transpose_(y, perm)
+    y = b.reshape_(y, (N, M) + tuple(sp[i] * k[i] for i in range(n)))
+    if bias is not None:
+        y = b.binary("add", y, b.reshape_(bias, (M,) + (1,) * n))
+    return y
+
+
 @onnx_op("ConvTranspose")
 def conv_transpose(b, x, w, bias=None, *, auto_pad="NOTSET", dilations=None, group=1, kernel_shape=None,
                    output_padding=None, output_shape=None, pads=None, strides=None):
-    """Pads from auto_pad / output_shape, then `conv_transpose_lowering` (pad with interior + flipped conv)."""
+    """Pads from auto_pad / output_shape, then `conv_transpose_lowering` (pad with interior + flipped conv); a
+    float ConvTranspose whose kernel equals its stride (no dilation, pads or output padding, one group) is
+    `conv_transpose_tiles` (one matmul and a transpose) instead."""
     n = x.rank - 2
     k = list(kernel_shape or w.shape[2:])
     strides = list(strides or [1] * n)
     dilations = list(dilations or [1] * n)
     output_padding = list(output_padding or [0] * n)
     p = _conv_transpose_pads(b, x.shape[2:], k, strides, dilations, pads, auto_pad, output_padding, output_shape)
+    if (x.dtype.is_float and x.rank >= 3 and w.rank == x.rank and group == 1 and w.shape[0] == x.shape[1]
+            and k == list(w.shape[2:]) == strides and dilations == [1] * n and p == [0] * (2 * n)
+            and output_padding == [0] * n and (bias is None or bias.shape == (w.shape[1],))):
+        return conv_transpose_tiles(b, x, w, bias)
     return conv_transpose_lowering(b, x, w, bias, strides, dilations, p, output_padding, group)
 
 

@@ -217,7 +217,7 @@ def _heads(b, x, heads, what):
     return b.reshape_(x, (x.shape[0], x.shape[1], heads, x.shape[2] // heads))
 
 
-@onnx_op("GroupQueryAttention", domain=MS, attrs=GQA_ATTRS, const_inputs=(6,))
+@onnx_op("GroupQueryAttention", domain=MS, attrs=GQA_ATTRS, const_inputs=(6,), in_place={1: 3, 2: 4})
 def group_query_attention(b, query, key=None, value=None, past_key=None, past_value=None, seqlens_k=None,
                           total_sequence_length=None, cos_cache=None, sin_cache=None, position_ids=None,
                           attention_bias=None, head_sink=None, k_scale=None, v_scale=None, q_norm_weight=None,
