@@ -11,7 +11,8 @@ Keys read (all optional):
   work run on several threads (elements, or window positions times window size);
 - ``matmul``: ``tiles`` {dtype: {kc, mc, nc (cache blocks), mr (micro-tile heights), nr (micro-tile widths, every
   vector length the backend may use), pack_width (columns per panel of a B packed at compile time)}} for float32
-  and float64, and ``parallel_work`` (m * n * k);
+  and float64, ``parallel_work`` (m * n * k), and ``gemv`` {unroll (rows of B per step), min_weights_per_thread}
+  of one-row products with a constant B;
 - ``conv``: ``parallel_work``, ``parallel_macs`` (the least multiply-adds for which a conv kernel of constant
   filters runs on several threads; a quarter of it for depthwise), ``geometries`` {name: (x shape, w shape,
   strides, pads, group)} of the convs its algorithms each run (constant filters), ``chunked_channels`` (input channels whose 3x3 reduction is split into
@@ -31,7 +32,7 @@ GENERIC = {
                                      "pack_width": 32},
                          "float64": {"kc": 256, "mc": 96, "nc": 2048, "mr": (8, 6), "nr": (4, 8, 16),
                                      "pack_width": 16}},
-               "parallel_work": 524288},
+               "parallel_work": 524288, "gemv": {"unroll": 8, "min_weights_per_thread": 1 << 21}},
     "conv": {"parallel_work": 65536, "parallel_macs": 1 << 19, "chunked_channels": 300, "depthwise_tail_width": 31,
              "depthwise_strip_width": 256,
              "geometries": {"3x3_pad1": ((1, 16, 26, 26), (24, 16, 3, 3), [1, 1], [1] * 4, 1),
@@ -130,12 +131,11 @@ def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
 
 
 def gemv_shapes() -> list[tuple[int, int]]:
-    """(K, N) of one-row products with a constant B (the CPU backend's float32 GEMV, ``kernels.matmul.GEMV``): N on
-    both sides of the panel width, K on both sides of the rows per step (the tail loop), odd sizes, and last a B
-    of enough weights for two threads."""
-    from glow_cpu.kernels import codegen  # noqa: F401  (registers the kernel families in their order)
-    from glow_cpu.kernels.matmul import GEMV
-    w, u, t = _gemm_blocking().gemm_pack_width("f32"), GEMV["unroll"], GEMV["min_weights_per_thread"]
+    """(K, N) of one-row products with a constant B (a float32 GEMV, ``matmul``'s ``gemv``): N on both sides of
+    the panel width, K on both sides of the rows per step (the tail loop), odd sizes, and last a B of enough
+    weights for two threads."""
+    g = shapes_of("matmul")["gemv"]
+    w, u, t = gemm_tiles("f32")["pack_width"], int(g["unroll"]), int(g["min_weights_per_thread"])
     k = 4 * u + 3
     return [(u - 1, w - 1), (u, w), (u + 1, w + 1), (3 * u + 5, 2 * w + 3), (257, 131), (k, 2 * t // k + w + 1)]
 

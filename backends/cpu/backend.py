@@ -142,7 +142,9 @@ class CPUBackend(Backend):
                 tiles[dt] = {"kc": t["kc"], "mc": t["mc"], "nc": t["nc"], "mr": (t["mr_wide"], t["mr_narrow"]),
                              "nr": tuple(sorted({2 * vb // size for vb in (16, 32, 64)})),
                              "pack_width": gemm_blocking.gemm_pack_width(sfx)}
-            return {"tiles": tiles, "parallel_work": PARALLEL_MIN_WORK["gemm"]}
+            from .kernels.matmul import GEMV
+            return {"tiles": tiles, "parallel_work": PARALLEL_MIN_WORK["gemm"],
+                    "gemv": {"unroll": GEMV["unroll"], "min_weights_per_thread": GEMV["min_weights_per_thread"]}}
         if op == "conv":
             return {"parallel_work": PARALLEL_MIN_WORK["window"], "parallel_macs": conv_algorithms.PARALLEL_MIN_MACS,
                     "geometries": _engine_geometries(),

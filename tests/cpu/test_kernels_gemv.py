@@ -1,6 +1,6 @@
 """The CPU backend's float32 GEMV (backends/cpu/kernels/matmul.py, templates/gemv.c.j2): a one-row product with a
 constant B (a decode step's x @ W) over B's packed panels, at the panel-width and row-step edges and past the
-thread threshold (conformance.paths.gemv_shapes, read from the generator's tables), at 1 and 2 threads, against
+thread threshold (conformance.paths.gemv_shapes, from CPUBackend.interesting_shapes), at 1 and 2 threads, against
 numpy in float64 within the conformance suite's accumulation bound (class matmul: 2 n eps sum|a b| + ulp)."""
 import subprocess
 import sys
@@ -12,9 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import glow_core
 from conformance import paths
+from glow_cpu.backend import CPUBackend
 from glow_cpu.kernels.codegen import KernelInstr, kernel_code
 from glow_cpu.kernels.gemm_blocking import gemm_pack_width
 from glow_cpu.kernels.matmul import GEMV, gemv_threads
+
+paths.use(CPUBackend())  # the sizes of the cpu backend (its interesting_shapes), not the generic ones
 
 
 def _model(sa, b, then=None, b_input=False):
