@@ -15,8 +15,8 @@ Keys read (all optional):
   of one-row products with a constant B;
 - ``conv``: ``parallel_work``, ``parallel_macs`` (the least multiply-adds for which a conv kernel of constant
   filters runs on several threads; a quarter of it for depthwise), ``geometries`` {name: (x shape, w shape,
-  strides, pads, group)} of the convs its algorithms each run (constant filters), ``chunked_channels`` (input channels whose 3x3 reduction is split into
-  chunks), ``depthwise_tail_width`` (an output width ending in a partial tile), ``depthwise_strip_width`` (an
+  strides, pads, group)} of the convs its algorithms each run (constant filters), ``chunked_channels`` (input
+  channels whose 3x3 reduction is split into chunks), ``depthwise_tail_width`` (an output width ending in a partial tile), ``depthwise_strip_width`` (an
   input width whose rows overflow one strip);
 - ``qadd``: ``parallel_elements``; ``qconv``: ``parallel_macs``.
 """
