@@ -79,14 +79,18 @@ def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
 
 
 def gemv_shapes() -> list[tuple[int, int]]:
-    """(K, N) of one-row products with a constant B (the CPU backend's float32 GEMV, ``kernels.matmul.GEMV``): N on
-    both sides of the panel width, K on both sides of the rows per step (the tail loop), odd sizes, and last a B
-    of enough weights for two threads."""
+    """(K, N) of one-row products with a constant B (the CPU backend's float32 GEMV, ``kernels.matmul.GEMV``, taken
+    from GEMM_MIN_WORK multiply-adds on): N on both sides of the panel width and below it, K on both sides of the
+    GEMM's row block (kc: the GEMV sums in the GEMM's order), odd sizes, and last a B of enough weights for two
+    threads."""
     from glow_cpu.kernels import codegen  # noqa: F401  (registers the kernel families in their order)
-    from glow_cpu.kernels.matmul import GEMV
-    w, u, t = _gemm_blocking().gemm_pack_width("f32"), GEMV["unroll"], GEMV["min_weights_per_thread"]
-    k = 4 * u + 3
-    return [(u - 1, w - 1), (u, w), (u + 1, w + 1), (3 * u + 5, 2 * w + 3), (257, 131), (k, 2 * t // k + w + 1)]
+    from glow_cpu.kernels.matmul import GEMM_MIN_WORK, GEMV
+    blocking = _gemm_blocking()
+    w, kc, t = blocking.gemm_pack_width("f32"), blocking.GEMM_TILES["f32"]["kc"], GEMV["min_weights_per_thread"]
+    shapes = [(kc - 1, 3 * w - 1), (kc, 3 * w), (kc + 1, 3 * w + 1), (2 * kc + 5, 2 * w + 3), (257, 131),
+              (3 * kc + 1, w - 1), (kc + 7, 2 * t // (kc + 7) + w + 1)]
+    assert all(k * n >= GEMM_MIN_WORK for k, n in shapes)
+    return shapes
 
 
 def parallel_side(work: int, per_point: int, channels: int) -> int:
