@@ -164,21 +164,33 @@ def llama_decoder(cfg: DecoderConfig = DecoderConfig(), seed: int = 0, attention
             y = g.op("MatMul", probs, vr)
         y = g.op("Reshape", g.op("Transpose", y, perm=[0, 2, 1, 3]), g.const([1, -1, H * D]))
         x = g.op("Add", x, g.op("MatMul", y, w(p + "self_attn.o_proj.weight", H * D, (H * D, Hd))))
-        h = rmsnorm(x, norm_w(p + "post_attention_layernorm.weight"))
-        gate = g.op("MatMul", h, w(p + "mlp.gate_proj.weight", Hd, (Hd, cfg.intermediate_size)))
-        up = g.op("MatMul", h, w(p + "mlp.up_proj.weight", Hd, (Hd, cfg.intermediate_size)))
-        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
-        x = g.op("Add", x, g.op("MatMul", act, w(p + "mlp.down_proj.weight", cfg.intermediate_size,
-                                                  (cfg.intermediate_size, Hd))))
-    x = rmsnorm(x, norm_w("model.norm.weight"))
-    g.nodes.append(helper.make_node("MatMul", [x, w("lm_head.weight", Hd, (Hd, cfg.vocab_size))], ["logits"],
-                                    name="lm_head"))
-    outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", cfg.vocab_size]))
+        x = _mlp(cfg, g, w, norm_w, rmsnorm, x, p)
+    _lm_head(cfg, g, w, norm_w, rmsnorm, x, outputs)
     graph = helper.make_graph(g.nodes, "llama_decoder", inputs, outputs, g.inits)
     opset = 18 if attention == "decomposed" else 23
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="glow_kit")
     model.ir_version = 10
     return model
+
+
+def _mlp(cfg, g, w, norm_w, rmsnorm, x, p):
+    """A layer's SwiGLU MLP with its norm and residual add."""
+    Hd = cfg.hidden_size
+    h = rmsnorm(x, norm_w(p + "post_attention_layernorm.weight"))
+    gate = g.op("MatMul", h, w(p + "mlp.gate_proj.weight", Hd, (Hd, cfg.intermediate_size)))
+    up = g.op("MatMul", h, w(p + "mlp.up_proj.weight", Hd, (Hd, cfg.intermediate_size)))
+    act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
+    return g.op("Add", x, g.op("MatMul", act, w(p + "mlp.down_proj.weight", cfg.intermediate_size,
+                                                 (cfg.intermediate_size, Hd))))
+
+
+def _lm_head(cfg, g, w, norm_w, rmsnorm, x, outputs):
+    """The final norm and the vocabulary projection: output ``logits`` first."""
+    x = rmsnorm(x, norm_w("model.norm.weight"))
+    g.nodes.append(helper.make_node("MatMul", [x, w("lm_head.weight", cfg.hidden_size, (cfg.hidden_size,
+                                                                                      cfg.vocab_size))],
+                                    ["logits"], name="lm_head"))
+    outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", cfg.vocab_size]))
 
 
 def _gqa_decoder(cfg, g, w, norm_w, rmsnorm, x, inv_freq, max_position) -> onnx.ModelProto:
@@ -212,16 +224,8 @@ def _gqa_decoder(cfg, g, w, norm_w, rmsnorm, x, inv_freq, max_position) -> onnx.
                                         name=f"GroupQueryAttention_{layer}", domain="com.microsoft", num_heads=H,
                                         kv_num_heads=KV, do_rotary=1, rotary_interleaved=0))
         x = g.op("Add", x, g.op("MatMul", y, w(p + "self_attn.o_proj.weight", H * D, (H * D, Hd))))
-        h = rmsnorm(x, norm_w(p + "post_attention_layernorm.weight"))
-        gate = g.op("MatMul", h, w(p + "mlp.gate_proj.weight", Hd, (Hd, cfg.intermediate_size)))
-        up = g.op("MatMul", h, w(p + "mlp.up_proj.weight", Hd, (Hd, cfg.intermediate_size)))
-        act = g.op("Mul", g.op("Mul", gate, g.op("Sigmoid", gate)), up)
-        x = g.op("Add", x, g.op("MatMul", act, w(p + "mlp.down_proj.weight", cfg.intermediate_size,
-                                                  (cfg.intermediate_size, Hd))))
-    x = rmsnorm(x, norm_w("model.norm.weight"))
-    g.nodes.append(helper.make_node("MatMul", [x, w("lm_head.weight", Hd, (Hd, cfg.vocab_size))], ["logits"],
-                                    name="lm_head"))
-    outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", cfg.vocab_size]))
+        x = _mlp(cfg, g, w, norm_w, rmsnorm, x, p)
+    _lm_head(cfg, g, w, norm_w, rmsnorm, x, outputs)
     graph = helper.make_graph(g.nodes, "llama_decoder_gqa", inputs, outputs, g.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)],
                               producer_name="glow_kit")

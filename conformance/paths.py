@@ -32,7 +32,7 @@ GENERIC = {
                                      "pack_width": 32},
                          "float64": {"kc": 256, "mc": 96, "nc": 2048, "mr": (8, 6), "nr": (4, 8, 16),
                                      "pack_width": 16}},
-               "parallel_work": 524288, "gemv": {"unroll": 8, "min_weights_per_thread": 1 << 21}},
+               "parallel_work": 524288, "gemv": {"unroll": 8, "min_weights_per_thread": 1 << 21, "min_work": 4096}},
     "conv": {"parallel_work": 65536, "parallel_macs": 1 << 19, "chunked_channels": 300, "depthwise_tail_width": 31,
              "depthwise_strip_width": 256,
              "geometries": {"3x3_pad1": ((1, 16, 26, 26), (24, 16, 3, 3), [1, 1], [1] * 4, 1),
@@ -131,13 +131,15 @@ def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
 
 
 def gemv_shapes() -> list[tuple[int, int]]:
-    """(K, N) of one-row products with a constant B (a float32 GEMV, ``matmul``'s ``gemv``): N on both sides of
-    the panel width, K on both sides of the rows per step (the tail loop), odd sizes, and last a B of enough
-    weights for two threads."""
-    g = shapes_of("matmul")["gemv"]
-    w, u, t = gemm_tiles("f32")["pack_width"], int(g["unroll"]), int(g["min_weights_per_thread"])
-    k = 4 * u + 3
-    return [(u - 1, w - 1), (u, w), (u + 1, w + 1), (3 * u + 5, 2 * w + 3), (257, 131), (k, 2 * t // k + w + 1)]
+def gemv_shapes() -> list[tuple[int, int]]:
+    """(K, N) of one-row products with a constant B (a float32 GEMV, ``matmul``'s ``gemv``, taken from
+    ``min_work`` multiply-adds on): N on both sides of the panel width and below it, K on both sides of the GEMM's
+    row block (kc: the GEMV sums in the GEMM's order), odd sizes, and last a B of enough weights for two threads."""
+    g, tiles = shapes_of("matmul")["gemv"], gemm_tiles("f32")
+    w, kc, t = tiles["pack_width"], tiles["kc"], int(g["min_weights_per_thread"])
+    shapes = [(kc - 1, 3 * w - 1), (kc, 3 * w), (kc + 1, 3 * w + 1), (2 * kc + 5, 2 * w + 3), (257, 131),
+              (3 * kc + 1, w - 1), (kc + 7, 2 * t // (kc + 7) + w + 1)]
+    return [(k, n) for k, n in shapes if k * n >= int(g.get("min_work", 0))]
 
 
 def parallel_side(work: int, per_point: int, channels: int) -> int:

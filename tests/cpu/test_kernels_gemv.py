@@ -15,7 +15,7 @@ from conformance import paths
 from glow_cpu.backend import CPUBackend
 from glow_cpu.kernels.codegen import KernelInstr, kernel_code
 from glow_cpu.kernels.gemm_blocking import gemm_pack_width
-from glow_cpu.kernels.matmul import GEMV, gemv_threads
+from glow_cpu.kernels.matmul import gemv_threads
 
 paths.use(CPUBackend())  # the sizes of the cpu backend (its interesting_shapes), not the generic ones
 
@@ -99,4 +99,20 @@ def test_gemv_plan_shown_by_glowc_dump(tmp_path):
     assert r.returncode == 0, r.stderr
     w = gemm_pack_width("f32")
     assert (f"/* matmul: gemv f32: b packed at compile time in {-(-n // w)} panel(s) of {w} columns x {k} rows, each "
-            f"streamed once; {GEMV['unroll']} rows per step") in r.stdout, r.stdout[:2000]
+            f"streamed once; each column summed in the GEMM's order") in r.stdout, r.stdout[:2000]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_row_is_the_same_bits_alone_and_in_a_batch(threads):
+    """The GEMV (one row) sums in the GEMM's order (many rows): a row's result does not depend on the batch it came
+    in (a server batching requests dynamically answers each as compile(...).run does alone)."""
+    rng = np.random.default_rng(3)
+    for k, n in paths.gemv_shapes():
+        b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+        a = rng.uniform(-1, 1, (8, k)).astype(np.float32)
+        one = glow_core.compile(_model((1, k), b), "cpu", num_threads=threads)
+        many = glow_core.compile(_model((8, k), b), "cpu", num_threads=threads)
+        assert _choice(one, threads).startswith("gemv") and _choice(many, threads).startswith("gemm"), (k, n)
+        rows = many.run({"a": a})["y"]
+        for i in (0, 5, 7):
+            np.testing.assert_array_equal(one.run({"a": a[i:i + 1]})["y"][0], rows[i], err_msg=f"{k}x{n} row {i}")

@@ -18,16 +18,20 @@ from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack
 from ..templates import template
 
 
-#: The GEMV's choices (gemv.c.j2). ``unroll``: rows of B per step, each column's partial sums kept apart (as many
-#: independent multiply-add chains per vector as a core needs to stream, not wait on the adds' latency);
-#: ``prefetch_rows``: rows of the panel ahead of the one read that the loop asks the cache for (0: the hardware
-#: prefetcher alone); ``min_weights_per_thread``: weights (multiply-adds) below which a thread is not worth its
-#: fork and barrier: one thread streams a decode step's weights near the memory's bandwidth, and on a busy machine
-#: a descheduled thread holds the others at the barrier for a time slice (bench/bench_llm.py, 2 threads, libgomp's
-#: default wait policy, load 4 on 2 cores: 2M weights per thread 1.08x onnxruntime's decode, 256K 0.21x; with
-#: OMP_WAIT_POLICY=passive the same within noise): of a 125 M LLaMA only the lm_head forks. ``vector_floats``:
-#: floats per vector (GCC vector extension: one AVX-512 register, two AVX2 or four SSE/NEON ones).
-GEMV = {"unroll": 8, "prefetch_rows": 32, "min_weights_per_thread": 1 << 21, "vector_floats": 16}
+#: The GEMV's choices (gemv.c.j2). Its columns sum in the GEMM's order (blocks of GEMM_TILES kc rows), so a
+#: one-row product is bit-identical to the same row in a GEMM (one independent multiply-add chain per vector: a
+#: stream from memory does not wait on their latency). ``prefetch_rows``: rows of the panel ahead of the one read
+#: that the loop asks the cache for (0: the hardware prefetcher alone); ``min_weights_per_thread``: weights
+#: (multiply-adds) below which a thread is not worth its fork and barrier: one thread streams a decode step's
+#: weights near the memory's bandwidth, and on a busy machine a descheduled thread holds the others at the barrier
+#: for a time slice (bench/bench_llm.py, 2 threads, libgomp's default wait policy, load 4 on 2 cores: 2M weights
+#: per thread 1.08x onnxruntime's decode, 256K 0.21x; with OMP_WAIT_POLICY=passive the same within noise): of a
+#: 125 M LLaMA only the lm_head forks. ``vector_floats``: floats per vector (GCC vector extension: one AVX-512
+#: register, two AVX2 or four SSE/NEON ones).
+#: Multiply-adds from which a float product takes the packed GEMM (and a one-row product with a constant B the GEMV,
+#: summing in the GEMM's order): below, the plain loops.
+GEMM_MIN_WORK = 32768
+GEMV = {"prefetch_rows": 32, "min_weights_per_thread": 1 << 21, "vector_floats": 16}
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,9 @@ def matmul_plan(ki) -> MatmulPlan:
     dt = a.type.dtype.name
     m, k = a.type.shape[-2:]
     n = b.type.shape[-1]
-    big = m * n * k >= 32768
+    big = m * n * k >= GEMM_MIN_WORK
     acc_t, acc_np = accumulator(dt)
-    if dt == "float32" and m == 1 and b.const and not ki.attrs.get(STRIDED):
+    if dt == "float32" and m == 1 and big and b.const and not ki.attrs.get(STRIDED):  # as a GEMM of more rows
         return MatmulPlan("gemv", "f32", acc_t, True, ScratchLayout.of([]))
     if dt in ("float32", "float64") and big:
         sfx = "f32" if dt == "float32" else "f64"
@@ -94,16 +98,16 @@ def _gemv(gen, ins, fn, plan):
     w = gemm_pack_width("f32")
     panels = -(-n // w)
     threads = gemv_threads(k, n, gen.nt)
-    unroll, pf = GEMV["unroll"], GEMV["prefetch_rows"]
+    pf, kc = GEMV["prefetch_rows"], GEMM_TILES["f32"]["kc"]
     bp_ptr = gen.derive(b, "", f"gemm panels {plan.sfx}", functools.partial(pack_b, sfx=plan.sfx))
     gen.choice = (f"gemv f32: b packed at compile time in {panels} panel(s) of {w} columns x {k} rows, each streamed "
-                  f"once; {unroll} rows per step with separate partial sums"
+                  f"once; each column summed in the GEMM's order (blocks of {kc} rows)"
                   + (f", prefetch {pf} rows ahead" if pf else "")
                   + (f"; {threads} threads split the panels" if threads > 1 else "; one thread"))
     epi = gen.epilogue("float32")
     return gen.t("gemv.c.j2", fn=fn, choice=gen.choice, out_ptr=gen.ptr(ins.outs[0]), a_ptr=gen.ptr(a),
                  bp_ptr=bp_ptr, batch=prod(a.type.shape[:-2]), k=k, n=n, w=w, vl=GEMV["vector_floats"],
-                 panels=panels, unroll=unroll, prefetch=pf, threads=threads, epi=epi or "v")
+                 panels=panels, kc=kc, prefetch=pf, threads=threads, epi=epi or "v")
 
 
 @kernel("matmul")
