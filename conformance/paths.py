@@ -11,7 +11,7 @@ Keys read (all optional):
   work run on several threads (elements, or window positions times window size);
 - ``matmul``: ``tiles`` {dtype: {kc, mc, nc (cache blocks), mr (micro-tile heights), nr (micro-tile widths, every
   vector length the backend may use), pack_width (columns per panel of a B packed at compile time)}} for float32
-  and float64, ``parallel_work`` (m * n * k), and ``gemv`` {unroll (rows of B per step), min_weights_per_thread}
+  and float64, ``parallel_work`` (m * n * k), and ``gemv`` {min_weights_per_thread, min_work}
   of one-row products with a constant B;
 - ``conv``: ``parallel_work``, ``parallel_macs`` (the least multiply-adds for which a conv kernel of constant
   filters runs on several threads; a quarter of it for depthwise), ``geometries`` {name: (x shape, w shape,
@@ -32,7 +32,7 @@ GENERIC = {
                                      "pack_width": 32},
                          "float64": {"kc": 256, "mc": 96, "nc": 2048, "mr": (8, 6), "nr": (4, 8, 16),
                                      "pack_width": 16}},
-               "parallel_work": 524288, "gemv": {"unroll": 8, "min_weights_per_thread": 1 << 21, "min_work": 4096}},
+               "parallel_work": 524288, "gemv": {"min_weights_per_thread": 1 << 21, "min_work": 4096}},
     "conv": {"parallel_work": 65536, "parallel_macs": 1 << 19, "chunked_channels": 300, "depthwise_tail_width": 31,
              "depthwise_strip_width": 256,
              "geometries": {"3x3_pad1": ((1, 16, 26, 26), (24, 16, 3, 3), [1, 1], [1] * 4, 1),
@@ -130,7 +130,6 @@ def packed_b_shapes(sfx: str) -> list[tuple[int, int, int]]:
         (5, 7, t["nc"] + 3)] + shapes[-1:]  # a K of 7: enough work for the GEMM (gemm_shapes' nc edges have less)
 
 
-def gemv_shapes() -> list[tuple[int, int]]:
 def gemv_shapes() -> list[tuple[int, int]]:
     """(K, N) of one-row products with a constant B (a float32 GEMV, ``matmul``'s ``gemv``, taken from
     ``min_work`` multiply-adds on): N on both sides of the panel width and below it, K on both sides of the GEMM's

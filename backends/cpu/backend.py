@@ -144,8 +144,7 @@ class CPUBackend(Backend):
                              "pack_width": gemm_blocking.gemm_pack_width(sfx)}
             from .kernels.matmul import GEMM_MIN_WORK, GEMV
             return {"tiles": tiles, "parallel_work": PARALLEL_MIN_WORK["gemm"],
-                    "gemv": {"unroll": GEMV["unroll"], "min_weights_per_thread": GEMV["min_weights_per_thread"],
-                             "min_work": GEMM_MIN_WORK}}
+                    "gemv": {"min_weights_per_thread": GEMV["min_weights_per_thread"], "min_work": GEMM_MIN_WORK}}
         if op == "conv":
             return {"parallel_work": PARALLEL_MIN_WORK["window"], "parallel_macs": conv_algorithms.PARALLEL_MIN_MACS,
                     "geometries": _engine_geometries(),
