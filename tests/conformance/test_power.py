@@ -427,11 +427,14 @@ CPU_VARIANTS = {
                              ["primitives/reduce_max/float32/specials/*"], {"reduce_max"}),
     "arg_select_last_ignored": ("templates/arg.c.j2", "int64_t bi = {{ first }};", "int64_t bi = 0;",
                                 ["primitives/argmax/float32/3x4x5x6/axis1/kd1/last1"], {"argmax"}),
-    "pool_window_bound": ("templates/pool.c.j2", "i{{ loop.index0 }} >= {{ d.size }}) continue",
-                          "i{{ loop.index0 }} > {{ d.size }}) continue", ["primitives/max_pool/float32/2d_k3s2_pad1"],
-                          {"max_pool"}),
-    "pool_count_not_counted": ("templates/pool.c.j2", "++cnt;", "cnt;",
-                               ["primitives/avg_pool/float32/2d_k3s2_pad1/cip0"], {"avg_pool"}),
+    "pool_window_bound": ("templates/pool.c.j2",  # the plain (NCHW) path's window
+                          "i{{ loop.index0 }} >= {{ d.size }}) continue;\n{% endfor %}        {{ acc_t }} v",
+                          "i{{ loop.index0 }} > {{ d.size }}) continue;\n{% endfor %}        {{ acc_t }} v",
+                          ["primitives/max_pool/float32/2d_k3s2_pad1"], {"max_pool"}),
+    "pool_count_not_counted": ("templates/pool.c.j2", "        ++cnt;\n{% for d in dims %}      }\n{% endfor %}      "
+                               "(void)cnt;\n      op[", "        cnt;\n{% for d in dims %}      }\n{% endfor %}      "
+                               "(void)cnt;\n      op[", ["primitives/avg_pool/float32/2d_k3s2_pad1/cip0"],
+                               {"avg_pool"}),
     "strided_input_stride": ("templates/strided.c.j2", "io += istr[d]; oo", "io += ostr[d]; oo",
                              ["primitives/transpose/float32/3d_201"], {"transpose"}),
     "pad_fill_ignored": ("templates/strided.c.j2", "out[i] = {{ fill }};", "out[i] = 0;",
