@@ -255,7 +255,7 @@ def main(argv=None):
     print(f"glow-cpu vs onnxruntime {ort.__version__}; {os.cpu_count()} cores; load {_load()}; {src}; "
           f"{'quick' if quick else 'full'} sizes; threads {thread_list}; {rounds} round(s)", flush=True)
     if skipped and not quick:
-        print(f"skipped (need torch): {', '.join(skipped)}")
+        print(f"skipped (need torch and their library): {', '.join(skipped)}")
     t0 = time.perf_counter()
     for n in names:
         zoo.paths(n, quick)

@@ -465,19 +465,25 @@ def _helper(case: Case, quick: bool):
     return model, feed
 
 
+def can_export(case: Case) -> bool:
+    """torch and the case's library (torchvision, timm, transformers, diffusers) are installed."""
+    import importlib.util
+    return have_torch() and (case.library == "torch" or importlib.util.find_spec(case.library) is not None)
+
+
 def available(names=None, quick=False) -> list[str]:
-    """The case names that can be built here (all with torch; the onnx.helper ones without)."""
+    """The case names that can be built here: exported where torch and the case's library are installed, else
+    built with onnx.helper where the case has a helper builder."""
     names = names or (quick_names() if quick else [c.name for c in CASES])
-    torch = have_torch()
-    return [n for n in names if torch or BY_NAME[n].helper]
+    return [n for n in names if can_export(BY_NAME[n]) or BY_NAME[n].helper]
 
 
 def paths(name: str, quick: bool, log=print) -> tuple[str, str]:
     """(model.onnx, inputs.npz) of case ``name``, exported (or built) first when not cached."""
     case = BY_NAME[name]
-    torch = have_torch()
+    torch = can_export(case)
     if not torch and not case.helper:
-        raise RuntimeError(f"{name} needs torch (pip install torch onnxscript {case.library})")
+        raise RuntimeError(f"{name} needs torch and {case.library} (pip install torch onnxscript {case.library})")
     os.makedirs(CACHE, exist_ok=True)
     base = os.path.join(CACHE, key_of(case, quick, torch))
     if not (os.path.exists(base + ".onnx") and os.path.exists(base + ".npz")):
