@@ -158,10 +158,7 @@ def _configure(config):
     from . import paths
     from .harness import is_reference, record_answers
     CASES.clear()
-    paths.use(backend)
-    sig = paths.signature()  # tables made with other sizes in this process (another backend, none): remade
-    if any(getattr(sys.modules.get(f"glow_conformance.{m}"), "PATHS_SIGNATURE", sig) != sig for m in SIZED):
-        _reload_tiers()
+    use_backend_sizes(backend)
     seed = config.getoption("glow_seed")
 
     def rerun(case_id):
@@ -183,6 +180,17 @@ def _configure(config):
 
 #: The case modules whose tables depend on ``paths`` (each records ``PATHS_SIGNATURE``).
 SIZED = ("quantized_cases", "tier_primitives", "tier_ops", "tier_models")
+
+
+def use_backend_sizes(backend):
+    """Take ``backend``'s interesting shapes (``paths.use``) and remake the case tables made with other sizes in
+    this process (another backend's, or none). Code that adds a line to a table at run time calls it first, so the
+    run that follows keeps the line."""
+    from . import paths
+    paths.use(backend)
+    sig = paths.signature()
+    if any(getattr(sys.modules.get(f"glow_conformance.{m}"), "PATHS_SIGNATURE", sig) != sig for m in SIZED):
+        _reload_tiers()
 
 
 def _reload_tiers():
