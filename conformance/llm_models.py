@@ -227,8 +227,8 @@ def _gqa_decoder(cfg, g, w, norm_w, rmsnorm, x, inv_freq, max_position) -> onnx.
         x = _mlp(cfg, g, w, norm_w, rmsnorm, x, p)
     _lm_head(cfg, g, w, norm_w, rmsnorm, x, outputs)
     graph = helper.make_graph(g.nodes, "llama_decoder_gqa", inputs, outputs, g.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)],
-                              producer_name="glow_kit")
+    model = helper.make_model(graph, producer_name="glow_kit",
+                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
     return model
 

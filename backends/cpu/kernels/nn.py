@@ -301,7 +301,8 @@ def k_rnn(gen, ki, fn) -> str:
                          f"packed GEMM [{steps * batch} x {inp}] x [{inp} x {4 * blocks * LSTM_UNITS}], {steps} "
                          f"steps of {blocks} fused GEMV + cell blocks of {LSTM_UNITS} units"
                          + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
-        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, h0=h0, c0=c0,
+        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt,
+                     rb=rb, bias=bias, h0=h0, c0=c0,
                         y=outs[0], y_h=outs[1], y_c=outs[2], scratch=gen.scratch_ptr(), steps=steps,
                         batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS,
                         gp=4 * blocks * LSTM_UNITS, par=par and gen.nt > 1,
@@ -317,7 +318,8 @@ def k_rnn(gen, ki, fn) -> str:
                       f"{steps} steps in one packed GEMM [{steps * batch} x {inp}] x [{inp} x {gp}], {steps} steps "
                       f"of {blocks} fused GEMV + update blocks of {LSTM_UNITS} units"
                       + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
-        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="gru_packed", x=gen.ptr(ki.ins[0]), wt=wt, rb=rb, bias=bias, rbh=rbh,
+        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="gru_packed", x=gen.ptr(ki.ins[0]), wt=wt,
+                     rb=rb, bias=bias, rbh=rbh,
                      h0=h0, c0=None, y=outs[0], y_h=outs[1], y_c=None, scratch=gen.scratch_ptr(), steps=steps,
                      batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS, gp=gp,
                      par=par and gen.nt > 1,
