@@ -75,6 +75,10 @@ CONV = [
     ((1, 8, 12, 40), (8, 8, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, "int8", "rand", "zero", True, "int8", None, 1),
     ((1, 6, 5, 37), (4, 6, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "lo", "channel", True, "uint8", None, 1),
     ((1, 4, 6, 66), (5, 4, 1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1, "uint8", "rand", "zero", False, "uint8", None, 1),
+    # the same blocks for 1-3 channels (depthwise; a 3-channel tail block), pixel sums of the zero-filled bytes
+    ((1, 8, 7, 40), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8, "int8", "rand", "channel", True, "int8", "relu", 1),
+    ((1, 6, 9, 45), (6, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 6, "uint8", "hi", "tensor", True, "uint8", None, 1),
+    ((1, 7, 4, 35), (5, 7, 3, 3), (2, 2), (1, 1), (0, 1, 1, 1), 1, "int8", "lo", "channel", True, "int8", None, 1),
 ]
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [
