@@ -7,8 +7,9 @@ For each network (glow_conformance.example_models, seeded weights, input [1, 3, 
 ``--calib`` seeded standard-normal calibration inputs and ``--test`` other ones:
 
 1. Glow Kit: ``quantization.profile`` over the calibration inputs, then, for each schema (asymmetric, symmetric,
-   symmetric_uint8, power2) with per-channel weights off and on (int8, MinMax calibration), and asymmetric
-   activations with symmetric weights (``weight_schema="symmetric"``: onnxruntime's settings), the model compiled
+   symmetric_uint8, power2; weights of the same schema) with per-channel weights off and on (int8, MinMax
+   calibration), and asymmetric activations with symmetric weights (the default ``weight_schema`` under
+   ``schema="asymmetric"``, onnxruntime's settings), the model compiled
    with ``quantize=`` for the reference interpreter and run on the test inputs.
 2. onnxruntime: ``quantize_static`` (QDQ format, MinMax, int8 activations and weights, per-channel off and on)
    on the same calibration inputs, run by onnxruntime's CPU provider on the test inputs.
@@ -114,10 +115,10 @@ def run_model(name: str, args, schemas) -> list[dict]:
     configs = [(schema, None) for schema in schemas] + [("asymmetric", "symmetric")]
     for schema, wschema in configs:
         for pc in (False, True):
-            cm = glow_core.compile(model, "interpreter", quantize=prof, schema=schema, weight_schema=wschema,
-                                   per_channel=pc)
+            cm = glow_core.compile(model, "interpreter", quantize=prof, schema=schema,
+                                   weight_schema=wschema or schema, per_channel=pc)
             st = cm.last.stats["quantization"]
-            label = schema if wschema is None else f"{schema}, {wschema} weights"
+            label = schema if wschema is None else f"{schema}, {wschema} weights (default)"
             row("glow (interpreter)", f"{label}, per-channel {'on' if pc else 'off'}",
                 [cm.run(x)["output"] for x in test], float_nodes=len(st["float_nodes"]))
     with tempfile.TemporaryDirectory() as tmp:

@@ -388,7 +388,7 @@ def _quantize_group(parser, report=False):
     g.add_argument("--schema", choices=quantization.SCHEMAS, help="how scales and offsets are chosen (default "
                                                                    "asymmetric)")
     g.add_argument("--weight-schema", choices=quantization.SCHEMAS, help="the conv and matmul weights' schema "
-                   "(default: --schema's; --schema asymmetric --weight-schema symmetric is onnxruntime's default)")
+                   "(default: symmetric under --schema asymmetric, as onnxruntime's quantize_static; else --schema's)")
     g.add_argument("--precision", choices=quantization.PRECISIONS, help="int8 (default) or int16")
     g.add_argument("--per-channel", action="store_true", help="conv and matmul weights per output channel")
     g.add_argument("--calibration", choices=quantization.CALIBRATIONS, help="range from the profile: minmax "

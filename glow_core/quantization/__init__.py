@@ -3,8 +3,8 @@
 - ``profile(model, samples) -> Profile`` records every tensor's range (``Profile.save`` / ``Profile.load``);
 - ``glow_core.compile(model, backend, quantize=PROFILE_OR_PATH, schema=..., precision=..., per_channel=...,
   calibration=..., keep_float=[...], weight_schema=...)`` quantizes with it (``rewrite.ProfileSource``;
-  ``weight_schema``, default the ``schema``, chooses the conv and matmul weights' parameters apart from the
-  activations': ``schema="asymmetric", weight_schema="symmetric"`` are onnxruntime's defaults);
+  ``weight_schema`` chooses the conv and matmul weights' parameters apart from the activations': by default
+  "symmetric" under ``schema="asymmetric"`` (onnxruntime's recipe, no weight offsets), else the ``schema``);
 - a model that is already quantized (QDQ: QuantizeLinear/DequantizeLinear around float ops, or QOperator:
   QLinearConv, QLinearMatMul, ConvInteger, MatMulInteger) runs as quantized primitives (``rewrite.ModelSource``);
 - ``convert_to="float16" | "bfloat16"`` converts the float32 parts;

@@ -213,6 +213,19 @@ def test_glowc_profile_quantize_report(cnn, tmp_path, capsys):
     assert "cannot read profile" in capsys.readouterr().err
 
 
+def test_default_weights_are_symmetric_under_asymmetric_activations(cnn, prof):
+    """The default recipe is onnxruntime's: asymmetric activations, weights with offset 0 (no input-sum term in the
+    accumulator); weight_schema="asymmetric" still gives weights with offsets."""
+    gemms = {}
+    for ws in (None, "asymmetric"):
+        cm = glow_core.compile(cnn, "interpreter", quantize=prof, per_channel=True, weight_schema=ws)
+        gemms[ws] = [i for i in cm.last.ir.instrs if i.op in ("qconv", "qmatmul")]
+        assert len(gemms[ws]) == 2
+    for i in gemms[None]:
+        assert not np.asarray(i.ins[4].data).any() and np.asarray(i.ins[1].data).min() >= -127, i.op
+    assert any(np.asarray(i.ins[4].data).any() for i in gemms["asymmetric"])
+
+
 def test_weight_schema_symmetric_with_asymmetric_activations(cnn, prof):
     """onnxruntime's default settings: asymmetric activations, symmetric per-channel weights (offset 0)."""
     cm = glow_core.compile(cnn, "interpreter", quantize=prof, per_channel=True, weight_schema="symmetric")
