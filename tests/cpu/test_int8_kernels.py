@@ -79,6 +79,9 @@ CONV = [
     ((1, 8, 7, 40), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8, "int8", "rand", "channel", True, "int8", "relu", 1),
     ((1, 6, 9, 45), (6, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 6, "uint8", "hi", "tensor", True, "uint8", None, 1),
     ((1, 7, 4, 35), (5, 7, 3, 3), (2, 2), (1, 1), (0, 1, 1, 1), 1, "int8", "lo", "channel", True, "int8", None, 1),
+    # group by group, above the parallel threshold (2 threads share the groups)
+    ((1, 64, 48, 40), (64, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 64, "int8", "rand", "channel", True, "uint8", "relu6",
+     1),
 ]
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [

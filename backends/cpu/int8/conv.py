@@ -40,6 +40,9 @@ MAX_NV = 4
 #: Chunks per thread of a parallel conv's transform rows and register tiles, handed out dynamically: on a shared
 #: machine a static half per thread made every barrier wait out a preempted thread's whole share.
 DYNAMIC_CHUNKS = 8
+#: Least groups per thread for a grouped conv to run group by group (each group's transform, then its tiles, in
+#: one thread while the group's planes are in cache) rather than the whole transform, a barrier, then all tiles.
+BY_GROUP_MIN = 4
 
 
 def _tile_candidates(target: QTarget, max_nv: int):
@@ -172,6 +175,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     macs = n * f * cg * kh * kw * oh * ow
     nt = threads_for(macs, num_threads)
     trows, items = group * c4 * len(phases) * hh, group * nob * nqb
+    # group by group (transform, sums, tiles while the group's planes are in cache) when the groups share out
+    by_group = group >= BY_GROUP_MIN * nt
     tchunk = max(1, trows // (nt * DYNAMIC_CHUNKS))
     requant = y.dtype != "int32"
     flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
@@ -179,7 +184,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     desc = (f"int8 conv {kind} {x_dtype}x{w_dtype}->{y.dtype} {n}x{c}x{h}x{w} -> {f}x{oh}x{ow} g{group} "
             f"s{sh},{sw}: transform to {len(phases)} plane(s) of {hh}x{wh} dwords, tile {mr}ch x {nv}x{lanes}px, "
             f"{'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'} requant"
-            f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}, {nt} thread(s), {target.name}")
+            f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}{', group by group' if by_group else ''}, "
+            f"{nt} thread(s), {target.name}")
     src = template("qconv.c.j2").render(
         name=name, describe=desc, lanes=lanes, n=n, c=c, h=h, w=w, f=f, fg=fg, cg=cg, c4=c4, group=group,
         oh=oh, ow=ow, ohw=oh * ow, sh=sh, sw=sw, pad_t=pt, pad_l=pl, hh=hh, wh=wh, plen=plen,
@@ -193,7 +199,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype],
         parallel=nt > 1, nt=nt, res_src=res_src, residual=residual,
         tchunk=tchunk, tchunks=-(-trows // tchunk), ichunk=max(1, items // (nt * DYNAMIC_CHUNKS)),
-        res_vec=res_vec,
+        res_vec=res_vec, by_group=by_group,
         rb_cvt="cvtepi8" if residual and residual.b_dtype == "int8" else "cvtepu8",
         b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
         r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
