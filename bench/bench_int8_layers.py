@@ -1,7 +1,9 @@
-"""Per-layer gap table of the int8 ResNet-18 (bench/bench_int8_e2e.py's QDQ model): every instruction of the CPU
-backend's int8 run beside onnxruntime's per-node profile of the same model, at each thread count.
+"""Per-layer gap table of the int8 ResNet-18 or MobileNetV2 (bench/bench_int8_e2e.py's QDQ models): every
+instruction of the CPU backend's int8 run beside onnxruntime's per-node profile of the same model, at each thread
+count.
 
-    python bench/bench_int8_layers.py [--threads 1,2] [--runs 30] [--size 224] [--json FILE]
+    python bench/bench_int8_layers.py [--model resnet18|mobilenetv2] [--threads 1,2] [--runs 30] [--size 224]
+                                      [--json FILE]
 
 glow-int8 is timed per instruction with ``CompiledFunction.execute_timed`` (a monotonic clock read around each
 kernel call); onnxruntime with ``SessionOptions.enable_profiling`` (its ``*_kernel_time`` events). Both run the
@@ -82,12 +84,13 @@ def profile(qdq, feed, threads: int, runs: int):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet18", choices=("resnet18", "mobilenetv2"))
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    _, qdq, name, shape = models(a.size)
+    _, qdq, name, shape = models(a.size, model=a.model)
     feed = {name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
     result = {}
     for nt in [int(t) for t in a.threads.split(",")]:
