@@ -82,6 +82,9 @@ CONV = [
     # group by group, above the parallel threshold (2 threads share the groups)
     ((1, 64, 48, 40), (64, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 64, "int8", "rand", "channel", True, "uint8", "relu6",
      1),
+    # depthwise with kernel rows of 2 and 4 columns packed in dwords: column stride 4 and 3, row dilation, uneven pads
+    ((1, 5, 9, 50), (5, 1, 2, 4), (3, 4), (2, 1), (1, 2, 0, 3), 5, "int8", "rand", "channel", True, "uint8", None, 1),
+    ((2, 4, 6, 41), (8, 1, 3, 2), (1, 3), (1, 1), (2, 0, 1, 1), 4, "uint8", "lo", "zero", False, "int8", None, 1),
 ]
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [

@@ -43,6 +43,9 @@ DYNAMIC_CHUNKS = 8
 #: Least groups per thread for a grouped conv to run group by group (each group's transform, then its tiles, in
 #: one thread while the group's planes are in cache) rather than the whole transform, a barrier, then all tiles.
 BY_GROUP_MIN = 4
+#: Largest column stride of a depthwise conv whose kernel rows are packed in dwords (the transform's 16-byte
+#: shuffle builds 4 dwords from bytes [0, 3 * stride + 4)).
+KWPACK_MAX_STRIDE = 4
 
 
 def _tile_candidates(target: QTarget, max_nv: int):
@@ -115,10 +118,13 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     mult, flip, xo_u, xsum = terms.mult, terms.flip, terms.xo_u, terms.xsum
     lanes = target.lanes
 
+    # a depthwise conv of 2-4 columns packs a kernel row's taps (not 4 channels) in a dword: the planes' columns are
+    # the output columns, one dword read per kernel row
+    kwpack = cg == 1 and 2 <= kw <= 4 and dw == 1 and sw <= KWPACK_MAX_STRIDE
     # planes: only the stride phases some tap reads
-    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    taps = [(i, 0) for i in range(kh)] if kwpack else [(i, j) for i in range(kh) for j in range(kw)]
     phases = sorted({((i * dh) % sh, (j * dw) % sw) for i, j in taps})
-    hh, wh = -(-hp // sh), -(-wp // sw)
+    hh, wh = -(-hp // sh), (ow if kwpack else -(-wp // sw))
     c4 = -(-cg // 4)
     q = oh * wh
     nvec = -(-q // lanes)
@@ -145,7 +151,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         pos.append(done)
         done += bin(m).count("1")
 
-    ksteps = c4 * kh * kw
+    ksteps = c4 * len(taps)
     mr, nv = choose_tile(fg, nvec, ksteps, target, MAX_NV)
     mr, nv = int(force.get("mr", mr)), int(force.get("nv", nv))
     if not (1 <= mr <= fg and 1 <= nv <= nvec):
@@ -182,7 +188,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
     kind = "depthwise" if cg == 1 and group == c else ("1x1" if kh == kw == 1 else f"{kh}x{kw}")
     desc = (f"int8 conv {kind} {x_dtype}x{w_dtype}->{y.dtype} {n}x{c}x{h}x{w} -> {f}x{oh}x{ow} g{group} "
-            f"s{sh},{sw}: transform to {len(phases)} plane(s) of {hh}x{wh} dwords, tile {mr}ch x {nv}x{lanes}px, "
+            f"s{sh},{sw}: transform to {len(phases)} plane(s) of {hh}x{wh} dwords"
+            f"{f' of a kernel row (kw {kw} taps)' if kwpack else ''}, tile {mr}ch x {nv}x{lanes}px, "
             f"{'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'} requant"
             f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}{', group by group' if by_group else ''}, "
             f"{nt} thread(s), {target.name}")
@@ -190,7 +197,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         name=name, describe=desc, lanes=lanes, n=n, c=c, h=h, w=w, f=f, fg=fg, cg=cg, c4=c4, group=group,
         oh=oh, ow=ow, ohw=oh * ow, sh=sh, sw=sw, pad_t=pt, pad_l=pl, hh=hh, wh=wh, plen=plen,
         nplanes=len(phases), phs=", ".join(str(p[0]) for p in phases), pws=", ".join(str(p[1]) for p in phases),
-        taps=kh * kw, toff=", ".join(map(str, toff)), cst=cst, nvec=nvec,
+        taps=len(taps), toff=", ".join(map(str, toff)), cst=cst, nvec=nvec,
         masks=", ".join(f"0x{m:x}u" for m in masks), pos=", ".join(map(str, pos + [done])),
         flip=flip, flip4=flip * 0x01010101, pad1=xo_u, pad4=xo_u * 0x01010101, trows=trows,
         xsum=xsum, xt_bytes=xt_bytes, scratch=scratch, variants=variants, mr=mr, nv=nv, nob=nob, nqb=nqb,
@@ -199,7 +206,9 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         y_ctype={"int8": "int8_t", "uint8": "uint8_t", "int32": "int32_t"}[y.dtype],
         parallel=nt > 1, nt=nt, res_src=res_src, residual=residual,
         tchunk=tchunk, tchunks=-(-trows // tchunk), ichunk=max(1, items // (nt * DYNAMIC_CHUNKS)),
-        res_vec=res_vec, by_group=by_group,
+        res_vec=res_vec, by_group=by_group, kwpack=kwpack, kw=kw, kwmask=(1 << 8 * kw) - 1,
+        padk=xo_u * ((1 << 8 * kw) - 1) // 255, flipk=flip * ((1 << 8 * kw) - 1) // 255,
+        shuf=", ".join(str(j * sw + t) for j in range(4) for t in range(4)),
         rb_cvt="cvtepi8" if residual and residual.b_dtype == "int8" else "cvtepu8",
         b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
         r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
@@ -208,10 +217,14 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         wt = terms.signed(weights, (f, cg, kh, kw), given_w_shape)
         k = cg * kh * kw
         corr = terms.bias(bias) - xo_u * wt.reshape(f, -1).sum(axis=1) + k * xo_u * terms.wo_s
-        wpad = np.zeros((f, c4 * 4, kh * kw), np.int64)
-        wpad[:, :cg] = wt.reshape(f, cg, kh * kw)
+        nt_ = len(taps)
+        wpad = np.zeros((f, c4 * 4, nt_), np.int64)
+        if kwpack:  # byte t of kernel row i's dword: column t
+            wpad[:, :kw] = wt.reshape(f, kh, kw).transpose(0, 2, 1)
+        else:
+            wpad[:, :cg] = wt.reshape(f, cg, kh * kw)
         # [F, c4, 4, T] -> per block of rows [c4, T, rows, 4]
-        wpad = wpad.reshape(f, c4, 4, kh * kw).transpose(1, 3, 0, 2)
+        wpad = wpad.reshape(f, c4, 4, nt_).transpose(1, 3, 0, 2)
         blocks = []
         for g in range(group):
             for f0 in range(0, fg, mr):
