@@ -2,8 +2,11 @@
 instruction of the CPU backend's int8 run beside onnxruntime's per-node profile of the same model, at each thread
 count.
 
-    python bench/bench_int8_layers.py [--model resnet18|mobilenetv2] [--threads 1,2] [--runs 30] [--size 224]
-                                      [--json FILE]
+    python bench/bench_int8_layers.py [--model resnet18|mobilenetv2] [--flow qdq|kit|kit-asymmetric-weights]
+                                      [--threads 1,2] [--runs 30] [--size 224] [--json FILE]
+
+``--flow kit`` runs the kit's own quantization of the float model (bench_int8_e2e's glow-kit) instead of
+onnxruntime's file; onnxruntime still runs its file, and the rows match by the ONNX node names both keep.
 
 glow-int8 is timed per instruction with ``CompiledFunction.execute_timed`` (a monotonic clock read around each
 kernel call); onnxruntime with ``SessionOptions.enable_profiling`` (its ``*_kernel_time`` events). Both run the
@@ -33,13 +36,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import glow_core  # noqa: E402
-from bench.bench_int8_e2e import models  # noqa: E402
+from bench.bench_int8_e2e import calibration_inputs, models  # noqa: E402
+from glow_core import quantization  # noqa: E402
 from glow_tools.bench import ort_kernel_times  # noqa: E402
 
+#: --flow: the kit's quantization options beside quantize=profile, per_channel=True (None: onnxruntime's file)
+FLOWS = {"qdq": None, "kit": {}, "kit-asymmetric-weights": {"weight_schema": "asymmetric"}}
 
-def profile(qdq, feed, threads: int, runs: int):
+
+def profile(qdq, feed, threads: int, runs: int, glow_model=None, options=None):
     """[(node, glow op, glow median us, ort op, ort median us)] in glow's instruction order, ort-only rows last."""
-    gq = glow_core.compile(qdq, "cpu", num_threads=threads)
+    gq = glow_core.compile(qdq if glow_model is None else glow_model, "cpu", num_threads=threads, **(options or {}))
     gq.run(feed)
     compiled = gq.last.compiled
     so = ort.SessionOptions()
@@ -85,16 +92,24 @@ def profile(qdq, feed, threads: int, runs: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet18", choices=("resnet18", "mobilenetv2"))
+    ap.add_argument("--flow", default="qdq", choices=tuple(FLOWS),
+                    help="what glow runs: onnxruntime's QDQ file (qdq), or the float model quantized by the kit's "
+                         "flow with its default recipe (kit) or with asymmetric weights (kit-asymmetric-weights)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    _, qdq, name, shape = models(a.size, model=a.model)
+    fp32, qdq, name, shape = models(a.size, model=a.model)
+    glow_model, options = None, None
+    if a.flow != "qdq":
+        glow_model = fp32
+        options = {"quantize": quantization.profile(fp32, calibration_inputs(name, shape)), "per_channel": True,
+                   **FLOWS[a.flow]}
     feed = {name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
     result = {}
     for nt in [int(t) for t in a.threads.split(",")]:
-        rows = profile(qdq, feed, nt, a.runs)
+        rows = profile(qdq, feed, nt, a.runs, glow_model, options)
         print(f"threads {nt} (medians over {a.runs} runs, microseconds)")
         print(f"  {'node':22s} {'glow op':12s} {'glow':>8s} {'ort op':26s} {'ort':>8s} {'glow/ort':>8s}")
         for node, op, g, oop, o in rows:
