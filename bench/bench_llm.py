@@ -6,7 +6,8 @@ the same architecture built with onnx.helper (glow_conformance.llm_models). Both
 the same prompt, in alternating rounds (bench/alternate.py), medians:
 
 * prefill tokens/s: the prompt's tokens over the time to its first new token's logits (the Generator in blocks of
-  --prefill-block tokens into its fixed-capacity cache; onnxruntime in one run of the whole prompt);
+  --prefill-block tokens into its fixed-capacity cache, by default one block of the prompt's length; onnxruntime in
+  one run of the whole prompt);
 * decode tokens/s: decode steps over their time (the Generator: one token per run, the cache updated in place;
   onnxruntime: one token per run, the past fed back as the export expects, plain InferenceSession.run).
 At 1 and 2 threads. Also: the greedy tokens of both (they must match), the machine's memory bandwidth (numpy:
@@ -186,7 +187,9 @@ def main(argv=None):
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (default 64)")
     ap.add_argument("--new", type=int, default=32, help="new tokens (default 32)")
     ap.add_argument("--max-seq-len", type=int, default=256, help="the cache's capacity (default 256)")
-    ap.add_argument("--prefill-block", type=int, default=16, help="prefill block (default 16)")
+    ap.add_argument("--prefill-block", type=int, default=0,
+                    help="prefill block (default 0: the prompt's length, one run as onnxruntime's; a smaller block "
+                         "runs the prompt in several, each streaming every weight at fewer rows per GEMM)")
     ap.add_argument("--source", choices=["auto", "transformers", "helper"], default="auto",
                     help="transformers' export (when installed: auto) or onnx.helper")
     ap.add_argument("--omp-wait-policy", choices=["passive", "active"],
@@ -214,6 +217,7 @@ def main(argv=None):
     for nt, b in bw.items():
         print(f"memory bandwidth, {nt} thread(s): read {b['read']:.1f} GB/s, copy {b['copy']:.1f} GB/s (numpy)")
     prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, args.prompt)).astype(np.int64)
+    args.prefill_block = args.prefill_block or min(args.prompt, args.max_seq_len - 1)
     if "fp32" in args.precisions.split(","):
         compare(path, "fp32", threads, args.rounds, prompt, args.new, args.max_seq_len, args.prefill_block,
                 weight_bytes_per_token(model), bw)
