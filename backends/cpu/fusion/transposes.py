@@ -147,7 +147,7 @@ def match(fused, ins) -> "Group | None":
             members.append(tr)
             claims.append(p)
     name, c = con.result
-    res = _result(index, con.at, c, con.avoid, taken)
+    res = _result(index, con.at, c, con.avoid + list(reads.values()), taken)  # not over a source read in place
     if res is not None and not _clash(st.spans, index.position(con.at), res[1]):
         tr, y, strides = res
         st.spans.append((index.position(con.at), index.position(con.at), y))
