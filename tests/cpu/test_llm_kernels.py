@@ -36,12 +36,14 @@ def against_interpreter(m, feeds, whole, atol=1e-6):
 
 WEIGHTS = {"b4": (4, 128, 48, 32, False, False), "b4_tails_zp_bias": (4, 100, 37, 32, True, True),
            "b8_tails_zp": (8, 70, 21, 64, True, False), "b8_bs16_bias": (8, 256, 20, 16, False, True),
-           "b4_threaded": (4, 512, 1030, 64, True, False)}  # a GEMV above kernels.llm.PAR_MIN: threads fork
+           "b4_threaded": (4, 512, 1030, 64, True, False),  # a GEMV above kernels.llm.PAR_MIN: threads fork
+           "b4_tails_bias": (4, 100, 37, 32, False, True)}  # no zero points (folded into the GEMV's table), K tail
 
 
 # GEMV passes of 1..4 rows (and remainders), dequantized panels + the packed GEMM above 8 rows
 @pytest.mark.parametrize("m_rows, weights", [(m, w) for w in list(WEIGHTS)[:4] for m in (1, 5, 33)]
-                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9)] + [(1, "b4_threaded")])
+                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9)] + [(1, "b4_threaded")]
+                         + [(m, "b4_tails_bias") for m in (1, 3)])
 def test_matmul_nbits(m_rows, weights):
     bits, k, n, block, zp, bias = WEIGHTS[weights]
     r = np.random.default_rng(m_rows * k + n)

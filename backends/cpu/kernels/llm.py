@@ -4,7 +4,9 @@
   the weights are repacked at compile time into column groups of 16 (``pack_nbits``) and dequantized in
   registers, never as a float copy of W. M <= GEMV_ROWS (decode): per column group a 16-lane accumulator per
   row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
-  groups, so a decode step streams each weight byte once. Larger M (prefill): per panel of PANEL_COLUMNS
+  groups, so a decode step streams each weight byte once. 4-bit values become floats through a 16-entry table
+  (one vpermps per 16 values on AVX-512, which ignores the index's high bits: no mask, no conversion), the
+  default zero point 8 folded into it when there is no zero-point input. Larger M (prefill): per panel of PANEL_COLUMNS
   columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
   GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
 
