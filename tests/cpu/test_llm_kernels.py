@@ -185,7 +185,7 @@ def a8_reference(a, q, s, zp, bias, block):
 
 
 # int8 activations (accuracy_level 4): passes of 8 rows and remainders, K tails, zero points or not, 2 threads
-@pytest.mark.parametrize("m_rows, weights", [(2, "b4"), (16, "b4_tails_bias"), (11, "b4_tails_zp_bias"),
+@pytest.mark.parametrize("m_rows, weights", [(1, "b4"), (2, "b4"), (16, "b4_tails_bias"), (1, "b8_tails_zp"), (11, "b4_tails_zp_bias"),
                                              (9, "b8_tails_zp"), (3, "b8_bs16_bias"), (9, "b4_threaded")])
 def test_matmul_nbits_int8_activations(m_rows, weights):
     from glow_core.quantization.weight_only import pack
@@ -213,3 +213,22 @@ def test_matmul_nbits_int8_activations(m_rows, weights):
         cm = glow_core.compile(m, "cpu", num_threads=nt)
         assert [i.op for i in cm.last.ir.code] == [f"{MS}.MatMulNBits"]
         np.testing.assert_allclose(cm.run({"a": a})["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_int8_activations_equal_onnxruntime_accuracy_level_4():
+    """weight_only(accuracy_level=4) on the cpu equals onnxruntime's int8-activation kernels (its CompInt8) on the
+    same file, where both differ from the float arithmetic (accuracy_level 0) by the quantization of A."""
+    from tests.core.test_weight_only import mlp, ort_run
+    model, feeds = mlp(seed=3, k=128, n=64, m=32)
+    q4 = weight_only(model, 4, 32, True, accuracy_level=4)
+    assert all(a.i == 4 for n in q4.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+               if a.name == "accuracy_level")
+    want4, want0 = ort_run(q4, feeds), ort_run(weight_only(model, 4, 32, True), feeds)
+    for nt in (1, 2):
+        got = glow_core.compile(q4, "cpu", num_threads=nt).run(feeds)
+        for name, w4, w0 in zip(("y", "w3sq", "z"), want4, want0):
+            if name == "w3sq":  # constant A: folded at compile time by the lowering (float arithmetic)
+                continue
+            scale = np.abs(w0).max()
+            assert np.abs(w4 - w0).max() > 1e-3 * scale
+            np.testing.assert_allclose(got[name], w4, rtol=1e-5, atol=1e-5 * scale)

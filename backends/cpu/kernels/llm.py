@@ -55,8 +55,8 @@ SCRATCH_THREADS = ENGINE_SCRATCH_THREADS
 #: MatMulNBits' accuracy_level that licenses int8 activations (onnxruntime's: A quantized per block to int8).
 INT8_ACCURACY = 4
 #: Rows from which a node with accuracy_level INT8_ACCURACY runs on int8 activations (templates/
-#: matmul_nbits_a8.c.j2); fewer rows take the float GEMV.
-A8_MIN_ROWS = 2
+#: matmul_nbits_a8.c.j2): all, as onnxruntime does (decode too: a fraction of the float GEMV's instructions).
+A8_MIN_ROWS = 1
 #: Rows per pass of the int8 path (each word of W unpacked once for them).
 A8_PASS = 8
 
