@@ -40,9 +40,9 @@ WEIGHTS = {"b4": (4, 128, 48, 32, False, False), "b4_tails_zp_bias": (4, 100, 37
            "b4_tails_bias": (4, 100, 37, 32, False, True)}  # no zero points (folded into the GEMV's table), K tail
 
 
-# GEMV passes of 1..4 rows (and remainders), dequantized panels + the packed GEMM above 8 rows
+# GEMV passes of 1..8 rows (and remainders), dequantized panels + the packed GEMM above 16 rows
 @pytest.mark.parametrize("m_rows, weights", [(m, w) for w in list(WEIGHTS)[:4] for m in (1, 5, 33)]
-                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9)] + [(1, "b4_threaded")]
+                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9, 16, 17)] + [(1, "b4_threaded")]
                          + [(m, "b4_tails_bias") for m in (1, 3)])
 def test_matmul_nbits(m_rows, weights):
     bits, k, n, block, zp, bias = WEIGHTS[weights]

@@ -2,7 +2,7 @@
 
 * com.microsoft.MatMulNBits (float32 A, 4- or 8-bit constant weights, no or uint8 zero points, optional bias):
   the weights are repacked at compile time into column groups of 16 (``pack_nbits``) and dequantized in
-  registers, never as a float copy of W. M <= GEMV_ROWS (decode): per column group a 16-lane accumulator per
+  registers, never as a float copy of W. M <= GEMV_ROWS (decode, small prefill blocks): per column group a 16-lane accumulator per
   row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
   groups, so a decode step streams each weight byte once. 4-bit values become floats through a 16-entry table
   (one vpermps per 16 values on AVX-512, which ignores the index's high bits: no mask, no conversion), the
@@ -44,10 +44,11 @@ ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
 PAR_MIN = {"gemv": 1 << 18, "rows": 1 << 20}
 
 NBITS = "com.microsoft.MatMulNBits"
-#: Rows up to which MatMulNBits runs as register-dequantizing GEMVs (above: dequantized panels + packed GEMM).
-GEMV_ROWS = 8
+#: Rows up to which MatMulNBits runs as register-dequantizing GEMVs (above: dequantized panels + packed GEMM; at
+#: 16 rows, a prefill block, the GEMVs took 0.55-0.65 of the panels' time, at 32 about 1.2: bench_llm_kernels).
+GEMV_ROWS = 16
 #: Rows per pass of the GEMV path (each weight vector unpacked once for them).
-GEMV_PASS = 4
+GEMV_PASS = 8
 #: Columns of W dequantized per GEMM panel (a multiple of the GEMM's 32-column panels; the panel is
 #: K x PANEL_COLUMNS floats per thread).
 PANEL_COLUMNS = 128
