@@ -232,3 +232,31 @@ def test_int8_activations_equal_onnxruntime_accuracy_level_4():
             scale = np.abs(w0).max()
             assert np.abs(w4 - w0).max() > 1e-3 * scale
             np.testing.assert_allclose(got[name], w4, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86-64 -march flag")
+@pytest.mark.parametrize("weights, level", [("b4_tails_bias", 0), ("b4_tails_bias", 4), ("b8_tails_zp", 4)])
+def test_matmul_nbits_without_avx512(weights, level):
+    """Built for x86-64-v3 (no AVX-512): the 4-bit table's mask-and-convert fallback and the exact portable u8 x s8
+    dot product, against the interpreter (float A) and the int8 reference (accuracy_level 4)."""
+    from glow_core.quantization.weight_only import pack
+    bits, k, n, block, zp, bias = WEIGHTS[weights]
+    r = np.random.default_rng(7)
+    kb = -(-k // block)
+    q = r.integers(0, 1 << bits, (n, kb * block), dtype=np.uint8)
+    s = r.uniform(-0.1, 0.1, (n, kb)).astype(np.float32)
+    z = r.integers(0, 1 << bits, (n, kb), dtype=np.uint8) if zp else np.full((n, kb), 1 << (bits - 1), np.uint8)
+    b = r.uniform(-1, 1, n).astype(np.float32) if bias else None
+    inits = [("B", pack(q.reshape(n, kb, block), bits)), ("s", s)] + ([("zp", pack(z, bits))] if zp else []) \
+        + ([("bias", b)] if bias else [])
+    a = r.uniform(-1, 1, (9, k)).astype(np.float32)
+    ins = ["a", "B", "s"] + (["zp"] if zp else [""] * bias) + (["", "bias"] if bias else [])
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block,
+                            accuracy_level=level)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [9, k])],
+                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(v, nm) for nm, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    want = a8_reference(a, q, s, z, b, block) if level == 4 else glow_core.compile(m, "interpreter").run({"a": a})["y"]
+    got = glow_core.compile(m, "cpu", num_threads=1, cflags="-O2 -march=x86-64-v3 -fno-math-errno -fno-trapping-math"
+                            ).run({"a": a})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
