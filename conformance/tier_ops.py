@@ -491,6 +491,9 @@ def _structured():
                                rnd(d, (3,), r, 0.5, 2)]))
     add("InstanceNormalization", "4d", ("float32",), lambda r, d: one_node(
         "InstanceNormalization", [rnd(d, (2, 3, 4, 5), r), rnd(d, (3,), r), rnd(d, (3,), r)]))
+    # one element per instance: x - mean = 0 exactly, the output is B (onnxruntime 1.32 is ~90 ULP off there)
+    add("InstanceNormalization", "spatial1", ("float32",), lambda r, d: one_node(
+        "InstanceNormalization", [rnd(d, (2, 3, 1), r), rnd(d, (3,), r), rnd(d, (3,), r)]))
     add("GroupNormalization", "g2", ("float32",), lambda r, d: one_node(
         "GroupNormalization", [rnd(d, (2, 4, 3, 3), r), rnd(d, (4,), r), rnd(d, (4,), r)], {"num_groups": 2}))
     add("LpNormalization", "l2", ("float32",), lambda r, d: one_node("LpNormalization", [rnd(d, (3, 5), r)]))
@@ -530,6 +533,11 @@ def _structured():
         "QuantizeLinear", [rnd(d, (3, 4), r), _c(0.05, "float32"), _c(128, "uint8")]))
     add("DequantizeLinear", "int8", ("int8",), lambda r, d: one_node(
         "DequantizeLinear", [rnd(d, (3, 4), r, -100, 100), _c(0.05, "float32"), _c(3, "int8")]))
+    # a per-tensor (scalar) scale leaves `axis` unused, even out of range for the input's rank (the specification)
+    add("DequantizeLinear", "per_tensor_axis_unused", ("int8",), lambda r, d: one_node(
+        "DequantizeLinear", [rnd(d, (5,), r, -100, 100), _c(0.05, "float32"), _c(3, "int8")], {"axis": 1}))
+    add("QuantizeLinear", "per_tensor_axis_unused", ("float32",), lambda r, d: one_node(
+        "QuantizeLinear", [rnd(d, (5,), r), _c(0.05, "float32"), _c(-3, "int8")], {"axis": 3}))
     add("QLinearMatMul", "uint8", ("uint8",), lambda r, d: one_node(
         "QLinearMatMul", [rnd(d, (3, 4), r, 0, 255), _c(0.02, "float32"), _c(128, "uint8"),
                           rnd(d, (4, 2), r, 0, 255), _c(0.03, "float32"), _c(120, "uint8"), _c(0.1, "float32"),
