@@ -88,5 +88,8 @@ def test_fuzzer_finds_the_one_channel_per_group_1x1_bug(tmp_path):
     assert s.findings, f"nothing found in {s.graphs} graphs ({s.compared} compared)"
     f = s.findings[0]
     assert f.signature == "mismatch" and f.ops == ["Conv"], f
+    # the report counts the graphs compared that reached each conv path (glowc fuzz prints them)
+    assert any(p.startswith("engine depthwise") and "pointwise" in p for p in s.conv_paths), s.conv_paths
+    assert max(s.conv_paths.values()) <= s.compared
     assert time.monotonic() - t0 < 300
     assert replay(f.files[0], "cpu", log=lambda *a: None) is None  # the repository's backend agrees
