@@ -659,6 +659,12 @@ def _structured():
         "AffineGrid", [rnd(d, (2, 2, 3), r, -1, 1), _c([2, 1, 3, 4])], {"align_corners": 1}))
     add("DFT", "real_onesided", ("float32",), lambda r, d: one_node(
         "DFT", [rnd(d, (2, 8, 1), r), None, _c(1)], {"onesided": 1}, opset=20))
+    # dft_length beyond the axis (the signal zero-padded: the lowering's pad lacked `interior`, found by glowc fuzz's
+    # DFT family) and short of it (the signal cut), on a complex input and along the first axis
+    add("DFT", "zero_padded", ("float32",), lambda r, d: one_node(
+        "DFT", [rnd(d, (2, 5, 2), r), _c(8), _c(1)], opset=20))
+    add("DFT", "truncated_axis0_inverse", ("float32",), lambda r, d: one_node(
+        "DFT", [rnd(d, (6, 3, 1), r), _c(4), _c(0)], {"inverse": 1}, opset=20))
     add("RoiAlign", "avg", ("float32",), lambda r, d: one_node(
         "RoiAlign", [rnd(d, (1, 2, 6, 6), r), Init(np.array([[0, 0, 4, 4], [1, 1, 5, 3]], np.float32)),
                      Init(np.array([0, 0], np.int64))], {"output_height": 2, "output_width": 2, "sampling_ratio": 2}))

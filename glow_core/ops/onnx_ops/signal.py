@@ -39,7 +39,7 @@ def _to_last(b, v, axis, n):
     if L > n:
         t = b.slice(t, starts=[0] * t.rank, ends=list(t.shape[:-1]) + [n], steps=[1] * t.rank)
     elif L < n:
-        t = b.pad(t, pads=[0] * t.rank + [0] * (t.rank - 1) + [n - L], value=0.0)
+        t = b.pad(t, pads=[0] * t.rank + [0] * (t.rank - 1) + [n - L], value=0.0, interior=[0] * t.rank)
     lead = t.shape[:-1]
     return b.reshape_(t, (1, int(np.prod(lead)), n)), lead, perm
 
