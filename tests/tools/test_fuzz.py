@@ -245,7 +245,7 @@ def test_gelu_of_the_largest_float_does_not_overflow(backend):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
 
 
-def _model(nodes, inputs, inits=(), opset=21):
+def _graph(nodes, inputs, inits=(), opset=21):
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)],
                           [onnx.numpy_helper.from_array(a, n) for n, a in inits])
@@ -263,19 +263,19 @@ def test_spec_rules_reject_what_the_specification_rejects_only():
     F, I8, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT8, onnx.TensorProto.INT64
 
     def dft(axis_shape):
-        return _model([helper.make_node("DFT", ["x", "", "a"], ["y"])], [("x", F, [2, 8, 1]), ("a", I64, axis_shape)],
+        return _graph([helper.make_node("DFT", ["x", "", "a"], ["y"])], [("x", F, [2, 8, 1]), ("a", I64, axis_shape)],
                       opset=20)
 
     def dq(scale_shape, **attrs):
-        return _model([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], **attrs)],
+        return _graph([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], **attrs)],
                       [("x", I8, [5]), ("s", F, scale_shape)])
 
     def q(scale_shape, **attrs):
-        return _model([helper.make_node("QuantizeLinear", ["x", "s"], ["y"], **attrs)],
+        return _graph([helper.make_node("QuantizeLinear", ["x", "s"], ["y"], **attrs)],
                       [("x", F, [2, 6]), ("s", F, scale_shape)])
 
     def inorm(c):
-        return _model([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])],
+        return _graph([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])],
                       [("x", F, [1, 1, 1, 1]), ("s", F, [c]), ("b", F, [c])])
 
     bad = [dft([2]), dft([1, 1, 1, 3]), dq([4]), q([2, 6]), q([2, 2], axis=1), inorm(5)]
@@ -291,7 +291,7 @@ def test_a_disagreement_with_onnxruntime_is_arbitrated_in_float64():
     than the tolerance from it stays a finding."""
     pytest.importorskip("onnxruntime")
     from glow_tools.fuzz.driver import MISMATCH
-    m = _model([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])], [("x", onnx.TensorProto.FLOAT,
+    m = _graph([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])], [("x", onnx.TensorProto.FLOAT,
                                                                                      [1, 2, 1])],
                [("s", np.ones(2, np.float32)), ("b", np.array([-0.76279205, 0.51586366], np.float32))])
     m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2, 1]))
@@ -313,7 +313,7 @@ def test_reduce_mean_over_an_empty_set_is_not_compared():
     """The specification leaves ReduceMean over an empty set undefined: NaN (0/0) and onnxruntime's 0 are both
     answers, so that output is not compared (and the note says why)."""
     pytest.importorskip("onnxruntime")
-    m = _model([helper.make_node("ReduceMean", ["x", "a"], ["y"])], [("x", onnx.TensorProto.FLOAT, [0, 1])],
+    m = _graph([helper.make_node("ReduceMean", ["x", "a"], ["y"])], [("x", onnx.TensorProto.FLOAT, [0, 1])],
                [("a", np.array([1, 0], np.int64))], opset=18)
     m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 1]))
     sess = Session("interpreter", "onnxruntime")
@@ -341,3 +341,26 @@ def test_an_oracle_that_hangs_or_crashes_is_not_a_finding():
         assert sess.check(m, {"x": np.ones(3, np.float32)})[0] == "reference-hang"
     finally:
         sess.close()
+
+
+def test_quantize_and_dft_operands_follow_the_specification():
+    """(De)QuantizeLinear and DFT are drawn by their own families as the specification allows them (the generic
+    family's random shapes gave DFT axis vectors and scales of the input's rank, which onnxruntime ran and the kit
+    refused): scales per tensor, per axis and blocked, a scalar DFT axis and dft_length; (De)QuantizeLinear at
+    opset 25 at most (onnxruntime 1.32 has no kernel for their version 28)."""
+    from glow_tools.fuzz.compare import spec_violations
+    kinds = Counter()
+    for i in range(40):
+        m, _ = generate(np.random.default_rng([4, i]), drawable_ops(["QuantizeLinear", "DequantizeLinear", "DFT"]), 5)
+        if m is None:
+            continue
+        assert spec_violations(m.SerializeToString()) == [], i
+        inits = {t.name: onnx.numpy_helper.to_array(t) for t in m.graph.initializer}
+        for n in m.graph.node:
+            attrs = {a.name for a in n.attribute}
+            if n.op_type == "DFT":
+                kinds["dft_length" if n.input[1] else "dft"] += 1
+            else:
+                assert m.opset_import[0].version <= 25
+                kinds["blocked" if "block_size" in attrs else "per-axis" if inits[n.input[1]].ndim else "per-tensor"] += 1
+    assert min(kinds[k] for k in ("dft", "dft_length", "per-tensor", "per-axis", "blocked")) >= 2, kinds
