@@ -362,5 +362,6 @@ def test_quantize_and_dft_operands_follow_the_specification():
                 kinds["dft_length" if n.input[1] else "dft"] += 1
             else:
                 assert m.opset_import[0].version <= 25
-                kinds["blocked" if "block_size" in attrs else "per-axis" if inits[n.input[1]].ndim else "per-tensor"] += 1
+                per_axis = inits[n.input[1]].ndim
+                kinds["blocked" if "block_size" in attrs else "per-axis" if per_axis else "per-tensor"] += 1
     assert min(kinds[k] for k in ("dft", "dft_length", "per-tensor", "per-axis", "blocked")) >= 2, kinds

@@ -233,8 +233,8 @@ SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _qua
 
 
 def spec_violations(model_bytes) -> list[tuple[str, str]]:
-    """(op, why) of each node of the model the specification rejects (``SPEC_RULES``, on the shapes ONNX's inference gives):
-    run in a child process (ONNX's inference aborts on some invalid models)."""
+    """(op, why) of each node of the model the specification rejects (``SPEC_RULES``, on the shapes ONNX's
+    inference gives): run in a child process (ONNX's inference aborts on some invalid models)."""
     model = onnx.load_from_string(model_bytes)
     if not any(n.op_type in SPEC_RULES for n in model.graph.node):
         return []
