@@ -437,6 +437,9 @@ def _structured():
             add(op, f"axis{axis}_kd{kd}_last{last}", F + ("int32",), lambda r, d, op=op, axis=axis, kd=kd, last=last:
                 one_node(op, [rnd(d, (3, 4, 5), r, 0, 2).round().astype(gdtype(d).np)],
                          {"axis": axis, "keepdims": kd, "select_last_index": last}))
+        # an empty axis whose output is empty too: no index to return, an empty answer (found by glowc fuzz)
+        add(op, "empty_axis_empty_output", ("float32", "int8"), lambda r, d, op=op: one_node(
+            op, [rnd(d, (2, 0, 0), r)], {"axis": 1}))
     mv = F + ("int64", "int8", "bool")
     add("Transpose", "perm021", mv, lambda r, d: one_node("Transpose", [rnd(d, (2, 3, 4), r)], {"perm": [0, 2, 1]}))
     add("Transpose", "default", mv, lambda r, d: one_node("Transpose", [rnd(d, (2, 3, 4), r)]))
@@ -773,7 +776,9 @@ SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "s
                 **{k: ONNXRUNTIME for k in (("LSTM", "const_weights_seq_lens"), ("LSTM", "seq_lens"),
                                             ("GRU", "const_linear_before_reset_seq_lens"), ("GRU", "seq_lens"))},
                 # onnx.reference's DFT refuses an empty signal axis (numpy's fft: 0 points); onnxruntime's is empty
-                ("DFT", "empty_axis"): ONNXRUNTIME}
+                ("DFT", "empty_axis"): ONNXRUNTIME,
+                # onnx.reference's ArgMax / ArgMin call numpy's, which refuses an empty axis even for an empty output
+                **{(op, "empty_axis_empty_output"): ONNXRUNTIME for op in ("ArgMax", "ArgMin")}}
 
 
 def structured_cases():
