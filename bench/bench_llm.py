@@ -39,6 +39,7 @@ from alternate import alternating_rounds  # noqa: E402
 from glow_conformance.llm_models import DecoderConfig, llama_decoder, transformers_llama  # noqa: E402
 from glow_core import quantization  # noqa: E402
 from glow_core.llm import Generator  # noqa: E402
+from glow_cpu.build.runtime import omp_environment  # noqa: E402
 
 #: ~125 M parameters: 12 layers of hidden 768 (12 query heads, 4 key/value heads of 64), SwiGLU 2048, vocab 32000.
 BENCH = DecoderConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
@@ -257,16 +258,17 @@ def main(argv=None):
     ap.add_argument("--source", choices=["auto", "transformers", "helper"], default="auto",
                     help="transformers' export (when installed: auto) or onnx.helper")
     ap.add_argument("--omp-wait-policy", choices=["passive", "active"],
-                    help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: libgomp's, spin then sleep; "
-                         "passive is far faster on an oversubscribed machine)")
+                    help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: the cpu runtime's "
+                         "GOMP_SPINCOUNT=1000, backends/cpu/README.md 'OpenMP wait policy')")
     ap.add_argument("--precisions", default="fp32,int4", help="models to compare (default fp32,int4; int4a8: the "
                     "int4 model with accuracy_level 4, int8 activations)")
     ap.add_argument("--profile", choices=["prefill", "decode"],
                     help="instead: per-op-kind tables of one function against onnxruntime's kernels (fp32 model)")
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "glow_kit", "bench_llm"))
     args = ap.parse_args(argv)
-    if args.omp_wait_policy:  # read by libgomp when the kernels' library first loads it (at the first compile)
+    if args.omp_wait_policy:  # read by libgomp when it loads: torch's copy, if the model is exported here
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    omp_environment()  # else the cpu runtime's spin count, set before torch loads libgomp.so.1 (shared by the kernels)
     if args.quick:
         cfg, threads, args.rounds, args.prompt, args.new = QUICK, [1], 1, 8, 8
         args.max_seq_len, args.prefill_block, args.source = 32, 4, "helper"
@@ -274,7 +276,7 @@ def main(argv=None):
     else:
         cfg, threads, bw_bytes = BENCH, [int(t) for t in args.threads.split(",")], 512 << 20
     print(f"load {open('/proc/loadavg').read().split()[:3]}, {os.cpu_count()} cores, OMP_WAIT_POLICY "
-          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, GOMP_SPINCOUNT {os.environ.get('GOMP_SPINCOUNT', 'unset')}")
     path, source = build(cfg, args.source, args.cache_dir)
     model = onnx.load(path, load_external_data=False)
     print(f"model: {source}, {cfg.parameters() / 1e6:.1f} M parameters ({os.path.getsize(path) / 1e6:.0f} MB), "
