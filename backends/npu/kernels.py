@@ -93,25 +93,18 @@ def planes(od, sd, pf, kd, dd, D):
 
 
 # -- convolution and matrix product --------------------------------------------------------------------------
-@dataclass
-class ConvJob:
-    """A convolution (or matrix product: kh = kw = 1, W = 1, one "pixel" per row) on one group block, over
-    ``images`` images, every tensor channels-last in DRAM.
-
-    x: ``x_addr[img]`` is the DRAM address of pixel (0, 0), channel ``c_base`` of image img; a row is ``x_row``
-    elements, a pixel ``x_pix``; ``K`` channels per pixel are reduced (the group block's). w: ``w_addr[img]`` is
-    [kh][kw][K][N] 8-bit, row stride ``w_row`` (N when packed), ``w_zp`` the DRAM address of N int32 zero points.
-    Per output channel: ``bias`` (N int32 or None) and ``table`` ((m, shift) int32 pairs; None for an int32 result).
-    y: ``y_addr[img]`` of output pixel (0, 0), channel ``f_base``; rows ``y_row``, pixels ``y_pix``. A 3-D
-    convolution adds depth (``D``, ``OD``, ``kd``, ``sd``, ``dd``, ``pf``; planes ``x_plane`` / ``y_plane``
-    elements apart): each output plane sums ``kd`` input planes, as one more loop of taps."""
+@dataclass(kw_only=True)
+class Window:
+    """The geometry every windowed job shares: ``images`` images of H x W (x D) pixels, an OH x OW (x OD) output,
+    a kh x kw (x kd) window with strides ``sh``/``sw`` (``sd``), dilations ``dh``/``dw`` (``dd``) and leading
+    padding ``pt``/``pl`` (``pf``). ``x_addr[img]`` / ``y_addr[img]`` are the DRAM addresses of pixel (0, 0) of
+    image img, rows ``x_row`` / ``y_row`` elements apart (planes ``x_plane`` / ``y_plane``), of types ``xdt`` /
+    ``ydt``; ``out_zp`` is the output zero point."""
 
     name: str
     images: int
     H: int
     W: int
-    K: int
-    N: int
     OH: int
     OW: int
     kh: int
@@ -124,26 +117,11 @@ class ConvJob:
     pl: int
     x_addr: list
     x_row: int
-    x_pix: int
     xdt: str
-    xzp: int
-    w_addr: list
-    w_row: int
-    wdt: str
-    w_zp: int
-    bias: "int | None"
-    table: "int | None"
     y_addr: list
     y_row: int
-    y_pix: int
     ydt: str
     out_zp: int = 0
-    lo: "int | None" = None
-    hi: "int | None" = None
-    macs: int = 0
-    #: fused residual qadd: dict(addr=[...], row=, pix=, dt=, conv_is_a=bool, a_zp, b_zp, ma, mb, mo, L, out_zp,
-    #: lo, hi, ydt) or None
-    residual: "dict | None" = None
     cfg: NpuConfig = field(default_factory=NpuConfig)
     D: int = 1
     OD: int = 1
@@ -154,13 +132,45 @@ class ConvJob:
     x_plane: int = 0
     y_plane: int = 0
 
+    def in_extent(self, toh, tow):
+        return (toh - 1) * self.sh + (self.kh - 1) * self.dh + 1, (tow - 1) * self.sw + (self.kw - 1) * self.dw + 1
+
+
+@dataclass(kw_only=True)
+class ConvJob(Window):
+    """A convolution (or matrix product: kh = kw = 1, W = 1, one "pixel" per row) on one group block, over
+    ``images`` images, every tensor channels-last in DRAM.
+
+    x: ``x_addr[img]`` is the DRAM address of pixel (0, 0), channel ``c_base`` of image img; a row is ``x_row``
+    elements, a pixel ``x_pix``; ``K`` channels per pixel are reduced (the group block's). w: ``w_addr[img]`` is
+    [kh][kw][K][N] 8-bit, row stride ``w_row`` (N when packed), ``w_zp`` the DRAM address of N int32 zero points.
+    Per output channel: ``bias`` (N int32 or None) and ``table`` ((m, shift) int32 pairs; None for an int32 result).
+    y: ``y_addr[img]`` of output pixel (0, 0), channel ``f_base``; rows ``y_row``, pixels ``y_pix``. A 3-D
+    convolution adds depth (``D``, ``OD``, ``kd``, ``sd``, ``dd``, ``pf``; planes ``x_plane`` / ``y_plane``
+    elements apart): each output plane sums ``kd`` input planes, as one more loop of taps."""
+
+    K: int
+    N: int
+    x_pix: int
+    xzp: int
+    w_addr: list
+    w_row: int
+    wdt: str
+    w_zp: int
+    bias: "int | None"
+    table: "int | None"
+    y_pix: int
+    lo: "int | None" = None
+    hi: "int | None" = None
+    macs: int = 0
+    #: fused residual qadd: dict(addr=[...], row=, pix=, dt=, conv_is_a=bool, a_zp, b_zp, ma, mb, mo, L, out_zp,
+    #: lo, hi, ydt) or None
+    residual: "dict | None" = None
+
     # taps packed into the reduction when a row of kw taps is contiguous in the input tile
     @property
     def packed(self) -> bool:
         return self.dw == 1
-
-    def in_extent(self, toh, tow):
-        return (toh - 1) * self.sh + (self.kh - 1) * self.dh + 1, (tow - 1) * self.sw + (self.kw - 1) * self.dw + 1
 
     @property
     def loops(self) -> dict:
@@ -362,8 +372,8 @@ class ConvJob:
 
 
 # -- depthwise convolution on the vector unit ------------------------------------------------------------------
-@dataclass
-class DwJob:
+@dataclass(kw_only=True)
+class DwJob(Window):
     """A depthwise convolution (one filter per channel: group = C = F) on the vector unit, over ``images``
     channels-last images: each tap is one VEC multiply-accumulate of the input tile (widened to int32 in ACC,
     padded with the input zero point) by a per-channel weight vector, so the vector unit does ``vector_lanes``
@@ -374,51 +384,18 @@ class DwJob:
     zero point takes away), ``table`` [C] (m, shift) pairs; x and y as in ``ConvJob`` (``x_addr`` / ``y_addr`` per
     image, rows ``x_row`` / ``y_row``, pixels of C elements)."""
 
-    name: str
-    images: int
     C: int
-    H: int
-    W: int
-    OH: int
-    OW: int
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    pt: int
-    pl: int
-    x_addr: list
-    x_row: int
-    xdt: str
     xzp: int
     w: int
     bias: int
     table: int
-    y_addr: list
-    y_row: int
-    ydt: str
-    out_zp: int = 0
     lo: "int | None" = None
     hi: "int | None" = None
     macs: int = 0
-    cfg: NpuConfig = field(default_factory=NpuConfig)
-    D: int = 1
-    OD: int = 1
-    kd: int = 1
-    sd: int = 1
-    dd: int = 1
-    pf: int = 0
-    x_plane: int = 0
-    y_plane: int = 0
 
     @property
     def taps(self) -> int:
         return self.kd * self.kh * self.kw
-
-    def in_extent(self, toh, tow):
-        return (toh - 1) * self.sh + (self.kh - 1) * self.dh + 1, (tow - 1) * self.sw + (self.kw - 1) * self.dw + 1
 
     @property
     def loops(self) -> dict:
@@ -510,51 +487,18 @@ class DwJob:
 
 
 # -- pooling -------------------------------------------------------------------------------------------------
-@dataclass
-class PoolJob:
+@dataclass(kw_only=True)
+class PoolJob(Window):
     """Max or average pooling over ``images`` channels-last images (C channels) on the vector unit. ``kind``:
     "max" or "avg"; for "avg", ``scales[(oh, ow)]`` gives the (m, shift) of that output's divisor and ``xzp`` the
     input zero point (subtracted first, so padding, loaded as the zero point, adds 0)."""
 
-    name: str
-    images: int
-    H: int
-    W: int
     C: int
-    OH: int
-    OW: int
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    pt: int
-    pl: int
-    x_addr: list
-    x_row: int
     x_pix: int
-    xdt: str
-    y_addr: list
-    y_row: int
     y_pix: int
-    ydt: str
     kind: str
     xzp: int = 0
-    out_zp: int = 0
     scales: "list | None" = None  # [OD][OH][OW] of (m, shift) (avg)
-    cfg: NpuConfig = field(default_factory=NpuConfig)
-    D: int = 1
-    OD: int = 1
-    kd: int = 1
-    sd: int = 1
-    dd: int = 1
-    pf: int = 0
-    x_plane: int = 0
-    y_plane: int = 0
-
-    def in_extent(self, toh, tow):
-        return (toh - 1) * self.sh + (self.kh - 1) * self.dh + 1, (tow - 1) * self.sw + (self.kw - 1) * self.dw + 1
 
     @property
     def loops(self):

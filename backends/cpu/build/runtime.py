@@ -19,12 +19,29 @@ from ..kernels.codegen import ERR_KINDS
 
 _LIBS: dict[str, ctypes.CDLL] = {}
 
+#: libgomp's spin count (GOMP_SPINCOUNT) between parallel regions, set before the first kernel library loads
+#: libgomp when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT. libgomp's own default (300,000 spins,
+#: milliseconds) made a loaded 2-core machine 4-7x slower at 2 threads than at 1: a worker spinning at a barrier
+#: holds the core its descheduled partner needs. A thousand spins (tens of microseconds) keep a worker warm
+#: between the back-to-back regions of a model's kernels and give the core up soon when it is contended
+#: (backends/cpu/README.md, "OpenMP wait policy").
+GOMP_SPINCOUNT = "1000"
+
+
+def omp_environment() -> None:
+    """Give libgomp the spin count above unless the user chose a wait policy or spin count (read once, when
+    libgomp loads: a process that loaded libgomp before keeps its settings)."""
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
+
 
 def load_library(path: str) -> ctypes.CDLL:
     """The library at ``path`` (links resolved), loaded once per process."""
     real = os.path.realpath(path)
     lib = _LIBS.get(real)
     if lib is None:
+        if not _LIBS:
+            omp_environment()
         lib = _LIBS[real] = ctypes.CDLL(real)
     return lib
 
@@ -44,8 +61,6 @@ class CPUFunction(CompiledFunction):
         self.irf = irf
         self.program = program
         self.build = build  # toolchain.Build: which kernels were compiled, in how many shards
-        # OMP_WAIT_POLICY is left to libgomp's default (spin briefly, then sleep): PASSIVE made every parallel
-        # region pay a futex wake-up, and 2 threads ran ResNet-18 no faster than 1 (bench/bench_cpu.py).
         self.libs = {name: load_library(path) for name, path in build.paths.items()}
         plan = irf.plan
         self.mutable = aligned_bytes(plan.mutable_size)

@@ -265,6 +265,12 @@ def _pack_lstm(arrays, hidden: int):
             np.where(order >= 0, bias[np.maximum(order, 0)], 0).astype(np.float32)]
 
 
+#: the packed recurrent cells: gates per unit, the compile-time packer, how many arrays it makes, and the words
+#: of the choice line (``glowc dump``)
+_PACKED = {"LSTM": (4, _pack_lstm, 3, "lstm whole", "cell"),
+           "GRU": (3, _pack_gru, 4, "gru whole (linear_before_reset)", "update")}
+
+
 def rnn_scratch_bytes(ki) -> int:
     """The input projections of every step [steps, batch, gates x hidden], then h and c (LSTM) or the new h
     (GRU) [batch, hidden], and GRU's r * h [hidden]. Packed LSTM: the projections in lstm_packing order, h twice
@@ -291,38 +297,22 @@ def k_rnn(gen, ki, fn) -> str:
     gates = _GATES[ki.op] * hidden
     outs = [gen.ptr(o) for o in ki.outs] + [None] * (3 - len(ki.outs))
     lbr = bool(ki.attrs.get("linear_before_reset", 0))
-    if _lstm_packed(ki):
+    if _lstm_packed(ki) or _gru_packed(ki):
+        n_gates, pack, n_arrays, whole, cells = _PACKED[ki.op]
         blocks = -(-hidden // LSTM_UNITS)
-        wt, rb, bias = gen.derive_many([ops[k].slot for k in ("w", "r", "b") if ops[k] is not None],
-                                       lambda arrays: _pack_lstm(arrays, hidden), "lstm packed", 3)
+        gp = n_gates * blocks * LSTM_UNITS
+        wt, rb, bias, *rbh = gen.derive_many([ops[k].slot for k in ("w", "r", "b") if ops[k] is not None],
+                                             lambda arrays: pack(arrays, hidden), f"{ki.op.lower()} packed", n_arrays)
         gen.gemms.add("f32")
-        par = 4 * hidden * hidden * batch >= LSTM_PARALLEL_MIN
-        gen.choice = (f"lstm whole, weights packed at compile time: input projections of {steps} steps in one "
-                         f"packed GEMM [{steps * batch} x {inp}] x [{inp} x {4 * blocks * LSTM_UNITS}], {steps} "
-                         f"steps of {blocks} fused GEMV + cell blocks of {LSTM_UNITS} units"
-                         + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
-        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="lstm_packed", x=gen.ptr(ki.ins[0]), wt=wt,
-                     rb=rb, bias=bias, h0=h0, c0=c0,
-                        y=outs[0], y_h=outs[1], y_c=outs[2], scratch=gen.scratch_ptr(), steps=steps,
-                        batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS,
-                        gp=4 * blocks * LSTM_UNITS, par=par and gen.nt > 1,
-                        gemm_off=-(-4 * (steps * batch * 4 * blocks * LSTM_UNITS + 3 * batch * hidden) // 64) * 64)
-    if _gru_packed(ki):
-        blocks = -(-hidden // LSTM_UNITS)
-        gp = 3 * blocks * LSTM_UNITS
-        wt, rb, bias, rbh = gen.derive_many([ops[k].slot for k in ("w", "r", "b") if ops[k] is not None],
-                                            lambda arrays: _pack_gru(arrays, hidden), "gru packed", 4)
-        gen.gemms.add("f32")
-        par = 3 * hidden * hidden * batch >= LSTM_PARALLEL_MIN
-        gen.choice = (f"gru whole (linear_before_reset), weights packed at compile time: input projections of "
-                      f"{steps} steps in one packed GEMM [{steps * batch} x {inp}] x [{inp} x {gp}], {steps} steps "
-                      f"of {blocks} fused GEMV + update blocks of {LSTM_UNITS} units"
+        par = n_gates * hidden * hidden * batch >= LSTM_PARALLEL_MIN
+        gen.choice = (f"{whole}, weights packed at compile time: input projections of {steps} steps in one packed "
+                      f"GEMM [{steps * batch} x {inp}] x [{inp} x {gp}], {steps} steps of {blocks} fused GEMV + "
+                      f"{cells} blocks of {LSTM_UNITS} units"
                       + (f" split over {gen.nt} threads" if par and gen.nt > 1 else "") + states)
-        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell="gru_packed", x=gen.ptr(ki.ins[0]), wt=wt,
-                     rb=rb, bias=bias, rbh=rbh,
-                     h0=h0, c0=None, y=outs[0], y_h=outs[1], y_c=None, scratch=gen.scratch_ptr(), steps=steps,
-                     batch=batch, inp=inp, hidden=hidden, blocks=blocks, units=LSTM_UNITS, gp=gp,
-                     par=par and gen.nt > 1,
+        return gen.t("rnn.c.j2", lens=lens, lens_t=lens_t, fn=fn, cell=f"{ki.op.lower()}_packed", x=gen.ptr(ki.ins[0]),
+                     wt=wt, rb=rb, bias=bias, rbh=rbh[0] if rbh else None, h0=h0, c0=c0, y=outs[0], y_h=outs[1],
+                     y_c=outs[2], scratch=gen.scratch_ptr(), steps=steps, batch=batch, inp=inp, hidden=hidden,
+                     blocks=blocks, units=LSTM_UNITS, gp=gp, par=par and gen.nt > 1,
                      gemm_off=-(-4 * (steps * batch * gp + 3 * batch * hidden) // 64) * 64)
     gen.choice = (f"{ki.op.lower()} whole: input projections of {steps} steps in one GEMM [{steps * batch} x "
                      f"{inp}] x [{inp} x {gates}], {steps} fused recurrent steps" + states)
