@@ -41,6 +41,11 @@ import numpy as np  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from glow_cpu.build.runtime import omp_environment  # noqa: E402
+
+# the workers import torch (to find a model's cache key), whose libgomp.so.1 then serves the kernels: give it the
+# cpu runtime's spin count now, before torch loads it (the runtime can set it only for a libgomp it loads itself)
+omp_environment()
 from bench import export_models as zoo  # noqa: E402
 from bench.alternate import alternating_rounds, timed_runs  # noqa: E402
 

@@ -192,7 +192,8 @@ def main(argv=None):
     ap.add_argument("--omp-wait-policy", choices=["passive", "active"],
                     help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: libgomp's, spin then sleep; "
                          "passive is far faster on an oversubscribed machine)")
-    ap.add_argument("--precisions", default="fp32,int4", help="models to compare (default fp32,int4)")
+    ap.add_argument("--precisions", default="fp32,int4", help="models to compare (default fp32,int4; int4a8: the "
+                    "int4 model with accuracy_level 4, int8 activations)")
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "glow_kit", "bench_llm"))
     args = ap.parse_args(argv)
     if args.omp_wait_policy:  # read by libgomp when the kernels' library first loads it (at the first compile)
@@ -217,17 +218,25 @@ def main(argv=None):
     if "fp32" in args.precisions.split(","):
         compare(path, "fp32", threads, args.rounds, prompt, args.new, args.max_seq_len, args.prefill_block,
                 weight_bytes_per_token(model), bw)
-    if "int4" not in args.precisions.split(","):
+    precisions = args.precisions.split(",")
+    if "int4" not in precisions and "int4a8" not in precisions:
         return 0
     weight_only = getattr(quantization, "weight_only", None)
     if weight_only is None:
         print("\nint4: glow_core.quantization.weight_only is not available yet (MatMulNBits import: branch llmops)")
         return 0
-    q = weight_only(model, bits=4, block_size=32, symmetric=True)
-    qpath = path.replace(".onnx", "_int4.onnx")
-    onnx.save(q, qpath)
-    compare(qpath, "int4 (MatMulNBits, block 32)", threads, args.rounds, prompt, args.new, args.max_seq_len,
-            args.prefill_block, weight_bytes_per_token(q), bw)
+    if "int4" in precisions:
+        q = weight_only(model, bits=4, block_size=32, symmetric=True)
+        qpath = path.replace(".onnx", "_int4.onnx")
+        onnx.save(q, qpath)
+        compare(qpath, "int4 (MatMulNBits, block 32)", threads, args.rounds, prompt, args.new, args.max_seq_len,
+                args.prefill_block, weight_bytes_per_token(q), bw)
+    if "int4a8" in precisions:  # accuracy_level 4: both runtimes quantize A to int8 per block
+        q = weight_only(model, bits=4, block_size=32, symmetric=True, accuracy_level=4)
+        qpath = path.replace(".onnx", "_int4a8.onnx")
+        onnx.save(q, qpath)
+        compare(qpath, "int4, int8 activations (MatMulNBits accuracy_level 4, block 32)", threads, args.rounds,
+                prompt, args.new, args.max_seq_len, args.prefill_block, weight_bytes_per_token(q), bw)
     return 0
 
 

@@ -330,11 +330,12 @@ def _recipe(flow, name):
 
 
 def _flow_model(flow, name):
-    """FLOW_MODELS[name] as ``flow`` takes it: int4 weight-only transforms the model itself."""
+    """FLOW_MODELS[name] as ``flow`` takes it: the int4 flows transform the model itself."""
     model = FLOW_MODELS[name]()
-    if flow.name == "int4-weight-only":
+    if flow.name in ("int4-weight-only", "int4-int8-act"):
         from glow_core.quantization import weight_only
-        model = weight_only(model, bits=4, block_size=32, symmetric=True)
+        model = weight_only(model, bits=4, block_size=32, symmetric=True,
+                            accuracy_level=4 if flow.name == "int4-int8-act" else 0)
     return model
 
 
