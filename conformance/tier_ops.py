@@ -766,7 +766,7 @@ def _softmax_oracle(axis):
 
 
 #: Row lengths of the softmax and erf cases across the CPU kernels' vector widths (8, 16 lanes) and tails.
-SOFTMAX_TAILS = (15, 16, 17, 33, 197)
+SOFTMAX_TAILS = (15, 16, 17, 32, 33, 49, 197)
 SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "specials"): _pool_oracle("avg"),
                 ("Softmax", "specials"): _softmax_oracle(-1),
                 **{("Softmax", f"last_axis_{n}_specials"): _softmax_oracle(-1) for n in SOFTMAX_TAILS},
