@@ -6,7 +6,8 @@ the same architecture built with onnx.helper (glow_conformance.llm_models). Both
 the same prompt, in alternating rounds (bench/alternate.py), medians:
 
 * prefill tokens/s: the prompt's tokens over the time to its first new token's logits (the Generator in blocks of
-  --prefill-block tokens into its fixed-capacity cache; onnxruntime in one run of the whole prompt);
+  --prefill-block tokens into its fixed-capacity cache, by default one block of the prompt's length; onnxruntime in
+  one run of the whole prompt);
 * decode tokens/s: decode steps over their time (the Generator: one token per run, the cache updated in place;
   onnxruntime: one token per run, the past fed back as the export expects, plain InferenceSession.run).
 At 1 and 2 threads. Also: the greedy tokens of both (they must match), the machine's memory bandwidth (numpy:
@@ -18,6 +19,7 @@ same for int4.
     python bench/bench_llm.py                          # ~125 M parameters, threads 1,2
     python bench/bench_llm.py --threads 1 --rounds 3 --prompt 64 --new 32
     python bench/bench_llm.py --quick                  # a tiny model, one thread, one round (the smoke test)
+    python bench/bench_llm.py --threads 1 --profile decode   # per-op-kind tables against onnxruntime's kernels
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from alternate import alternating_rounds  # noqa: E402
 from glow_conformance.llm_models import DecoderConfig, llama_decoder, transformers_llama  # noqa: E402
 from glow_core import quantization  # noqa: E402
 from glow_core.llm import Generator  # noqa: E402
+from glow_cpu.build.runtime import omp_environment  # noqa: E402
 
 #: ~125 M parameters: 12 layers of hidden 768 (12 query heads, 4 key/value heads of 64), SwiGLU 2048, vocab 32000.
 BENCH = DecoderConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
@@ -178,6 +181,69 @@ def compare(path: str, label: str, threads: list[int], rounds: int, prompt: np.n
               f"tokens)")
 
 
+def _op_kind(ins) -> str:
+    if ins.op in ("matmul", "com.microsoft.MatMulNBits") and len(ins.ins) > 1:
+        return f"{ins.op} (weights)" if ins.ins[1].region == "constant" else f"{ins.op} (attention: QK^T, PV)"
+    return ins.op
+
+
+def profile(path: str, fn: str, threads: int, runs: int, prompt: np.ndarray, capacity: int, block: int,
+            top: int = 12) -> None:
+    """Per-op-kind tables of the Generator's ``fn`` function ("prefill": one block after the prompt's; "decode":
+    one token after the prompt) from ``CompiledFunction.execute_timed``, and of onnxruntime's run of the same
+    tokens (its profiler's kernel times: the whole prompt, or one token after it), the best of ``runs`` runs."""
+    import tempfile
+
+    import onnxruntime as ort
+    from glow_tools.bench import ort_kernel_times
+    gen = Generator(path, backend="cpu", max_seq_len=capacity, prefill_block=block, num_threads=threads)
+    gen.generate(prompt, 2)
+    run = gen._runs[fn]
+    c = run.compiled
+    feed = {k: v.copy() for k, v in c.placeholders().items() if k in run.feed}
+    per, walls = [], []
+    for _ in range(runs):
+        t = time.perf_counter()
+        _, timed = c.execute_timed(feed)
+        walls.append(time.perf_counter() - t)
+        acc: dict = {}
+        for ins, _, sec in timed:
+            acc[_op_kind(ins)] = acc.get(_op_kind(ins), 0.0) + sec
+        per.append(acc)
+    best = {k: min(r.get(k, 0.0) for r in per) for k in set().union(*per)}
+
+    def table(title, times):
+        tot = sum(times.values())
+        print(title)
+        for k, v in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+            print(f"  {k:45s} {1e3 * v:9.2f} ms {100 * v / tot:5.1f}%")
+    rows = block if fn == "prefill" else 1
+    table(f"glow {fn} ({rows} rows, cache {capacity}, {threads} thread(s)): best run {1e3 * min(walls):.1f} ms", best)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads, so.inter_op_num_threads, so.enable_profiling = threads, 1, True
+    with tempfile.TemporaryDirectory() as d:
+        so.profile_file_prefix = os.path.join(d, "ort")
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        n, past = (prompt.shape[1], 0) if fn == "prefill" else (1, prompt.shape[1])
+        ids = prompt if fn == "prefill" else prompt[:, :1]
+        f = {"input_ids": ids, "attention_mask": np.ones((1, past + n), np.int64),
+             "position_ids": np.arange(past, past + n, dtype=np.int64).reshape(1, -1)}
+        f.update({i.name: np.zeros((1, i.shape[1], past, i.shape[3]), np.float32) for i in sess.get_inputs()
+                  if i.name.startswith("past_key_values.")})
+        ws = []
+        for _ in range(runs + 1):
+            t = time.perf_counter()
+            sess.run(None, f)
+            ws.append(time.perf_counter() - t)
+        events = ort_kernel_times(sess.end_profiling())
+    by_op: dict = {}
+    for v in events.values():
+        for i, (sec, op) in enumerate(v[1:]):
+            by_op.setdefault(op, [0.0] * (len(v) - 1))[i] += sec
+    table(f"onnxruntime ({n} token(s) after {past}): best run {1e3 * min(ws[1:]):.1f} ms",
+          {k: min(v) for k, v in by_op.items()})
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a tiny model, one thread, one round (smoke test)")
@@ -186,17 +252,23 @@ def main(argv=None):
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (default 64)")
     ap.add_argument("--new", type=int, default=32, help="new tokens (default 32)")
     ap.add_argument("--max-seq-len", type=int, default=256, help="the cache's capacity (default 256)")
-    ap.add_argument("--prefill-block", type=int, default=16, help="prefill block (default 16)")
+    ap.add_argument("--prefill-block", type=int, default=0,
+                    help="prefill block (default 0: the prompt's length, one run as onnxruntime's; a smaller block "
+                         "runs the prompt in several, each streaming every weight at fewer rows per GEMM)")
     ap.add_argument("--source", choices=["auto", "transformers", "helper"], default="auto",
                     help="transformers' export (when installed: auto) or onnx.helper")
     ap.add_argument("--omp-wait-policy", choices=["passive", "active"],
-                    help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: libgomp's, spin then sleep; "
-                         "passive is far faster on an oversubscribed machine)")
-    ap.add_argument("--precisions", default="fp32,int4", help="models to compare (default fp32,int4)")
+                    help="OMP_WAIT_POLICY for the CPU backend's OpenMP threads (default: the cpu runtime's "
+                         "GOMP_SPINCOUNT=1000, backends/cpu/README.md 'OpenMP wait policy')")
+    ap.add_argument("--precisions", default="fp32,int4", help="models to compare (default fp32,int4; int4a8: the "
+                    "int4 model with accuracy_level 4, int8 activations)")
+    ap.add_argument("--profile", choices=["prefill", "decode"],
+                    help="instead: per-op-kind tables of one function against onnxruntime's kernels (fp32 model)")
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "glow_kit", "bench_llm"))
     args = ap.parse_args(argv)
-    if args.omp_wait_policy:  # read by libgomp when the kernels' library first loads it (at the first compile)
+    if args.omp_wait_policy:  # read by libgomp when it loads: torch's copy, if the model is exported here
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    omp_environment()  # else the cpu runtime's spin count, set before torch loads libgomp.so.1 (shared by the kernels)
     if args.quick:
         cfg, threads, args.rounds, args.prompt, args.new = QUICK, [1], 1, 8, 8
         args.max_seq_len, args.prefill_block, args.source = 32, 4, "helper"
@@ -204,30 +276,43 @@ def main(argv=None):
     else:
         cfg, threads, bw_bytes = BENCH, [int(t) for t in args.threads.split(",")], 512 << 20
     print(f"load {open('/proc/loadavg').read().split()[:3]}, {os.cpu_count()} cores, OMP_WAIT_POLICY "
-          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, GOMP_SPINCOUNT {os.environ.get('GOMP_SPINCOUNT', 'unset')}")
     path, source = build(cfg, args.source, args.cache_dir)
     model = onnx.load(path, load_external_data=False)
     print(f"model: {source}, {cfg.parameters() / 1e6:.1f} M parameters ({os.path.getsize(path) / 1e6:.0f} MB), "
           f"{cfg.num_hidden_layers} layers, hidden {cfg.hidden_size}, {cfg.num_attention_heads} heads / "
           f"{cfg.num_key_value_heads} kv heads, vocab {cfg.vocab_size}: {path}")
+    prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, args.prompt)).astype(np.int64)
+    args.prefill_block = args.prefill_block or min(args.prompt, args.max_seq_len - 1)
+    if args.profile:
+        for nt in threads:
+            profile(path, args.profile, nt, max(args.rounds, 5), prompt, args.max_seq_len, args.prefill_block)
+        return 0
     bw = {nt: bandwidth(bw_bytes, nt) for nt in threads}
     for nt, b in bw.items():
         print(f"memory bandwidth, {nt} thread(s): read {b['read']:.1f} GB/s, copy {b['copy']:.1f} GB/s (numpy)")
-    prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, args.prompt)).astype(np.int64)
     if "fp32" in args.precisions.split(","):
         compare(path, "fp32", threads, args.rounds, prompt, args.new, args.max_seq_len, args.prefill_block,
                 weight_bytes_per_token(model), bw)
-    if "int4" not in args.precisions.split(","):
+    precisions = args.precisions.split(",")
+    if "int4" not in precisions and "int4a8" not in precisions:
         return 0
     weight_only = getattr(quantization, "weight_only", None)
     if weight_only is None:
         print("\nint4: glow_core.quantization.weight_only is not available yet (MatMulNBits import: branch llmops)")
         return 0
-    q = weight_only(model, bits=4, block_size=32, symmetric=True)
-    qpath = path.replace(".onnx", "_int4.onnx")
-    onnx.save(q, qpath)
-    compare(qpath, "int4 (MatMulNBits, block 32)", threads, args.rounds, prompt, args.new, args.max_seq_len,
-            args.prefill_block, weight_bytes_per_token(q), bw)
+    if "int4" in precisions:
+        q = weight_only(model, bits=4, block_size=32, symmetric=True)
+        qpath = path.replace(".onnx", "_int4.onnx")
+        onnx.save(q, qpath)
+        compare(qpath, "int4 (MatMulNBits, block 32)", threads, args.rounds, prompt, args.new, args.max_seq_len,
+                args.prefill_block, weight_bytes_per_token(q), bw)
+    if "int4a8" in precisions:  # accuracy_level 4: both runtimes quantize A to int8 per block
+        q = weight_only(model, bits=4, block_size=32, symmetric=True, accuracy_level=4)
+        qpath = path.replace(".onnx", "_int4a8.onnx")
+        onnx.save(q, qpath)
+        compare(qpath, "int4, int8 activations (MatMulNBits accuracy_level 4, block 32)", threads, args.rounds,
+                prompt, args.new, args.max_seq_len, args.prefill_block, weight_bytes_per_token(q), bw)
     return 0
 
 

@@ -44,12 +44,14 @@ def one_node(op, feeds, outs, attrs, inits=(), domain=MS):
     return m
 
 
-def matmul_nbits(m, k, n, r):
+def matmul_nbits(m, k, n, r, accuracy_level=0):
+    """accuracy_level 4: both runtimes quantize A to int8 per block (onnxruntime's CompInt8; the CPU backend's
+    templates/matmul_nbits_a8.c.j2)."""
     kb = k // 32
     inits = [("B", r.integers(0, 256, (n, kb, 16), dtype=np.uint8)), ("s", r.uniform(0.01, 0.1, (n, kb)).astype(
         np.float32))]
     model = one_node("MatMulNBits", {"a": r.uniform(-1, 1, (m, k)).astype(np.float32)}, ["y"],
-                     {"K": k, "N": n, "bits": 4, "block_size": 32}, inits)
+                     {"K": k, "N": n, "bits": 4, "block_size": 32, "accuracy_level": accuracy_level}, inits)
     return model, {"a": r.uniform(-1, 1, (m, k)).astype(np.float32)}, n * kb * (16 + 4)
 
 
@@ -103,6 +105,11 @@ def cases(r):
         "matmul_nbits decode lm_head 768x32000": matmul_nbits(1, HIDDEN, VOCAB, r),
         "matmul_nbits decode 4096x8192 (20 MB)": matmul_nbits(1, 4096, 8192, r),
         "matmul_nbits prefill 128 x 768x2048": matmul_nbits(PREFILL, HIDDEN, FFN, r),
+        "matmul_nbits prefill 16 x 768x2048": matmul_nbits(16, HIDDEN, FFN, r),
+        "matmul_nbits a8 decode gate/up 768x2048": matmul_nbits(1, HIDDEN, FFN, r, 4),
+        "matmul_nbits a8 prefill 16 x 768x2048": matmul_nbits(16, HIDDEN, FFN, r, 4),
+        "matmul_nbits a8 prefill 128 x 768x2048": matmul_nbits(PREFILL, HIDDEN, FFN, r, 4),
+        "matmul_nbits a8 prefill 16 x 768x32000": matmul_nbits(16, HIDDEN, VOCAB, r, 4),
         "gqa decode (cache 512)": gqa(1, CACHE, CACHE, r),
         "gqa prefill 128": gqa(PREFILL, 0, PREFILL, r),
         "skip_rms decode": skip_rms(1, r),

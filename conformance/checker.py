@@ -139,10 +139,11 @@ PLAIN = {
                        f"independent oracle: it is judged against the float32 network (ONNX's ReferenceEvaluator) "
                        f"by its signal-to-noise ratio, at least {flow.sqnr_db:g} dB (other backends: against the "
                        f"interpreter under the same recipe)" for name, flow in FLOWS.items() if flow.sqnr_db},
-    **{f"flow-agree-{name}": f"a network converted by flow {name} rounds every intermediate in its type and a "
-                             f"backend may keep one wider (a fused epilogue): per-element bounds compound through "
-                             f"layers, so it agrees with the interpreter under the same recipe by SQNR, at least "
-                             f"{flow.agreement_db:g} dB" for name, flow in FLOWS.items() if flow.agreement_db},
+    **{f"flow-agree-{name}": flow.agreement_why or f"a network converted by flow {name} rounds every intermediate "
+                             f"in its type and a backend may keep one wider (a fused epilogue): per-element bounds "
+                             f"compound through layers, so it agrees with the interpreter under the same recipe by "
+                             f"SQNR, at least {flow.agreement_db:g} dB" for name, flow in FLOWS.items()
+       if flow.agreement_db},
 }
 
 

@@ -1,7 +1,8 @@
 """Flows: the recipes a backend is judged under (ExecuTorch's "flows"), one record each.
 
 A flow is a way a model reaches a device: float32 as trained, converted to float16 or bfloat16, quantized with
-int8 per-tensor or per-channel weights, with int16 activations, or with int4 weights only. ``--flow NAME``
+int8 per-tensor or per-channel weights, with int16 activations, with int4 weights only, or with int4 weights and
+int8 activations. ``--flow NAME``
 (repeatable) runs the cases of those flows; a backend claims the flows it supports
 (``Backend.conformance_flows()``, default every flow) and the report has a column per flow.
 
@@ -47,6 +48,7 @@ class Flow:
     sqnr_db: float | None = None
     requires: str | None = None
     agreement_db: float | None = None  # other backends against the interpreter under the recipe (None: "model")
+    agreement_why: str | None = None  # why other backends differ from the interpreter (None: the converted types')
     profiles: tuple[str, ...] = ("models",)  # the profiles judged over the flow's cases (its report column)
 
     def unavailable(self) -> str | None:
@@ -79,6 +81,13 @@ FLOWS = {f.name: f for f in (
     Flow("int4-weight-only", "int4 weights in blocks of 32, float activations (MatMulNBits semantics: "
          "glow_core.quantization.weight_only)", (), {}, sqnr_db=12.0,
          requires="glow_core.quantization.weight_only"),
+    Flow("int4-int8-act", "int4 weights in blocks of 32 with MatMulNBits' accuracy_level 4: a backend may quantize "
+         "each MatMulNBits' activations to int8 per block (onnxruntime's license; the interpreter keeps them float)",
+         (), {}, sqnr_db=12.0, agreement_db=30.0, requires="glow_core.quantization.weight_only",
+         agreement_why="accuracy_level 4 licenses a backend to round each MatMulNBits' activations to int8 per "
+                       "block (the interpreter keeps them float): an error of about 1/254 of each block's largest "
+                       "value, compounding through layers, so it agrees with the interpreter under the same "
+                       "recipe by SQNR, at least 30 dB"),
 )}
 
 

@@ -395,3 +395,24 @@ def head_transposes(seed=0, dt="float32", batch=2, seq=37, heads=3, dim=24, soft
     both = g.op("MatMul", [heads_of(g.op("Abs", [x]), [0, 2, 1, 3]), twice])
     total = g.op("ReduceSum", [twice, g.const([3], np.int64)], keepdims=0)
     return g.model("head_transposes", [(x, (batch, seq, hd))], [ctx, proj, both, total])
+
+
+def gqa_heads(seed=0, dt="float32", seq=1, keys=37, heads=6, kv_heads=2, dim=16, softmax=False):
+    """Grouped-query attention as torch exports it (LLaMA's repeat_kv): each of ``kv_heads`` key and value heads (the
+    inputs k and v: a KV cache) broadcast to ``heads // kv_heads`` query heads (Unsqueeze, Expand, Reshape), the
+    keys transposed for Q K^T. A backend may read k and v where they lie (stride 0 over the repeated heads, the
+    keys by columns) instead of materializing the broadcasts and the transpose: the CPU backend's fusion rule
+    "transposes". seq 1 is a decode step (products below the CPU backend's GEMM threshold: its plain loops)."""
+    g = G(seed, dt)
+    rep = heads // kv_heads
+
+    def repeat(t):
+        e = g.op("Expand", [g.op("Unsqueeze", [t, g.const([2], np.int64)]),
+                            g.const([1, kv_heads, rep, keys, dim], np.int64)])
+        return g.op("Reshape", [e, g.const([1, heads, keys, dim], np.int64)])
+    scores = g.op("Mul", [g.op("MatMul", ["q", g.op("Transpose", [repeat("k")], perm=[0, 1, 3, 2])]),
+                          g.const(1 / np.sqrt(dim))])
+    probs = g.op("Softmax", [scores], axis=-1) if softmax else g.op("Sigmoid", [scores])
+    out = g.op("MatMul", [probs, repeat("v")])
+    return g.model("gqa_heads", [("q", (1, heads, seq, dim)), ("k", (1, kv_heads, keys, dim)),
+                                 ("v", (1, kv_heads, keys, dim))], [out])

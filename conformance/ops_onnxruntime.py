@@ -31,8 +31,8 @@ MATMUL_NBITS = {
     "b8_bs64_zp_uint8_bias": ((2, 3, 128), 128, 16, 8, 64, "uint8", True, True),
     "b8_bs16_zp_uint8": ((5, 48), 48, 8, 8, 16, "uint8", False, True),  # (onnxruntime: no 8 bits with float zp)
     "b2_bs32_zp_uint8": ((3, 64), 64, 8, 2, 32, "uint8", False, True),
-    # the CPU backend's MatMulNBits paths (backends/cpu/kernels/llm.py): GEMVs of 1 to 4 rows with a row
-    # remainder, K ending inside a packed word, N inside a 16-column group; dequantized panels for M > 8
+    # the CPU backend's MatMulNBits paths (backends/cpu/kernels/llm.py): GEMVs in passes of up to 8 rows,
+    # K ending inside a packed word, N inside a 16-column group; dequantized panels for M > 16
     "b4_rows7_k_word_tail": ((7, 100), 100, 37, 4, 32, "uint8", True, True),
     "b8_rows6_k_word_tail": ((6, 70), 70, 21, 8, 64, None, False, True),
     "b4_prefill_m24": ((24, 256), 256, 150, 4, 32, "uint8", True, True),

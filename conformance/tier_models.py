@@ -90,6 +90,10 @@ MODELS = {
     "head_transposes_attention": lambda dt: M.head_transposes(seed=3, dt=dt, softmax=True),
     "head_transposes_attention_t260": lambda dt: M.head_transposes(seed=4, dt=dt, batch=1, seq=260, heads=2, dim=16,
                                                                     softmax=True),
+    # grouped-query attention's repeated and transposed key/value heads (read in place through strides): a decode
+    # step (plain loops, keys by columns in blocks of 16 and a tail), and a block of 8 queries over 300 keys (GEMM)
+    "gqa_decode": lambda dt: M.gqa_heads(seed=1, dt=dt),
+    "gqa_block": lambda dt: M.gqa_heads(seed=2, dt=dt, seq=8, keys=300, softmax=True),
     # Gemm + Relu above the CPU backend's GEMM thresholds (a batch past its M block): the fused epilogue
     "mlp_gemm_epilogue": lambda dt: M.mlp(seed=2, dt=dt, batch=paths.gemm_tiles("f32")["mc"] + 1,
                                           sizes=(64, 96, 40, 10)),
@@ -183,11 +187,11 @@ DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "fl
           "many_outputs": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32"),
-          "head_transposes": ("float32", "float64", "float16")}
+          "head_transposes": ("float32", "float64", "float16"), "gqa_decode": ("float32", "float64")}
 #: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
 THREADED = {"ew_chains": ("float32", "float16", "int32"), "squeeze_excite_c40_large": ("float32",),
             "squeeze_excite_c32_large_specials": ("float32",), "head_transposes_large": ("float32",),
-            "head_transposes_attention": ("float32",), "vit_small": ("float32",)}
+            "head_transposes_attention": ("float32",), "vit_small": ("float32",), "gqa_block": ("float32",)}
 
 
 #: QDQ models: name -> (float model, per-channel weights, activation dtype)
@@ -330,11 +334,12 @@ def _recipe(flow, name):
 
 
 def _flow_model(flow, name):
-    """FLOW_MODELS[name] as ``flow`` takes it: int4 weight-only transforms the model itself."""
+    """FLOW_MODELS[name] as ``flow`` takes it: the int4 flows transform the model itself."""
     model = FLOW_MODELS[name]()
-    if flow.name == "int4-weight-only":
+    if flow.name in ("int4-weight-only", "int4-int8-act"):
         from glow_core.quantization import weight_only
-        model = weight_only(model, bits=4, block_size=32, symmetric=True)
+        model = weight_only(model, bits=4, block_size=32, symmetric=True,
+                            accuracy_level=4 if flow.name == "int4-int8-act" else 0)
     return model
 
 

@@ -276,6 +276,11 @@ FUZZ_REFUSALS = (
     ("group_normalization_without_channels", "channel", lambda tmp: _model(
         [helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=1)],
         [("x", 1, [4]), ("s", 1, [4]), ("b", 1, [4])], [("y", 1, None)]), _feeds(x=(4,), s=(4,), b=(4,))),
+    # found by glowc fuzz --against onnxruntime (which broadcasts such a scale): a scale of 5 for one channel
+    ("instance_normalization_scale_length", "scale", lambda tmp: _model(
+        [helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])],
+        [("x", 1, [1, 1, 1, 1]), ("s", 1, [5]), ("b", 1, [5])], [("y", 1, None)]),
+     _feeds(x=(1, 1, 1, 1), s=(5,), b=(5,))),
     ("loop_trip_count_too_large", "100000", lambda tmp: _model(
         [helper.make_node("Loop", ["m", "", "v"], ["w"], body=helper.make_graph(
             [helper.make_node("Identity", ["c"], ["co"]), helper.make_node("Identity", ["x"], ["xo"])], "body",

@@ -276,20 +276,22 @@ LOGITS_POSITION = "logits_position"
 
 
 def keep_one_logits_row(fn: Function, output: str = "logits") -> bool:
-    """When ``output`` [1, S, vocab] is MatMul(hidden [1, S, H], W): compute it for one position only, the int64
-    input ``logits_position`` [1] (a prefill needs the logits of its last real token, not of every token of the
-    block: the vocabulary projection is a large share of its work). ``output`` becomes [1, 1, vocab]. Returns
-    whether it applied (another form of the output is left alone)."""
+    """When ``output`` [1, S, vocab] is MatMul(hidden [1, S, H], W) or com.microsoft MatMulNBits(hidden, W
+    quantized, ...): compute it for one position only, the int64 input ``logits_position`` [1] (a prefill needs the
+    logits of its last real token, not of every token of the block: the vocabulary projection is a large share of
+    its work). ``output`` becomes [1, 1, vocab]. Returns whether it applied (another form of the output is left
+    alone)."""
     outputs = dict(zip(fn.output_names, fn.outputs))
     v = outputs.get(output)
     n = v.producer if v is not None else None
-    if n is None or n.op != "MatMul" or v.rank != 3 or v.shape[0] != 1 or n.inputs[0].rank != 3 or v.shape[1] == 1:
+    if n is None or n.op not in ("MatMul", "com.microsoft.MatMulNBits") or v.rank != 3 or v.shape[0] != 1 or \
+            n.inputs[0].rank != 3 or v.shape[1] == 1:
         return False
     pos = Value(LOGITS_POSITION, TensorType("int64", (1,)), "placeholder")
     fn.inputs.append(pos)
     b = Builder(fn, "logits row", name="logits_row")
     row = b.gather(n.inputs[0], pos, axis=1)
-    (out,) = build_node(fn, Node("MatMul", [row, n.inputs[1]], dict(n.attrs), [], f"{n.name}_row", n.opset), 1)
+    (out,) = build_node(fn, Node(n.op, [row] + list(n.inputs[1:]), dict(n.attrs), [], f"{n.name}_row", n.opset), 1)
     fn.outputs[fn.output_names.index(output)] = out
     fn.toposort()
     dce(fn)

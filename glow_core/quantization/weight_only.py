@@ -72,12 +72,18 @@ def pack(values: np.ndarray, bits: int) -> np.ndarray:
     return out.astype(np.uint8)
 
 
-def weight_only(model, bits: int = 4, block_size: int = 32, symmetric: bool = True) -> onnx.ModelProto:
+def weight_only(model, bits: int = 4, block_size: int = 32, symmetric: bool = True,
+                accuracy_level: int = 0) -> onnx.ModelProto:
     """``model`` (a path, bytes or onnx.ModelProto; not modified) with every MatMul whose second operand is a
     constant 2-D float32/float16 initializer, and every Gemm (alpha 1, transA 0) with such a B (and a bias C of
     N values, beta 1, or none), replaced by a com.microsoft MatMulNBits of that weight quantized to ``bits``
     (4 or 8) in blocks of ``block_size`` (a power of two, at least 16) along K; ``symmetric`` chooses the
-    scheme (see the module's doc). Weights still read elsewhere stay too."""
+    scheme (see the module's doc). Weights still read elsewhere stay too. ``accuracy_level`` (0-4) is written on
+    each node: onnxruntime's license to compute in lower precision, 4 quantizing A to int8 per block (the cpu
+    backend's int8-activation path from 2 rows; the interpreter ignores it)."""
+    if accuracy_level not in range(5):
+        raise GlowError(f"weight_only: accuracy_level={accuracy_level!r}; accepted: 0 (unset), 1 (float32), "
+                        f"2 (float16), 3 (bfloat16), 4 (int8)")
     if bits not in BITS:
         raise GlowError(f"weight_only: bits={bits!r}; accepted: {', '.join(map(str, BITS))}")
     if not isinstance(block_size, int) or block_size < 16 or block_size & (block_size - 1):
@@ -121,7 +127,8 @@ def weight_only(model, bits: int = 4, block_size: int = 32, symmetric: bool = Tr
             names += [""] * (5 - len(names)) + [bias]
         g.initializer.extend(new_inits)
         nodes.append(helper.make_node("MatMulNBits", names, [n.output[0]], name=fresh(f"{base}_MatMulNBits"),
-                                      domain=MS, K=k, N=nn, bits=bits, block_size=block_size))
+                                      domain=MS, K=k, N=nn, bits=bits, block_size=block_size,
+                                      **({"accuracy_level": accuracy_level} if accuracy_level else {})))
         readers[n.input[1]] -= 1
         replaced += 1
     del g.node[:]

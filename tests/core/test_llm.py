@@ -251,6 +251,7 @@ def test_int4_matmulnbits_decoder_equals_onnxruntime():
     model = weight_only(llama_decoder(CFG), bits=4, block_size=32, symmetric=True).SerializeToString()
     tokens, want = OrtDecoder(model).greedy(PROMPT, 64)
     g = Generator(model, backend="interpreter", max_seq_len=CAPACITY, prefill_block=4)
+    assert g.rewrites[4]["one_logits_row"]  # the MatMulNBits lm_head projects one token of the prefill block
     np.testing.assert_array_equal(g.generate(PROMPT, 64), tokens)
     n = PROMPT.shape[1]
     got = [g.prefill(tokens[0, :n]).copy()] + [g.decode(tokens[0, t:t + 1], t).copy() for t in range(n, n + 63)]

@@ -156,3 +156,30 @@ def test_a_view_regrouping_the_batch_axes_is_folded():
     q = (xd + w).reshape(b, s, h, d).transpose(0, 2, 1, 3).reshape(b * h, s, d)
     k = (xd * w).reshape(b, s, h, d).transpose(0, 2, 3, 1).reshape(b * h, d, s)
     np.testing.assert_allclose(got, q @ k, rtol=2e-4, atol=2e-5)
+
+
+@needs_cc
+@pytest.mark.parametrize("dt, seq, keys, threads", [("float32", 1, 37, 1), ("float64", 1, 37, 1),
+                                                    ("float32", 8, 300, 2)])
+def test_grouped_query_heads_are_read_in_place(dt, seq, keys, threads):
+    """Grouped-query attention's repeat_kv (Unsqueeze, Expand, Reshape) and the keys' transpose: the matmuls read the
+    key and value heads where they lie (stride 0 over a group's query heads, the keys by columns), the broadcasts
+    and the transpose run no kernel; numpy's result, and bit for bit the unfolded program's (a decode step: the
+    plain loops; a block of 8 queries: the GEMM)."""
+    from glow_conformance import networks
+    m = networks.gqa_heads(seed=5, dt=dt, seq=seq, keys=keys)
+    rng = np.random.default_rng(0)
+    npdt = gdtype(dt).np
+    f = {"q": rng.standard_normal((1, 6, seq, 16)).astype(npdt), "k": rng.standard_normal((1, 2, keys, 16)).astype(
+        npdt), "v": rng.standard_normal((1, 2, keys, 16)).astype(npdt)}
+    cm = glow_core.compile(m, "cpu", num_threads=threads)
+    got = cm.run(f)[m.graph.output[0].name]
+    calls = cm.last.compiled.program.calls
+    moved = [c.code.choice for c in calls if c.instr.op in ("broadcast", "transpose") and
+             c.instr.outs[0].type.shape[-2:] in ((keys, 16), (16, keys))]
+    assert len(moved) == 3 and all("in place through strides" in c for c in moved), moved
+    k, v = (np.repeat(f[n].astype(np.float64), 3, axis=1) for n in "kv")
+    p = 1 / (1 + np.exp(-(f["q"].astype(np.float64) @ k.transpose(0, 1, 3, 2)) / 4))
+    np.testing.assert_allclose(got, p @ v, rtol=1e-4, atol=1e-5)
+    ref = glow_core.compile(m, "cpu", num_threads=threads, transpose_folding=False).run(f)[m.graph.output[0].name]
+    assert np.asarray(got).tobytes() == np.asarray(ref).tobytes()

@@ -55,6 +55,22 @@ def test_softmax_whole_rows_across_the_vector_tails(n):
         assert "Softmax" in _check(m, {"x": x})
 
 
+@pytest.mark.parametrize("n", [16, 17, 49, 197])
+def test_softmax_whole_equals_the_lowering_bit_for_bit(n):
+    """The whole kernel's vector exp (overlapping last vector, max and sum by rotations) is the exp primitive's
+    glow_expf operation for operation: its rows equal the lowered Softmax's (over axis 0 of the transposed
+    input: reduce_max, exp, reduce_sum in double, divide) bit for bit, in place of a serial sum's order."""
+    x = (rng.standard_normal((n, 12)) * 40).astype(np.float32)
+    x[:, 3] -= 95.0  # exp(x - max) down to subnormal results and 0
+    whole = _model(helper.make_node("Softmax", ["x"], ["y"], axis=-1), {"x": x.T})
+    lowered = _model(helper.make_node("Softmax", ["x"], ["y"], axis=0), {"x": x})
+    a = glow_core.compile(whole, "cpu", num_threads=1)
+    b = glow_core.compile(lowered, "cpu", num_threads=1)
+    assert "Softmax" in {i.op for i in a.ir.code} and "Softmax" not in {i.op for i in b.ir.code}
+    got, want = a.run({"x": np.ascontiguousarray(x.T)})["y"], b.run({"x": x})["y"].T
+    assert np.array_equal(got.view(np.int32), want.view(np.int32))
+
+
 def test_softmax_other_axis_is_lowered():
     m = _model(helper.make_node("Softmax", ["x"], ["y"], axis=0), {"x": np.zeros((3, 5), np.float32)})
     assert "Softmax" not in _check(m, {"x": rng.standard_normal((3, 5)).astype(np.float32)})

@@ -130,4 +130,5 @@ def test_int4_matmulnbits_64_greedy_tokens():
     from glow_core.quantization import weight_only
     model = weight_only(llama_decoder(CFG), bits=4, block_size=32, symmetric=True).SerializeToString()
     g = Generator(model, backend="cpu", max_seq_len=80, prefill_block=4, num_threads=1)
+    assert g.rewrites[4]["one_logits_row"]
     np.testing.assert_array_equal(g.generate(PROMPT, 64), OrtDecoder(model).greedy(PROMPT, 64)[0])

@@ -36,12 +36,14 @@ def against_interpreter(m, feeds, whole, atol=1e-6):
 
 WEIGHTS = {"b4": (4, 128, 48, 32, False, False), "b4_tails_zp_bias": (4, 100, 37, 32, True, True),
            "b8_tails_zp": (8, 70, 21, 64, True, False), "b8_bs16_bias": (8, 256, 20, 16, False, True),
-           "b4_threaded": (4, 512, 1030, 64, True, False)}  # a GEMV above kernels.llm.PAR_MIN: threads fork
+           "b4_threaded": (4, 512, 1030, 64, True, False),  # a GEMV above kernels.llm.PAR_MIN: threads fork
+           "b4_tails_bias": (4, 100, 37, 32, False, True)}  # no zero points (folded into the GEMV's table), K tail
 
 
-# GEMV passes of 1..4 rows (and remainders), dequantized panels + the packed GEMM above 8 rows
+# GEMV passes of 1..8 rows (and remainders), dequantized panels + the packed GEMM above 16 rows
 @pytest.mark.parametrize("m_rows, weights", [(m, w) for w in list(WEIGHTS)[:4] for m in (1, 5, 33)]
-                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9)] + [(1, "b4_threaded")])
+                         + [(m, "b4_tails_zp_bias") for m in (2, 3, 4, 8, 9, 16, 17)] + [(1, "b4_threaded")]
+                         + [(m, "b4_tails_bias") for m in (1, 3)])
 def test_matmul_nbits(m_rows, weights):
     bits, k, n, block, zp, bias = WEIGHTS[weights]
     r = np.random.default_rng(m_rows * k + n)
@@ -158,3 +160,103 @@ def test_decoder_layer_generates_like_onnxruntime_on_cpu(quantized):
     assert {f"{MS}.GroupQueryAttention", f"{MS}.SkipSimplifiedLayerNormalization",
             "SimplifiedLayerNormalization"} <= ops
     assert (f"{MS}.MatMulNBits" in ops) == (quantized is not None)
+
+
+def a8_reference(a, q, s, zp, bias, block):
+    """MatMulNBits with accuracy_level 4 on the cpu (templates/matmul_nbits_a8.c.j2), in numpy: each row of A per
+    block of ``block`` along K (zero-padded) quantized to int8, q = rint(a * (127 / max |a|)) with the block's scale
+    max |a| / 127; per block the exact integer sum of q * (w - zero point), times A's scale times W's scale,
+    summed over the blocks in float32. q [N, K'] (W's unpacked values), s and zp [N, k_blocks]."""
+    m, k = a.shape
+    kb = s.shape[1]
+    ap = np.zeros((m, kb * block), np.float32)
+    ap[:, :k] = a
+    blocks = ap.reshape(m, kb, block)
+    amax = np.abs(blocks).max(axis=2)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    qa = np.rint(blocks * inv[..., None]).astype(np.int64)
+    qw = q[:, :kb * block].reshape(-1, kb, block).astype(np.int64) - zp.astype(np.int64)[..., None]
+    isum = np.einsum("mbk,nbk->mnb", qa, qw)
+    scale = (s[None, :, :] * (amax / np.float32(127))[:, None, :]).astype(np.float32)
+    y = np.zeros((m, q.shape[0]), np.float32)
+    for b in range(kb):
+        y += isum[:, :, b].astype(np.float32) * scale[:, :, b]
+    return y + (bias if bias is not None else 0)
+
+
+# int8 activations (accuracy_level 4): passes of 8 rows and remainders, K tails, zero points or not, 2 threads
+@pytest.mark.parametrize("m_rows, weights", [(1, "b4"), (2, "b4"), (16, "b4_tails_bias"), (1, "b8_tails_zp"), (11, "b4_tails_zp_bias"),
+                                             (9, "b8_tails_zp"), (3, "b8_bs16_bias"), (9, "b4_threaded")])
+def test_matmul_nbits_int8_activations(m_rows, weights):
+    from glow_core.quantization.weight_only import pack
+    bits, k, n, block, zp, bias = WEIGHTS[weights]
+    r = np.random.default_rng(m_rows * k + n + 1)
+    kb = -(-k // block)
+    q = r.integers(0, 1 << bits, (n, kb * block), dtype=np.uint8)
+    s = r.uniform(-0.1, 0.1, (n, kb)).astype(np.float32)
+    z = r.integers(0, 1 << bits, (n, kb), dtype=np.uint8) if zp else np.full((n, kb), 1 << (bits - 1), np.uint8)
+    b = r.uniform(-1, 1, n).astype(np.float32) if bias else None
+    inits = [("B", pack(q.reshape(n, kb, block), bits)), ("s", s)] + ([("zp", pack(z, bits))] if zp else []) \
+        + ([("bias", b)] if bias else [])
+    a = r.uniform(-1, 1, (m_rows, k)).astype(np.float32)
+    a[0, :min(k, block)] = 0  # a block of zeros: scale 0, q 0
+    ins = ["a", "B", "s"] + (["zp"] if zp else [""] * bias) + (["", "bias"] if bias else [])
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block,
+                            accuracy_level=4)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [m_rows, k])],
+                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(v, nm) for nm, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    want = a8_reference(a, q, s, z, b, block)
+    exact = glow_core.compile(m, "interpreter").run({"a": a})["y"]
+    assert np.abs(want - exact).max() > 1e-4 * np.abs(exact).max()  # the int8 arithmetic is not the float one
+    for nt in (1, 2):
+        cm = glow_core.compile(m, "cpu", num_threads=nt)
+        assert [i.op for i in cm.last.ir.code] == [f"{MS}.MatMulNBits"]
+        np.testing.assert_allclose(cm.run({"a": a})["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_int8_activations_equal_onnxruntime_accuracy_level_4():
+    """weight_only(accuracy_level=4) on the cpu equals onnxruntime's int8-activation kernels (its CompInt8) on the
+    same file, where both differ from the float arithmetic (accuracy_level 0) by the quantization of A."""
+    from tests.core.test_weight_only import mlp, ort_run
+    model, feeds = mlp(seed=3, k=128, n=64, m=32)
+    q4 = weight_only(model, 4, 32, True, accuracy_level=4)
+    assert all(a.i == 4 for n in q4.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+               if a.name == "accuracy_level")
+    want4, want0 = ort_run(q4, feeds), ort_run(weight_only(model, 4, 32, True), feeds)
+    for nt in (1, 2):
+        got = glow_core.compile(q4, "cpu", num_threads=nt).run(feeds)
+        for name, w4, w0 in zip(("y", "w3sq", "z"), want4, want0):
+            if name == "w3sq":  # constant A: folded at compile time by the lowering (float arithmetic)
+                continue
+            scale = np.abs(w0).max()
+            assert np.abs(w4 - w0).max() > 1e-3 * scale
+            np.testing.assert_allclose(got[name], w4, rtol=1e-5, atol=1e-5 * scale)
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86-64 -march flag")
+@pytest.mark.parametrize("weights, level", [("b4_tails_bias", 0), ("b4_tails_bias", 4), ("b8_tails_zp", 4)])
+def test_matmul_nbits_without_avx512(weights, level):
+    """Built for x86-64-v3 (no AVX-512): the 4-bit table's mask-and-convert fallback and the exact portable u8 x s8
+    dot product, against the interpreter (float A) and the int8 reference (accuracy_level 4)."""
+    from glow_core.quantization.weight_only import pack
+    bits, k, n, block, zp, bias = WEIGHTS[weights]
+    r = np.random.default_rng(7)
+    kb = -(-k // block)
+    q = r.integers(0, 1 << bits, (n, kb * block), dtype=np.uint8)
+    s = r.uniform(-0.1, 0.1, (n, kb)).astype(np.float32)
+    z = r.integers(0, 1 << bits, (n, kb), dtype=np.uint8) if zp else np.full((n, kb), 1 << (bits - 1), np.uint8)
+    b = r.uniform(-1, 1, n).astype(np.float32) if bias else None
+    inits = [("B", pack(q.reshape(n, kb, block), bits)), ("s", s)] + ([("zp", pack(z, bits))] if zp else []) \
+        + ([("bias", b)] if bias else [])
+    a = r.uniform(-1, 1, (9, k)).astype(np.float32)
+    ins = ["a", "B", "s"] + (["zp"] if zp else [""] * bias) + (["", "bias"] if bias else [])
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block,
+                            accuracy_level=level)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [9, k])],
+                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(v, nm) for nm, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    want = a8_reference(a, q, s, z, b, block) if level == 4 else glow_core.compile(m, "interpreter").run({"a": a})["y"]
+    got = glow_core.compile(m, "cpu", num_threads=1, cflags="-O2 -march=x86-64-v3 -fno-math-errno -fno-trapping-math"
+                            ).run({"a": a})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -4,7 +4,6 @@ group computing only its first row (the engine's input copy in other rows than i
 backend in a child process by replacing one function (tests/cpu/broken_templates.broken_python)."""
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 
@@ -16,6 +15,7 @@ from glow_cpu.backend import CPUBackend
 from glow_cpu.program import Program
 from glow_tools.fuzz.driver import fuzz, replay
 from glow_tools.fuzz.generator import drawable_ops, generate
+from glow_tools.fuzz.reach import conv_path
 
 from tests.cpu.broken_templates import broken_python
 
@@ -33,28 +33,6 @@ class _PlanOnly(CPUBackend):
 
     def compile(self, function, options):
         return _Planned(Program(function, self._threads(options or {})))
-
-
-def conv_path(call) -> str:
-    """The path a conv call takes, from its kernel's choice and its geometry: the algorithm (the engine's, with its
-    input blocking and layouts, or the generic kernel's), C/group = 1, M/group = 1 and pointwise (1x1, stride 1,
-    no padding)."""
-    ins = call.instr
-    x, w = ins.ins[0], ins.ins[1]
-    g = ins.attrs.get("group", 1)
-    choice = call.code.choice
-    m = re.match(r"conv engine: (depthwise|direct|winograd)[^,]*?( x\d+ channels)?,", choice)
-    if m:
-        algo = "engine " + m.group(1) + (" multiplier" if m.group(2) else "")
-        if m.group(1) == "direct":
-            algo += " " + re.search(r"direct (\S+(?: input blocks)?)", choice).group(1).replace(" input blocks", "")
-        algo += " " + re.search(r"(nchwc?|nhwc)->(nchwc?|nhwc)", choice).group(0)
-    else:
-        algo = f"generic {x.type.dtype.name} " + choice.split(",")[0]
-    tags = [t for t, on in (("C/g=1", x.type.shape[1] // g == 1), ("M/g=1", w.type.shape[0] // g == 1),
-                            ("pointwise", all(k == 1 for k in w.type.shape[2:]) and set(ins.attrs["strides"]) == {1}
-                             and not any(ins.attrs["pads"]))) if on]
-    return " ".join([algo] + tags)
 
 
 def reached(seed: int, graphs: int) -> Counter:
@@ -110,5 +88,8 @@ def test_fuzzer_finds_the_one_channel_per_group_1x1_bug(tmp_path):
     assert s.findings, f"nothing found in {s.graphs} graphs ({s.compared} compared)"
     f = s.findings[0]
     assert f.signature == "mismatch" and f.ops == ["Conv"], f
+    # the report counts the graphs compared that reached each conv path (glowc fuzz prints them)
+    assert any(p.startswith("engine depthwise") and "pointwise" in p for p in s.conv_paths), s.conv_paths
+    assert max(s.conv_paths.values()) <= s.compared
     assert time.monotonic() - t0 < 300
     assert replay(f.files[0], "cpu", log=lambda *a: None) is None  # the repository's backend agrees

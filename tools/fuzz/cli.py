@@ -55,6 +55,16 @@ def run(args) -> int:
           + (f" ({sum(f.duplicates for f in s.findings)} more likely duplicates)" if s.findings else ""))
     for f in s.findings:
         print(f"  {f.id}: {f.signature}, {f.nodes_before} -> {f.nodes_after} nodes ({', '.join(f.ops)}): {f.files[0]}")
+    for path in s.oracle_crashes:
+        print(f"  {args.against} crashed or hung (not a finding of {args.backend}): {path}")
+    if s.notes:
+        print("comparisons skipped or arbitrated (graphs):")
+        for note, n in sorted(s.notes.items()):
+            print(f"  {n:6d}  {note}")
+    if s.conv_paths:
+        print(f"conv paths reached (graphs compared, of {s.compared}):")
+        for path, n in sorted(s.conv_paths.items()):
+            print(f"  {n:6d}  {path}")
     print(f"summary: {os.path.join(args.out, 'summary.json')}")
     return 1 if s.findings else 0
 

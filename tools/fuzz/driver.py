@@ -6,7 +6,13 @@ from its seed, and one graph is reproducible alone (``--graph i``). A graph the 
 checker, the interpreter or onnxruntime raising an error) is discarded and counted; a graph the backend
 declines (UnsupportedOpError) is counted as unsupported. Everything else the backend does differently is a
 failure: a mismatch (the conformance checker), a crash of its process (signal), a hang (time limit), a
-GlowError the reference did not raise, or any other exception.
+GlowError the reference did not raise, or any other exception. Except, against onnxruntime: onnxruntime's own
+crash or hang (``ORACLE_CRASH``: recorded under ``oracle-crashes/``, a report for onnxruntime); a GlowError or
+mismatch on a model the specification rejects (``INVALID``, by ``compare.SPEC_RULES``: onnxruntime is lenient
+beyond the spec); a mismatch where the backend is within tolerance of the interpreter's float64 evaluation of the
+model (onnxruntime is the one further off); outputs of ops whose answer the specification leaves open
+(``compare.ORT_DIFFERENCES``, ``ORT_OPERAND_DIFFERENCES``). Each skipped or arbitrated comparison is counted
+with its reason in ``Summary.notes``; ``Summary.conv_paths`` counts the graphs reaching each conv path.
 """
 from __future__ import annotations
 
@@ -24,11 +30,15 @@ import onnx
 
 from glow_tools.progress import Progress
 from . import runner
-from .compare import ORT_DIFFERENCES, ORT_OPERAND_DIFFERENCES, conditions, depends_on, mismatch, operand_differences
+from .compare import (ORT_DIFFERENCES, ORT_OPERAND_DIFFERENCES, conditions, depends_on, holds, mismatch,
+                      operand_differences)
 from .generator import drawable_ops, generate
 from .shrink import prune, shrink, with_all_outputs
 
 MISMATCH = "mismatch"
+#: Verdicts that are not the kit's findings: the oracle (onnxruntime) crashed or hung; the model breaks the
+#: specification (compare.SPEC_RULES) and the oracle ran it anyway.
+ORACLE_CRASH, INVALID = "oracle-crash", "oracle-accepts-invalid"
 
 
 @dataclass
@@ -57,6 +67,9 @@ class Summary:
     findings: list = field(default_factory=list)
     node_rejects: Counter = field(default_factory=Counter)
     ops_drawn: Counter = field(default_factory=Counter)
+    conv_paths: Counter = field(default_factory=Counter)  # graphs compared that reached each conv path
+    notes: Counter = field(default_factory=Counter)  # comparisons skipped or arbitrated, with the reason
+    oracle_crashes: list = field(default_factory=list)  # files of the models onnxruntime crashed or hung on
 
     @property
     def per_minute(self) -> float:
@@ -67,6 +80,8 @@ class Summary:
                 "graphs": self.graphs, "graphs_per_minute": round(self.per_minute, 1), "compared": self.compared,
                 "discarded": dict(self.discarded), "unsupported": self.unsupported,
                 "node_rejects": dict(self.node_rejects), "ops_drawn": dict(self.ops_drawn),
+                "conv_paths": dict(sorted(self.conv_paths.items())), "notes": dict(self.notes),
+                "oracle_crashes": self.oracle_crashes,
                 "findings": [f.__dict__ for f in self.findings]}
 
 
@@ -78,6 +93,7 @@ class Session:
         self.backend, self.against = backend, against
         self.options = dict(options or {})
         self.ref = runner.Worker(timeout, memory_limit)
+        self.notes: list[str] = []
         # AddressSanitizer reserves terabytes of address space: no RLIMIT_AS for a sanitized child
         self.test = runner.Worker(timeout, 0 if (env or {}).get("ASAN_OPTIONS") else memory_limit, env)
 
@@ -90,34 +106,78 @@ class Session:
         return self.ref.run(self.against, model.SerializeToString(), feeds, {"check": True})
 
     def check(self, model, feeds, want=None):
-        """(verdict, reference outcome, backend outcome): verdict None (agrees), 'discard', 'unsupported', or
-        the failure signature."""
+        """(verdict, reference outcome, backend outcome): verdict None (agrees), 'discard', 'unsupported',
+        ORACLE_CRASH, INVALID, or the failure signature. ``self.notes`` says which comparisons were skipped or
+        arbitrated, and why."""
+        self.notes = []
         want = want or self.reference(model, feeds)
         if want.kind != runner.OK:
-            return ("discard" if want.kind in (runner.GLOW_ERROR, runner.UNSUPPORTED) else
-                    f"reference-{want.signature}"), want, None
+            if want.kind in (runner.GLOW_ERROR, runner.UNSUPPORTED):
+                return "discard", want, None
+            # onnxruntime's own crash or hang is the oracle's, not the kit's (the interpreter's is the kit's)
+            return (ORACLE_CRASH if self.against == "onnxruntime" else f"reference-{want.signature}"), want, None
         got = self.test.run(self.backend, model.SerializeToString(), feeds, self.options)
         if got.kind == runner.UNSUPPORTED:
             return "unsupported", want, got
-        if got.kind != runner.OK:
+        if got.kind == runner.GLOW_ERROR:
+            return self._unless_invalid(model, got.signature), want, got
+        if got.kind != runner.OK:  # a crash, hang or other exception is a finding even on an invalid model
             return got.signature, want, got
         expected = dict(want.outputs)
         if self.against == "onnxruntime":
             held = conditions(list(feeds.values()) + [onnx.numpy_helper.to_array(t) for t in model.graph.initializer])
-            ops = {op for op, (cond, _) in ORT_DIFFERENCES.items() if cond in held}
-            for nm in depends_on(model, ops) & set(expected):
+            ops = {op for op, (cond, _) in ORT_DIFFERENCES.items() if holds(cond, held)}
+            skipped = depends_on(model, ops) & set(expected)
+            for nm in skipped:
                 expected.pop(nm)
+            if skipped:
+                self.notes.append("not compared (onnxruntime difference on the inputs): " + "/".join(sorted(
+                    {n.op_type for n in model.graph.node if n.op_type in ops})))
         msg = mismatch(model, got.outputs, expected)
         if msg and self.against == "onnxruntime" and any(
                 n.op_type in ORT_DIFFERENCES or n.op_type in ORT_OPERAND_DIFFERENCES for n in model.graph.node):
             # the conditions again on each such node's own operands (a NaN computed inside the graph)
-            for nm in depends_on(model, (), operand_differences(model, self.values(model, feeds))) & set(expected):
+            held = operand_differences(model, self.values(model, feeds))
+            for nm in depends_on(model, (), held) & set(expected):
                 expected.pop(nm)
+            if held:
+                self.notes.append("not compared (onnxruntime difference or undefined on the operands): " + "/".join(
+                    sorted({n.op_type for n in model.graph.node if n.output and n.output[0] in held})))
             msg = mismatch(model, got.outputs, expected)
+        if msg and self.against == "onnxruntime" and self._float64_agrees(model, feeds, got, expected):
+            self.notes.append("onnxruntime beyond tolerance, the backend within it of the float64 evaluation: "
+                              + "/".join(sorted({n.op_type for n in model.graph.node})))
+            msg = None
         if msg:
             got.message = msg
-            return MISMATCH, want, got
+            return self._unless_invalid(model, MISMATCH), want, got
         return None, want, got
+
+    def _unless_invalid(self, model, verdict):
+        """INVALID when the specification rejects the model (compare.SPEC_RULES), which the reference ran anyway
+        (for a GlowError or a mismatch of the backend: a crash is a finding on any model)."""
+        out = self.ref.call("glow_tools.fuzz.compare:spec_violations", model.SerializeToString())
+        if out.kind == runner.OK and out.outputs:
+            self.notes.append("the oracle accepts a model the specification rejects: " + out.outputs[0][0])
+            return INVALID
+        return verdict
+
+    def _float64_agrees(self, model, feeds, got, expected) -> bool:
+        """The arbiter of a disagreement with onnxruntime: the interpreter's float64 evaluation of the model (float32
+        tensors widened), rounded to each output's type; True when the backend's outputs are within the usual
+        tolerance of it (then onnxruntime is the one further off; its float64 DFT, for one, is float32-accurate).
+        Models without float32 outputs (or float64 ones, unless the interpreter is the backend under test: it would
+        judge itself), or that the interpreter cannot evaluate in float64, are not arbitrated."""
+        kinds = (np.float32,) if str(self.backend) == "interpreter" else (np.float32, np.float64)
+        if not any(np.asarray(v).dtype in kinds for v in got.outputs.values()):
+            return False
+        out = self.ref.call("glow_tools.fuzz.compare:float64_outputs", model.SerializeToString(), feeds)
+        if out.kind != runner.OK or set(out.outputs) != set(got.outputs):
+            return False
+        exact = {k: np.asarray(v).astype(np.asarray(got.outputs[k]).dtype) for k, v in out.outputs.items()
+                 if k in expected}
+        with np.errstate(all="ignore"):
+            return mismatch(model, got.outputs, exact) is None
 
     def values(self, model, feeds) -> dict:
         """Every value of ``model`` computed by the reference (graph inputs, initializers and node outputs)."""
@@ -226,13 +286,24 @@ def fuzz(backend, against="interpreter", seconds=60.0, seed=0, out_dir="fuzz-out
                 continue
             summary.ops_drawn.update(n.op_type for n in model.graph.node)
             verdict, want, got = sess.check(model, feeds)
+            summary.notes.update(sess.notes)
             if verdict == "discard":
                 summary.discarded["reference-rejects"] += 1
+                continue
+            if verdict == ORACLE_CRASH:  # recorded, not shrunk: a bug report for onnxruntime, not the kit
+                summary.discarded[ORACLE_CRASH] += 1
+                summary.oracle_crashes.append(write_finding(os.path.join(out_dir, "oracle-crashes"), gid, model,
+                                                            feeds, want, got, want.signature, replay_args)[0])
+                continue
+            if verdict == INVALID:
+                summary.discarded[INVALID] += 1
                 continue
             if verdict == "unsupported":
                 summary.unsupported += 1
                 continue
             summary.compared += 1
+            if got is not None:
+                summary.conv_paths.update(got.reach)
             if verdict is None:
                 continue
             dup = next((f for f in summary.findings if f.signature == verdict and f.ops and f.ops[-1] in
@@ -271,8 +342,8 @@ def replay(path, backend, against="interpreter", timeout=60.0, options=None, env
         verdict, want, got = sess.check(prune(model), feeds)
     finally:
         sess.close()
-    if verdict in (None, "unsupported", "discard"):
-        log(f"{path}: {verdict or 'agrees with ' + against}")
+    if verdict in (None, "unsupported", "discard", ORACLE_CRASH, INVALID):
+        log(f"{path}: {verdict or 'agrees with ' + against}" + "".join(f"; {n}" for n in sess.notes))
         return None
     log(f"{path}: {verdict}\n{(got.message if got is not None else want.message) or ''}")
     return verdict

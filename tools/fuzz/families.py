@@ -699,6 +699,70 @@ def lrn(d, op, r):
     return [x.name], {"size": int(d.rng.choice([1, 3, 5]))}, 1
 
 
+def dft(d, op, r):
+    """DFT over a signal axis of a real ([..., 1]) or complex ([..., 2]) input: ``axis`` and ``dft_length`` as
+    scalars (the specification takes nothing else), the axis in [-r, -2] or [0, r - 2]."""
+    rng = d.rng
+    if d.opset < 20:  # axis an attribute before: drawn by the generic family's schema then
+        return None
+    dt = str(rng.choice([t for t in r.dtypes if d.dtypes is None or t in d.dtypes] or list(r.dtypes)))
+    known = [v for v in d.values if v.dtype == dt and 3 <= len(v.shape) <= 4 and v.shape[-1] in (1, 2)
+             and min(v.shape) >= 1 and not (r.finite and v.special)]
+    x = known[int(rng.integers(0, len(known)))] if known and rng.random() < 0.5 else \
+        d.fresh(dt, [int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.choice([1, 2]))], r.domain,
+                special=not r.finite)
+    rank = len(x.shape)
+    ax = int(rng.choice(list(range(-rank, -1)) + list(range(0, rank - 1))))
+    attrs = {}
+    if rng.random() < 0.4:
+        attrs["inverse"] = 1
+    if x.shape[-1] == 1 and "inverse" not in attrs and rng.random() < 0.4:
+        attrs["onesided"] = 1
+    n = x.shape[ax]
+    length = d.const(np.asarray(int(rng.integers(1, 2 * n + 2)), np.int64)) if rng.random() < 0.4 else ""
+    return [x.name, length, d.const(np.asarray(ax, np.int64))], attrs, 1
+
+
+def quantize(d, op, r):
+    """(De)QuantizeLinear with scale and zero point of one of the specification's granularities: per tensor
+    (a scalar), per axis (1-D of the axis' length) or blocked (the input's shape with ceil(D / block_size) on the
+    axis), the zero point of the scale's shape."""
+    rng = d.rng
+    if op == "QuantizeLinear":
+        x = d.pick(r, dtypes=tuple(t for t in ("float32", "float16") if t in r.dtypes))
+        qdt = str(rng.choice(["uint8", "int8"]))
+        sdt = "float32" if rng.random() < 0.8 or x.dtype == "float32" else x.dtype
+    else:
+        x = d.pick(r, dtypes=("int8", "uint8", "int32"))
+        qdt, sdt = x.dtype, str(rng.choice(["float32", "float32", "float16"]))
+    shape, rank = list(x.shape), len(x.shape)
+    kind = str(rng.choice(["tensor", "axis", "block"])) if rank and min(shape) >= 1 else "tensor"
+    attrs = {}
+    if kind == "tensor":
+        sshape = []
+        if rank and rng.random() < 0.3:  # unused for a per-tensor scale, even out of range
+            attrs["axis"] = int(rng.integers(-rank - 2, rank + 2))
+    else:
+        ax = int(rng.integers(-rank, rank))
+        if ax != 1 or rng.random() < 0.5:
+            attrs["axis"] = ax
+        if kind == "axis":
+            sshape = [shape[ax]]
+        else:
+            bs = int(rng.integers(1, shape[ax] + 2))
+            attrs["block_size"] = bs
+            sshape = list(shape)
+            sshape[ax] = -(-shape[ax] // bs)
+    scale = rng.uniform(0.02, 1.0, sshape).astype(gdtype(sdt).np)
+    names = [x.name, d.const(scale)]
+    if qdt != "int32" and rng.random() < 0.7:
+        lo, hi = (0, 255) if qdt == "uint8" else (-128, 127)
+        names.append(d.const(rng.integers(lo, hi + 1, sshape).astype(gdtype(qdt).np)))
+    elif op == "QuantizeLinear" and qdt == "int8" and d.opset >= 21:
+        attrs["output_dtype"] = int(gdtype("int8").onnx)
+    return names, attrs, 1
+
+
 def generic(d, op, r):
     """Operands from ONNX's schema: each type variable bound to one dtype, shapes random, no attributes."""
     try:
@@ -740,5 +804,5 @@ FAMILIES = {
     "range": range_, "onehot": onehot, "center_crop_pad": center_crop_pad, "unique": unique, "conv": conv,
     "conv_paths": conv_paths, "conv_transpose": conv_transpose, "pool": pool, "matmul": matmul, "gemm": gemm,
     "einsum": einsum, "batchnorm": batchnorm, "channel_norm": channel_norm, "layernorm": layernorm, "mvn": mvn,
-    "lrn": lrn, "generic": generic,
+    "lrn": lrn, "dft": dft, "quantize": quantize, "generic": generic,
 }

@@ -276,14 +276,17 @@ def generate(rng, ops: dict[str, Recipe], max_nodes=30, dtypes=None, special=0.2
     names = sorted(ops)
     n_nodes = int(rng.integers(1, max_nodes + 1))
     chosen = [names[int(i)] for i in rng.integers(0, len(names), n_nodes * 3)]
-    opset = min(onnx.defs.onnx_opset_version(), max([BASE_OPSET] + [op_opset(o) for o in chosen[:n_nodes]]))
+    caps = [ops[o].params["max_opset"] for o in chosen[:n_nodes] if "max_opset" in ops[o].params]
+    opset = min([onnx.defs.onnx_opset_version(), max([BASE_OPSET] + [min([op_opset(o)] + (
+        [ops[o].params["max_opset"]] if "max_opset" in ops[o].params else [])) for o in chosen[:n_nodes]])] + caps)
     d = Draft(rng, dtypes, special, opset)
     tries = 0
     for op in chosen:
         if len(d.nodes) >= n_nodes:
             break
         tries += 1
-        if op_opset(op) > opset:
+        cap = ops[op].params.get("max_opset")
+        if (op_opset(op) if cap is None else min(op_opset(op), cap)) > opset or (cap is not None and opset > cap):
             continue
         d.add(op, ops[op], stats)
     if not d.nodes:

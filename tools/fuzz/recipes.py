@@ -168,6 +168,13 @@ NN = {
     "GroupNormalization": R("channel_norm", F, finite=True),
     "LayerNormalization": R("layernorm", F, attrs={"epsilon": [OMIT, 1e-3]}, finite=True),
     "RMSNormalization": R("layernorm", F, finite=True), "MeanVarianceNormalization": R("mvn", F, finite=True),
+    "DFT": R("dft", F, finite=True),
+    # drawn at opset 25 at most: onnxruntime 1.32 has no kernel for their version 28 (a graph holding one would
+    # never be compared against it)
+    # rounding x / scale (or, dynamic, -min / scale) is discontinuous: exact operands only (needs_exact)
+    "QuantizeLinear": R("quantize", ("float32", "float16"), needs_exact=True, max_opset=25),
+    "DynamicQuantizeLinear": R("generic", ("float32",), needs_exact=True),
+    "DequantizeLinear": R("quantize", ("int8", "uint8", "int32"), max_opset=25),
     "LRN": R("lrn", F, attrs={"alpha": [OMIT, 1e-3], "beta": [OMIT, 0.5], "bias": [OMIT, 2.0]}, finite=True),
 }
 

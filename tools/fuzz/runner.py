@@ -26,6 +26,7 @@ import onnx
 
 from glow_core.api import compile as glow_compile
 from glow_core.errors import GlowError, UnsupportedOpError
+from glow_tools.fuzz.reach import conv_paths
 
 #: What a child sends once it is ready for jobs, and how long its start may take.
 READY, STARTUP_SECONDS = "ready", 300.0
@@ -41,6 +42,7 @@ class Outcome:
     outputs: dict = field(default_factory=dict)
     error_type: str = ""
     message: str = ""
+    reach: list = field(default_factory=list)  # the backend paths the model reached (reach.conv_paths)
 
     @property
     def signature(self) -> str:
@@ -94,7 +96,7 @@ def _job(kind, backend, model_bytes, inputs, options):
         if kind == "compile":
             return Outcome(OK)
         outs = cm.run(inputs)
-        return Outcome(OK, {k: np.asarray(v) for k, v in outs.items()})
+        return Outcome(OK, {k: np.asarray(v) for k, v in outs.items()}, reach=conv_paths(cm))
     except UnsupportedOpError as e:
         return Outcome(UNSUPPORTED, error_type=type(e).__name__, message=str(e)[:2000])
     except GlowError as e:

@@ -84,6 +84,7 @@ class Attention:
     nan_zero: bool = False  # the probabilities' NaN (fully masked rows) replaced by 0, as Where(IsNaN(P), 0, P)
     mask_pick: "tuple | None" = None  # (a, b): the mask is a boolean condition, a added where true, else b
     folded_out: object = None  # the buffer O is then written to
+    reads: "dict | None" = None  # operands q, k, v read in place from another buffer (rule "transposes")
 
 
 def block_rows(s: int, t: int) -> int:
@@ -422,7 +423,9 @@ def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tu
                        f"{rs}, columns {cs})")
         else:
             view[name] = (f"bh * {rows * cols}", cols, 1)
-    bufs = [out if out is not None else a.out, a.q, a.k, a.v] + ([a.mask] if a.mask is not None else []) + \
+    src = a.reads or {}
+    bufs = [out if out is not None else a.out, src.get("q", a.q), src.get("k", a.k), src.get("v", a.v)] + \
+        ([a.mask] if a.mask is not None else []) + \
         [a.kpack[0], a.work[0]]
     ptr = {name: f"p[{i}]" for i, name in enumerate(["o", "q", "k", "v"] + (["mask"] if a.mask is not None else []))}
     mask_bh, mask_si, mask_sj = "0", 0, 0

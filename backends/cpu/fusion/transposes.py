@@ -3,13 +3,21 @@ writes its result, through strides instead of a transpose kernel copying it (the
 in transformers).
 
 ``match`` looks at every consumer M (``Consumer``: its operand slots that accept strides, the instruction reading
-each, its result slot), in program order: each matmul the GEMM kernel runs (float32/float64 in gemm mode; the
-naive and convert modes keep the copies) that no earlier rule took, with slots A, B and C; and each fused
+each, its result slot), in program order: each float32/float64 matmul the GEMM or the plain loops run (gemm and
+naive modes; the GEMV and convert modes keep the copies) that no earlier rule took, with slots A, B and C; and each fused
 attention (rule "attention", at its second matmul), with slots q, k (read by its first matmul), v and o (its
 second matmul's), its result overlapping none of q, k, v, the mask and the byte ranges of its scratch. Memory is
 checked against what each call really touches once the earlier groups apply (``Fused.touched``). Below, "M" is
 the instruction reading the slot (or writing the result).
 
+In-place read (A, B, or q, k, v of M; tried first): the operand is T = transpose(X, perm) and/or X (or the operand)
+is a whole view of E = broadcast(S) (grouped-query attention's repeated key/value heads, the keys transposed:
+torch's repeat_kv), T and E touched only by their writer and the next instruction of that chain; S is plain, not
+moved by another fold, overlaps neither T, E nor what M writes (its result, scratch, a fused attention's scratch),
+and no call from the chain's first instruction to M writes its bytes (a KV cache, a graph input, a constant, or an
+activation the plan keeps). Then the chain runs no kernel and M reads S through strides: 0 along broadcast
+axes, E's reshape to X regrouping axes (an axis that would need a stride S lacks refuses the fold; batch axes
+keep each part's stride), permuted by perm (``_in_place_read``).
 Operand fold (A or B of M): the operand is T = transpose(X, perm), where
   - T is a whole plain activation that only M touches after the transpose, reading it in one slot, as T or as a
     view of all of T with the same last two axes (batch axes regrouped: the batches keep their row-major order);
@@ -39,7 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from glow_core.ir import PLAIN, PSEUDO, Instr
+from glow_core.ir import PLAIN, PSEUDO, Buffer, Instr
 from glow_core.plan_queries import Span, overlap as _overlap
 
 from ..kernels.codegen import STRIDED, KernelInstr, kernel_code, row_strides
@@ -55,6 +63,8 @@ class _State:
 
     spans: list = field(default_factory=list)
     results: dict = field(default_factory=dict)
+    broadcasts_of: dict = field(default_factory=dict)
+    transposes_of: dict = field(default_factory=dict)
 
 
 def _plain(b) -> bool:
@@ -91,7 +101,7 @@ def _consumer(fused, ins):
                              [b for b in (att.q, att.k, att.v, att.mask) if b is not None] +
                              [Span(c.region, c.address + off, size) for c, off, size in (att.kpack, att.work)])
     if ins.op == "matmul" and id(ins) not in fused.taken and STRIDED not in ins.attrs and \
-            matmul_plan(KernelInstr.of(ins)).mode == "gemm":
+            ins.ins[0].type.dtype.name in FLOATS and matmul_plan(KernelInstr.of(ins)).mode in ("gemm", "naive"):
         return ins, Consumer(ins, [("a", ins, ins.ins[0]), ("b", ins, ins.ins[1])], ("c", ins.outs[0]),
                              [b for b, k in ins.operands if k != "out"])
     return None
@@ -112,8 +122,18 @@ def match(fused, ins) -> "Group | None":
         if id(i) in absorbed:
             return []
         return [st.results.get(id(b), fused.moved.get(id(b.root), b)) for b in fused.touched(i)]
-    strided, members, claims, absorbed = {}, [], [], {}
+    strided, members, claims, absorbed, reads = {}, [], [], {}, {}
     for name, reader, b in con.reads:
+        got = _in_place_read(fused, st, con, reader, b)
+        if got is not None:  # read the source of a transpose and/or broadcast where it lies
+            chain, src, view = got
+            st.spans.append((index.position(chain[0]), index.position(con.at), src))
+            strided[name], reads[name] = view, src
+            for m in chain:
+                absorbed[id(m)] = f"folded: {con.at.name} reads {src.name} in place through strides"
+                taken.add(id(m))
+                members.append(m)
+            continue
         tr = writer.get(id(b.root))
         got = tr is not None and id(tr) not in taken and _operand(index, tr, b, reader, taken, now)
         if got and not _clash(st.spans, index.position(got[0]), b):
@@ -127,7 +147,7 @@ def match(fused, ins) -> "Group | None":
             members.append(tr)
             claims.append(p)
     name, c = con.result
-    res = _result(index, con.at, c, con.avoid, taken)
+    res = _result(index, con.at, c, con.avoid + list(reads.values()), taken)  # not over a source read in place
     if res is not None and not _clash(st.spans, index.position(con.at), res[1]):
         tr, y, strides = res
         st.spans.append((index.position(con.at), index.position(con.at), y))
@@ -140,11 +160,14 @@ def match(fused, ins) -> "Group | None":
         return None
     if isinstance(key, Instr):
         taken.add(id(key))
-        one = Instr("matmul", [(st.results.get(id(b), b) if k == "out" else b, k) for b, k in key.operands],
-                    {**key.attrs, STRIDED: strided}, key.name)
-        return Group("transposes", members + [key], key, absorbed, [b for b, _ in one.operands], claims=claims,
-                     data=one)
+        slot = {1: "a", 2: "b"}
+        ops = [(st.results.get(id(b), b) if k == "out" else _alias(b, reads[slot[i]]) if slot.get(i) in reads
+                else b, k) for i, (b, k) in enumerate(key.operands)]
+        one = Instr("matmul", ops, {**key.attrs, STRIDED: strided}, key.name)
+        touches = [reads.get(slot.get(i), b) for i, (b, _) in enumerate(one.operands)]
+        return Group("transposes", members + [key], key, absorbed, touches, claims=claims, data=one)
     key.strided, key.folded_out = strided, st.results.get(id(c), c)
+    key.reads = reads
     return Group("transposes", members, None, absorbed, claims=claims)
 
 
@@ -152,6 +175,122 @@ def kernel(group, fused):
     """The matmul reading or writing through strides (a fused attention's folds are its own kernel's)."""
     one = group.data
     return one, kernel_code(KernelInstr.of(one), fused.num_threads), [b for b, _ in one.operands]
+
+
+FLOATS = ("float32", "float64")
+
+
+def _alias(b, src):
+    """A buffer of ``b``'s type at ``src``'s address (the kernel reads ``src``'s bytes through strides as b)."""
+    return Buffer(f"{b.name}@{src.name}", b.type, "view", base=src.root, view_offset=src.address - src.root.address,
+                  layout=b.layout)
+
+
+def _axes_of_reshape(axes, shape) -> "list | None":
+    """Per axis of ``shape`` (a row-major reshape of a tensor whose axes are ``axes``: (size, element stride)), its
+    (size, stride) parts, outer first; None when an axis would need a stride the source does not have."""
+    src = [a for a in axes if a[0] != 1]
+    out, i, rem, s = [], 0, 1, 0
+    for d in shape:
+        parts, need = [], d
+        while need > 1:
+            if rem == 1:
+                if i == len(src):
+                    return None
+                (rem, s), i = src[i], i + 1
+            if need % rem == 0:
+                parts.append((rem, s))
+                need, rem = need // rem, 1
+            elif rem % need == 0:
+                parts.append((need, s * (rem // need)))
+                rem, need = rem // need, 1
+            else:
+                return None
+        out.append(parts)
+    return out if rem == 1 and i == len(src) else None
+
+
+def _one_stride(parts) -> "int | None":
+    """The element stride of an axis made of ``parts`` (outer first) when they form one stride, else None."""
+    parts = [p for p in parts if p[0] != 1]
+    if not parts:
+        return 0
+    for (n0, s0), (n1, s1) in zip(parts, parts[1:]):
+        if s0 != n1 * s1:
+            return None
+    return parts[-1][1]
+
+
+def _in_place_read(fused, st, con, reader, b):
+    """(absorbed chain in program order, source buffer S, (batch shape, batch strides, row stride, column
+    stride)) when the operand ``b`` of ``con`` (read by ``reader``) is T = transpose(X, perm) and/or X is a view
+    of E = broadcast(S), and the consumer may read S's bytes in place through strides instead: the transpose and
+    the broadcast run no kernel. Conditions: T (and E) a whole plain activation touched only by its writer and
+    the next instruction of the chain, read there in one slot (as itself, or as a whole-size view keeping the
+    last two axes); S plain, not moved by another fold, overlapping neither T, E nor what the consumer writes
+    (its result, scratch or the fused attention's scratch), and no call between the chain's first instruction
+    and the consumer writes a byte of S (the folds so far applied); a reshape of E needs no stride S lacks."""
+    index, taken = fused.index, fused.taken
+    instrs = index.instrs
+    if not st.transposes_of and not st.broadcasts_of:
+        st.broadcasts_of = {id(i.outs[0]): i for i in fused.irf.code if i.op == "broadcast"}
+        st.transposes_of = {id(i.outs[0]): i for i in fused.irf.code if i.op == "transpose"}
+    if b.type.dtype.name not in FLOATS or not _plain(b):
+        return None
+
+    def only(buf, writer, user):  # buf: a whole plain activation touched by writer and user alone
+        if buf.kind != "activation" or buf.base is not None or not _plain(buf) or id(buf) in fused.moved:
+            return False
+        near = [j for j in index.touching(buf) if instrs[j].op not in PSEUDO]
+        return near == [index.position(writer), index.position(user)] and \
+            [k for c, k in user.operands if c.root is buf] == ["in"]
+
+    def whole_view(v, root, keep_last2):
+        return v is root or (v.address == root.address and v.size == root.size and _plain(v) and
+                             (not keep_last2 or v.type.shape[-2:] == root.type.shape[-2:]))
+    chain, perm = [], None
+    x = b
+    tr = st.transposes_of.get(id(b.root))
+    if tr is not None and id(tr) not in taken and whole_view(b, tr.outs[0], True) and only(tr.outs[0], tr, reader):
+        chain, perm, x = [tr], tr.attrs["perm"], tr.ins[0]
+    first_user = chain[0] if chain else reader
+    bc = st.broadcasts_of.get(id(x.root))
+    if bc is not None and id(bc) not in taken and whole_view(x, bc.outs[0], False) and (
+            chain or whole_view(b, bc.outs[0], True)) and only(bc.outs[0], bc, first_user):
+        src = bc.ins[0]
+        if not _plain(src) or src.type.dtype != b.type.dtype:
+            return None
+        e, ss = bc.outs[0].type.shape, list(src.type.shape)
+        ss = [1] * (len(e) - len(ss)) + ss
+        rs = row_strides(ss)
+        axes = [(n, 0 if m == 1 and n != 1 else st_) for n, m, st_ in zip(e, ss, rs)]
+        chain.insert(0, bc)
+    elif chain:
+        src = x
+        axes = list(zip(x.type.shape, row_strides(x.type.shape)))
+    else:
+        return None
+    if id(src.root) in fused.moved or id(src.root) in {id(v) for v in st.results}:
+        return None
+    parts = _axes_of_reshape(axes, x.type.shape)
+    if parts is None:
+        return None
+    if perm is not None:
+        parts = [parts[p] for p in perm]
+    # b: T itself or a view of all of T regrouping its batch axes (the batches keep their row-major order)
+    rs_, cs_ = _one_stride(parts[-2]), _one_stride(parts[-1])
+    if rs_ is None or cs_ is None:
+        return None
+    batch = [p for ax in parts[:-2] for p in ax]
+    if any(_overlap(src, c.outs[0]) for c in chain):
+        return None
+    lo, hi = index.position(chain[0]), index.position(con.at)
+    writes = [bf for bf, k in con.at.operands if k != "in"] + [a for a in con.avoid if isinstance(a, Span)]
+    if any(_overlap(src, w) for w in writes) or _clash(st.spans, lo, src):
+        return None
+    if not index.unwritten(src, lo, hi, {id(m) for m in chain}):
+        return None
+    return chain, src, (tuple(n for n, _ in batch), tuple(s for _, s in batch), rs_, cs_)
 
 
 def _in_place(p, b, r, t) -> bool:

@@ -2,9 +2,11 @@
 
 * com.microsoft.MatMulNBits (float32 A, 4- or 8-bit constant weights, no or uint8 zero points, optional bias):
   the weights are repacked at compile time into column groups of 16 (``pack_nbits``) and dequantized in
-  registers, never as a float copy of W. M <= GEMV_ROWS (decode): per column group a 16-lane accumulator per
+  registers, never as a float copy of W. M <= GEMV_ROWS (decode, small prefill blocks): per column group a 16-lane accumulator per
   row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
-  groups, so a decode step streams each weight byte once. Larger M (prefill): per panel of PANEL_COLUMNS
+  groups, so a decode step streams each weight byte once. 4-bit values become floats through a 16-entry table
+  (one vpermps per 16 values on AVX-512, which ignores the index's high bits: no mask, no conversion), the
+  default zero point 8 folded into it when there is no zero-point input. Larger M (prefill): per panel of PANEL_COLUMNS
   columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
   GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
 
@@ -42,14 +44,22 @@ ENGINE_SCRATCH_THREADS = os.cpu_count() or 1
 PAR_MIN = {"gemv": 1 << 18, "rows": 1 << 20}
 
 NBITS = "com.microsoft.MatMulNBits"
-#: Rows up to which MatMulNBits runs as register-dequantizing GEMVs (above: dequantized panels + packed GEMM).
-GEMV_ROWS = 8
+#: Rows up to which MatMulNBits runs as register-dequantizing GEMVs (above: dequantized panels + packed GEMM; at
+#: 16 rows, a prefill block, the GEMVs took 0.55-0.65 of the panels' time, at 32 about 1.2: bench_llm_kernels).
+GEMV_ROWS = 16
 #: Rows per pass of the GEMV path (each weight vector unpacked once for them).
-GEMV_PASS = 4
+GEMV_PASS = 8
 #: Columns of W dequantized per GEMM panel (a multiple of the GEMM's 32-column panels; the panel is
 #: K x PANEL_COLUMNS floats per thread).
 PANEL_COLUMNS = 128
 SCRATCH_THREADS = ENGINE_SCRATCH_THREADS
+#: MatMulNBits' accuracy_level that licenses int8 activations (onnxruntime's: A quantized per block to int8).
+INT8_ACCURACY = 4
+#: Rows from which a node with accuracy_level INT8_ACCURACY runs on int8 activations (templates/
+#: matmul_nbits_a8.c.j2): all, as onnxruntime does (decode too: a fraction of the float GEMV's instructions).
+A8_MIN_ROWS = 1
+#: Rows per pass of the int8 path (each word of W unpacked once for them).
+A8_PASS = 8
 
 
 def _t(gen, name: str, **ctx) -> str:
@@ -126,9 +136,25 @@ def _thread_bytes(m: int, k: int) -> int:
     return _panel_bytes(k) + -(-gemm_scratch_bytes("f32", m, PANEL_COLUMNS, k, packed_b=True) // 64) * 64
 
 
+def _int8_activations(ki) -> bool:
+    m, _, _ = _nbits_dims(ki)
+    return int(ki.attrs.get("accuracy_level", 0)) == INT8_ACCURACY and m >= A8_MIN_ROWS
+
+
+def _a8_bytes(m: int, k: int, block: int) -> tuple[int, int]:
+    """The int8 path's quantized A (m rows of the blocks' padded length, 64-byte rounded) and its total scratch
+    (plus a float scale and an int32 sum per row and block)."""
+    kb = -(-k // block)
+    aq = -(-m * kb * block // 64) * 64
+    return aq, aq + m * kb * 8
+
+
 def nbits_scratch_bytes(ki) -> int:
-    """The GEMM path's per-thread dequantized panel and the GEMM's A panel, for SCRATCH_THREADS threads."""
+    """The GEMM path's per-thread dequantized panel and the GEMM's A panel, for SCRATCH_THREADS threads; the
+    int8 path's quantized A."""
     m, k, _ = _nbits_dims(ki)
+    if _int8_activations(ki):
+        return _a8_bytes(m, k, int(ki.attrs["block_size"]))[1]
     return 0 if m <= GEMV_ROWS else SCRATCH_THREADS * _thread_bytes(m, k)
 
 
@@ -144,6 +170,14 @@ def k_matmul_nbits(gen, ki, fn) -> str:
     groups = -(-n // 16)
     gemm = m > GEMV_ROWS
     per = 32 // bits
+    if _int8_activations(ki):
+        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}, accuracy_level {INT8_ACCURACY}: A quantized "
+                      f"to int8 per row and block, {m} rows in passes of up to {A8_PASS} as u8 x s8 dot products, "
+                      f"{groups} column groups of 16" + (f" split over {gen.nt} threads" if gen.nt > 1 else ""))
+        return _t(gen, "matmul_nbits_a8.c.j2", fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0],
+                  sc=ptrs[1], zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k,
+                  n=n, bits=bits, bs=block, kb_n=kb, words=kb * block // per, groups=groups, rpass=min(A8_PASS, m),
+                  scratch=gen.scratch_ptr(), aq_bytes=_a8_bytes(m, k, block)[0])
     ctx = dict(fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0], sc=ptrs[1],
                zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k, n=n,
                bits=bits, bs=block, kb_n=kb, words=kb * block // per, k_full=k // per * per, groups=groups,

@@ -146,7 +146,11 @@ def matmul(gen, ins, fn):
         load_b = f"({acc_t})" + ct.ld("brow[j]")
         store_c = ct.st(f"({ct.compute})row[j]")
     e0, e1 = gen.epilogue_args(dt) if mode == "gemm" else ("0", "0")
-    strided = _strided_operands(gen, ins, m, n, k) if mode == "gemm" else None
+    strided = _strided_operands(gen, ins, m, n, k) if mode in ("gemm", "naive") else None
+    if mode == "naive" and strided:  # per batch: ab, bb, cb at the batch's offsets; B by rows, or by columns
+        load_a = f"({acc_t})" + ct.ld(f"ab[i * {strided['lda']} + kk * {strided['csa']}]")
+        load_b = f"({acc_t})" + ct.ld(f"brow[j * {strided['csb']}]" if strided["csb"] == 1 else
+                                      f"bb[kk * {strided['ldb']} + (j0 + jj) * {strided['csb']}]")
     return gen.t("matmul.c.j2", strided=strided,
                   fn=fn, choice=gen.choice, out_t=ct.storage, in_t=ct.storage, out_ptr=gen.ptr(out),
                   a_ptr=gen.ptr(a), b_ptr=gen.ptr(b), mode=mode, batch=prod(a.type.shape[:-2]), m=m, n=n, k=k,

@@ -79,6 +79,10 @@ def instance_normalization(b, x, scale, bias, *, epsilon=1e-5):
     _check_float(b, x)
     if x.rank < 3:
         raise ShapeError(f"{b.where}: input {x.shape} must be [N, C, *spatial]")
+    for what, v in (("scale", scale), ("B", bias)):
+        if v.shape != (x.shape[1],):
+            raise ShapeError(f"{b.where}: {what} of shape {v.shape} for an input {x.shape}; accepted: 1-D of the "
+                             f"channel count, ({x.shape[1]},)")
     _, var, d = moments(b, x, list(range(2, x.rank)))
     y = b.binary("mul", d, inv_std(b, var, epsilon))
     y = b.binary("mul", y, per_channel(b, scale, x.rank))

@@ -113,8 +113,11 @@ def _arg(prim):
     def lower(b, x, *, axis=0, keepdims=1, select_last_index=0):
         if x.dtype.is_bool:
             x = b.cast_(x, "uint8")
-        return b.emit(prim, x, axis=b.norm_axis(axis, x.rank), keepdims=int(bool(keepdims)),
-                      select_last_index=int(bool(select_last_index)))
+        ax = b.norm_axis(axis, x.rank)
+        out = tuple(1 if i == ax else d for i, d in enumerate(x.shape) if keepdims or i != ax)
+        if x.rank and x.shape[ax] == 0 and 0 in out:  # an empty axis, and no index to return either
+            return b.const(np.zeros(out, np.int64))
+        return b.emit(prim, x, axis=ax, keepdims=int(bool(keepdims)), select_last_index=int(bool(select_last_index)))
     lower.__doc__ = f"Primitive `{prim}` (bool input compared as uint8)."
     return lower
 

@@ -39,7 +39,7 @@ def _to_last(b, v, axis, n):
     if L > n:
         t = b.slice(t, starts=[0] * t.rank, ends=list(t.shape[:-1]) + [n], steps=[1] * t.rank)
     elif L < n:
-        t = b.pad(t, pads=[0] * t.rank + [0] * (t.rank - 1) + [n - L], value=0.0)
+        t = b.pad(t, pads=[0] * t.rank + [0] * (t.rank - 1) + [n - L], value=0.0, interior=[0] * t.rank)
     lead = t.shape[:-1]
     return b.reshape_(t, (1, int(np.prod(lead)), n)), lead, perm
 
@@ -49,10 +49,13 @@ def dft_lower(b, x, axis, n=None, inverse=False, onesided=False):
     xr, xi = _split_complex(b, x)
     axis = b.norm_axis(axis, xr.rank)
     real_out = bool(inverse and onesided)
+    explicit = n is not None
     if real_out:  # inverse of a one-sided spectrum: Hermitian reconstruction, real output
         K = xr.shape[axis]
-        n = n or 2 * (K - 1)
-    n = n or xr.shape[axis]
+        n = n if explicit else 2 * (K - 1)
+    n = n if n is not None else xr.shape[axis]
+    if n == 0 and not explicit and not onesided:  # an empty signal axis: an empty spectrum
+        return b.const(np.zeros(xr.shape[:axis] + (0,) + xr.shape[axis + 1:] + (2,), x.dtype.np))
     if n < 1 or (real_out and K < 1):
         raise ShapeError(f"{b.where}: a transform of length {n} over an axis of {xr.shape[axis]} elements; a positive "
                          f"dft_length (or a non-empty signal axis) is accepted")
