@@ -263,7 +263,8 @@ def main(argv=None):
     ap.add_argument("--precisions", default="fp32,int4", help="models to compare (default fp32,int4; int4a8: the "
                     "int4 model with accuracy_level 4, int8 activations)")
     ap.add_argument("--profile", choices=["prefill", "decode"],
-                    help="instead: per-op-kind tables of one function against onnxruntime's kernels (fp32 model)")
+                    help="instead: per-op-kind tables of one function against onnxruntime's kernels (the fp32 model, or "
+                         "the int4 one when --precisions starts with int4)")
     ap.add_argument("--cache-dir", default=os.path.join(os.path.expanduser("~"), ".cache", "glow_kit", "bench_llm"))
     args = ap.parse_args(argv)
     if args.omp_wait_policy:  # read by libgomp when it loads: torch's copy, if the model is exported here
@@ -285,6 +286,9 @@ def main(argv=None):
     prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, args.prompt)).astype(np.int64)
     args.prefill_block = args.prefill_block or min(args.prompt, args.max_seq_len - 1)
     if args.profile:
+        if args.precisions.split(",")[0] == "int4":  # else the fp32 model
+            path = path.replace(".onnx", "_int4.onnx")
+            onnx.save(quantization.weight_only(model, bits=4, block_size=32, symmetric=True), path)
         for nt in threads:
             profile(path, args.profile, nt, max(args.rounds, 5), prompt, args.max_seq_len, args.prefill_block)
         return 0

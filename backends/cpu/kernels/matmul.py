@@ -63,7 +63,11 @@ def matmul_plan(ki) -> MatmulPlan:
         parts = [("ca", 4 * m * k)] + ([] if b.const else [("cb", 4 * k * n)]) + \
                 [("cc", 4 * m * n), ("gemm", gemm_scratch_bytes("f32", m, n, k))]
         return MatmulPlan("convert", "f32", "float", b.const, ScratchLayout.of(parts))
-    return MatmulPlan("naive", "", acc_t, False, ScratchLayout.of([("row", to_dtype(acc_np).itemsize * n)]))
+    row = [("row", to_dtype(acc_np).itemsize * n)]
+    given = ki.attrs.get(STRIDED) or {}
+    if "b" in given and given["b"][3] != 1:  # B by columns: 16 of them copied k-major, summed in vectors
+        row.append(("tile", to_dtype(acc_np).itemsize * 16 * k))
+    return MatmulPlan("naive", "", acc_t, False, ScratchLayout.of(row))
 
 
 _GEMMS: dict[str, str] = {}
