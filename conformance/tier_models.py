@@ -187,7 +187,7 @@ DTYPES = {"mlp": ("float32", "float16", "float64"), "mobilenet": ("float32", "fl
           "many_outputs": ("float32", "float16"),
           "fused_tails": ("float32", "float16", "float64"),
           "lstm_unrolled": ("float32", "float64"), "ew_chains": ("float32", "float16", "int32"),
-          "head_transposes": ("float32", "float64", "float16"), "gqa_decode": ("float32", "float64")}
+          "head_transposes": ("float32", "float64", "float16"), "gqa_decode": ("float32", "float64", "float16")}
 #: Models also run compiled with num_threads=2 (their loops past the CPU backend's parallel thresholds).
 THREADED = {"ew_chains": ("float32", "float16", "int32"), "squeeze_excite_c40_large": ("float32",),
             "squeeze_excite_c32_large_specials": ("float32",), "head_transposes_large": ("float32",),
