@@ -65,8 +65,8 @@ def matmul_plan(ki) -> MatmulPlan:
         return MatmulPlan("convert", "f32", "float", b.const, ScratchLayout.of(parts))
     row = [("row", to_dtype(acc_np).itemsize * n)]
     given = ki.attrs.get(STRIDED) or {}
-    if "b" in given and given["b"][3] != 1:  # B by columns: 16 of them copied k-major, summed in vectors
-        row.append(("tile", to_dtype(acc_np).itemsize * 16 * k))
+    if "b" in given and given["b"][3] != 1:  # B by columns: its 16-column blocks copied k-major, summed in vectors
+        row.append(("tile", to_dtype(acc_np).itemsize * k * max(16, n - n % 16)))
     return MatmulPlan("naive", "", acc_t, False, ScratchLayout.of(row))
 
 
