@@ -260,7 +260,7 @@ def test_spec_rules_reject_what_the_specification_rejects_only():
     """Models onnxruntime ran although the specification rejects them (findings of glowc fuzz --against
     onnxruntime): a DFT axis given as a vector, a DequantizeLinear scale of 4 for an input of 5 with the default
     axis out of range, a QuantizeLinear scale of the input's rank without block_size, an InstanceNormalization
-    scale of 5 for one channel. Their valid neighbours (a per-tensor scale leaves the axis unused) pass."""
+    scale of 5 for one channel, QLinearMatMul scales and zero points of rank 4. Their valid neighbours (a per-tensor scale leaves the axis unused) pass."""
     from glow_tools.fuzz.compare import spec_violations
     F, I8, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT8, onnx.TensorProto.INT64
 
@@ -280,8 +280,14 @@ def test_spec_rules_reject_what_the_specification_rejects_only():
         return _graph([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])],
                       [("x", F, [1, 1, 1, 1]), ("s", F, [c]), ("b", F, [c])])
 
-    bad = [dft([2]), dft([1, 1, 1, 3]), dq([4]), q([2, 6]), q([2, 2], axis=1), inorm(5)]
-    good = [dft([]), dq([]), dq([], axis=1), dq([5], axis=0), q([6]), q([2, 2], axis=1, block_size=3), inorm(1)]
+    def qmm(scale_shape):  # a QLinearMatMul whose scales and zero points are of scale_shape (a 4-D one: the run's)
+        U8 = onnx.TensorProto.UINT8
+        return _graph([helper.make_node("QLinearMatMul", ["a", "s", "z", "b", "s", "z", "s", "z"], ["y"])],
+                      [("a", U8, [2, 3]), ("b", U8, [3, 2]), ("s", F, scale_shape), ("z", U8, scale_shape)])
+
+    bad = [dft([2]), dft([1, 1, 1, 3]), dq([4]), q([2, 6]), q([2, 2], axis=1), inorm(5), qmm([1, 1, 1, 1])]
+    good = [dft([]), dq([]), dq([], axis=1), dq([5], axis=0), q([6]), q([2, 2], axis=1, block_size=3), inorm(1),
+            qmm([]), qmm([1])]
     assert [bool(spec_violations(m.SerializeToString())) for m in bad] == [True] * len(bad)
     assert [spec_violations(m.SerializeToString()) for m in good] == [[]] * len(good)
     assert spec_violations(dq([4]).SerializeToString())[0][0] == "DequantizeLinear"

@@ -231,12 +231,22 @@ def _per_channel(node, shapes, attrs):
     return None
 
 
+def _qlinear_matmul(node, shapes, attrs):
+    for i, what in ((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"), (6, "y_scale"),
+                    (7, "y_zero_point")):
+        s = _dims(shapes, node, i)
+        if s is not None and len(s) > 1:
+            return f"QLinearMatMul {what} of shape {list(s)}: the specification takes a scalar or a 1-D tensor"
+    return None
+
+
 #: op -> rule(node, operand shapes, attributes) -> why the specification rejects the node, or None. A graph the kit
 #: refuses (or computes differently) that breaks one of these is not a finding: onnxruntime accepts some models
 #: beyond the specification (a DFT axis given as a vector; a scale of the input's rank without block_size; or never
 #: runs the node because only its statically known shape is used).
 SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
-              "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel}
+              "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel,
+              "QLinearMatMul": _qlinear_matmul}
 
 
 def spec_violations(model_bytes) -> list[tuple[str, str]]:
