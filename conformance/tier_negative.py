@@ -258,9 +258,11 @@ FUZZ_REFUSALS = (
     ("non_max_suppression_scores_rank", "scores", lambda tmp: _model(
         [helper.make_node("NonMaxSuppression", ["b", "s"], ["y"])], [], [("y", 7, None)],
         [numpy_helper.from_array(np.zeros(s, np.float32), n) for n, s in (("b", (1, 6, 4)), ("s", (1, 6)))]), {}),
-    ("dft_empty_signal_axis", "dft_length", lambda tmp: _model(
-        [helper.make_node("DFT", ["x", "", "a"], ["y"])], [("x", 1, [1, 10, 0, 2])], [("y", 1, None)],
-        [numpy_helper.from_array(np.array(2, np.int64), "a")], opset=20), _feeds(x=(1, 10, 0, 2))),
+    # an explicit dft_length of 0 (an empty signal axis without dft_length is an empty spectrum: ops tier)
+    ("dft_length_zero", "dft_length", lambda tmp: _model(
+        [helper.make_node("DFT", ["x", "n", "a"], ["y"])], [("x", 1, [1, 10, 4, 2])], [("y", 1, None)],
+        [numpy_helper.from_array(np.array(0, np.int64), "n"), numpy_helper.from_array(np.array(2, np.int64), "a")],
+        opset=20), _feeds(x=(1, 10, 4, 2))),
     ("scan_state_left_empty", "empty", lambda tmp: _model(
         [helper.make_node("Scan", ["", "x"], ["y", "z"], num_scan_inputs=1, body=_scan_sum_body())],
         [("x", 1, [5])], [("y", 1, None), ("z", 1, None)], opset=9), _feeds(x=(5,))),

@@ -420,6 +420,9 @@ def _structured():
         for axis in (-1, 0, 1):
             add(op, f"axis{axis}", F, lambda r, d, op=op, axis=axis: one_node(op, [rnd(d, (3, 4, 17), r)],
                                                                                {"axis": axis}))
+    # an empty axis: an empty output of the input's shape (found by glowc fuzz)
+    add("Hardmax", "empty_axis", ("float32", "float16"), lambda r, d: one_node("Hardmax", [rnd(d, (1, 0, 1, 1), r)],
+                                                                              {"axis": 1}))
     reds = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
             "ReduceLogSumExp", "ReduceSumSquare", "ReduceLogSum")
     for op in reds:

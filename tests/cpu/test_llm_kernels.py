@@ -162,6 +162,29 @@ def test_decoder_layer_generates_like_onnxruntime_on_cpu(quantized):
     assert (f"{MS}.MatMulNBits" in ops) == (quantized is not None)
 
 
+def nbits_model(weights: str, m_rows: int, seed: int, level: int):
+    """A one-node MatMulNBits model of the ``WEIGHTS`` case (random codes, scales, zero points, bias), its input A
+    (m_rows x K, uniform in [-1, 1]) and (codes, scales, zero points, bias, block) for a reference."""
+    from glow_core.quantization.weight_only import pack
+    bits, k, n, block, zp, bias = WEIGHTS[weights]
+    r = np.random.default_rng(seed)
+    kb = -(-k // block)
+    q = r.integers(0, 1 << bits, (n, kb * block), dtype=np.uint8)
+    s = r.uniform(-0.1, 0.1, (n, kb)).astype(np.float32)
+    z = r.integers(0, 1 << bits, (n, kb), dtype=np.uint8) if zp else np.full((n, kb), 1 << (bits - 1), np.uint8)
+    b = r.uniform(-1, 1, n).astype(np.float32) if bias else None
+    inits = [("B", pack(q.reshape(n, kb, block), bits)), ("s", s)] + ([("zp", pack(z, bits))] if zp else []) \
+        + ([("bias", b)] if bias else [])
+    a = r.uniform(-1, 1, (m_rows, k)).astype(np.float32)
+    ins = ["a", "B", "s"] + (["zp"] if zp else [""] * bias) + (["", "bias"] if bias else [])
+    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block,
+                            accuracy_level=level)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [m_rows, k])],
+                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(v, nm) for nm, v in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    return m, a, (q, s, z, b, block)
+
+
 def a8_reference(a, q, s, zp, bias, block):
     """MatMulNBits with accuracy_level 4 on the cpu (templates/matmul_nbits_a8.c.j2), in numpy: each row of A per
     block of ``block`` along K (zero-padded) quantized to int8, q = rint(a * (127 / max |a|)) with the block's scale
@@ -188,24 +211,9 @@ def a8_reference(a, q, s, zp, bias, block):
 @pytest.mark.parametrize("m_rows, weights", [(1, "b4"), (2, "b4"), (16, "b4_tails_bias"), (1, "b8_tails_zp"), (11, "b4_tails_zp_bias"),
                                              (9, "b8_tails_zp"), (3, "b8_bs16_bias"), (9, "b4_threaded")])
 def test_matmul_nbits_int8_activations(m_rows, weights):
-    from glow_core.quantization.weight_only import pack
-    bits, k, n, block, zp, bias = WEIGHTS[weights]
-    r = np.random.default_rng(m_rows * k + n + 1)
-    kb = -(-k // block)
-    q = r.integers(0, 1 << bits, (n, kb * block), dtype=np.uint8)
-    s = r.uniform(-0.1, 0.1, (n, kb)).astype(np.float32)
-    z = r.integers(0, 1 << bits, (n, kb), dtype=np.uint8) if zp else np.full((n, kb), 1 << (bits - 1), np.uint8)
-    b = r.uniform(-1, 1, n).astype(np.float32) if bias else None
-    inits = [("B", pack(q.reshape(n, kb, block), bits)), ("s", s)] + ([("zp", pack(z, bits))] if zp else []) \
-        + ([("bias", b)] if bias else [])
-    a = r.uniform(-1, 1, (m_rows, k)).astype(np.float32)
-    a[0, :min(k, block)] = 0  # a block of zeros: scale 0, q 0
-    ins = ["a", "B", "s"] + (["zp"] if zp else [""] * bias) + (["", "bias"] if bias else [])
-    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block,
-                            accuracy_level=4)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [m_rows, k])],
-                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(v, nm) for nm, v in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    m, a, (q, s, z, b, block) = nbits_model(weights, m_rows, m_rows * WEIGHTS[weights][1] + WEIGHTS[weights][2] + 1,
+                                            level=4)
+    a[0, :min(a.shape[1], block)] = 0  # a block of zeros: scale 0, q 0
     want = a8_reference(a, q, s, z, b, block)
     exact = glow_core.compile(m, "interpreter").run({"a": a})["y"]
     assert np.abs(want - exact).max() > 1e-4 * np.abs(exact).max()  # the int8 arithmetic is not the float one
@@ -239,23 +247,7 @@ def test_int8_activations_equal_onnxruntime_accuracy_level_4():
 def test_matmul_nbits_without_avx512(weights, level):
     """Built for x86-64-v3 (no AVX-512): the 4-bit table's mask-and-convert fallback and the exact portable u8 x s8
     dot product, against the interpreter (float A) and the int8 reference (accuracy_level 4)."""
-    from glow_core.quantization.weight_only import pack
-    bits, k, n, block, zp, bias = WEIGHTS[weights]
-    r = np.random.default_rng(7)
-    kb = -(-k // block)
-    q = r.integers(0, 1 << bits, (n, kb * block), dtype=np.uint8)
-    s = r.uniform(-0.1, 0.1, (n, kb)).astype(np.float32)
-    z = r.integers(0, 1 << bits, (n, kb), dtype=np.uint8) if zp else np.full((n, kb), 1 << (bits - 1), np.uint8)
-    b = r.uniform(-1, 1, n).astype(np.float32) if bias else None
-    inits = [("B", pack(q.reshape(n, kb, block), bits)), ("s", s)] + ([("zp", pack(z, bits))] if zp else []) \
-        + ([("bias", b)] if bias else [])
-    a = r.uniform(-1, 1, (9, k)).astype(np.float32)
-    ins = ["a", "B", "s"] + (["zp"] if zp else [""] * bias) + (["", "bias"] if bias else [])
-    node = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=k, N=n, bits=bits, block_size=block,
-                            accuracy_level=level)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [9, k])],
-                          [helper.make_empty_tensor_value_info("y")], [numpy_helper.from_array(v, nm) for nm, v in inits])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)])
+    m, a, (q, s, z, b, block) = nbits_model(weights, 9, 7, level=level)
     want = a8_reference(a, q, s, z, b, block) if level == 4 else glow_core.compile(m, "interpreter").run({"a": a})["y"]
     got = glow_core.compile(m, "cpu", num_threads=1, cflags="-O2 -march=x86-64-v3 -fno-math-errno -fno-trapping-math"
                             ).run({"a": a})["y"]

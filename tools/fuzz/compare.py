@@ -231,12 +231,22 @@ def _per_channel(node, shapes, attrs):
     return None
 
 
+def _qlinear_matmul(node, shapes, attrs):
+    for i, what in ((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"), (6, "y_scale"),
+                    (7, "y_zero_point")):
+        s = _dims(shapes, node, i)
+        if s is not None and len(s) > 1:
+            return f"QLinearMatMul {what} of shape {list(s)}: the specification takes a scalar or a 1-D tensor"
+    return None
+
+
 #: op -> rule(node, operand shapes, attributes) -> why the specification rejects the node, or None. A graph the kit
 #: refuses (or computes differently) that breaks one of these is not a finding: onnxruntime accepts some models
 #: beyond the specification (a DFT axis given as a vector; a scale of the input's rank without block_size; or never
 #: runs the node because only its statically known shape is used).
 SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
-              "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel}
+              "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel,
+              "QLinearMatMul": _qlinear_matmul}
 
 
 def spec_violations(model_bytes) -> list[tuple[str, str]]:
@@ -263,29 +273,31 @@ def spec_violations(model_bytes) -> list[tuple[str, str]]:
     return out
 
 
-# -- a float64 evaluation of a float32 model: the arbiter when the kit and onnxruntime disagree ----------------
-_F32, _F64 = onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
+# -- a float64 evaluation of a float32 / float16 model: the arbiter when the kit and onnxruntime disagree ------
+_F32, _F16, _F64 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE
+_WIDENED = (_F32, _F16)
 
 
 def _retype(t: onnx.TensorProto):
-    if t.data_type == _F32:
+    if t.data_type in _WIDENED:
         t.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(t).astype(np.float64), t.name))
 
 
 def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with every float32 tensor (inputs, outputs, initializers, constants, cast targets) in float64."""
+    """The model with every float32 and float16 tensor (inputs, outputs, initializers, constants, cast targets) in
+    float64."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
     del g.value_info[:]
     for v in list(g.input) + list(g.output):
-        if v.type.tensor_type.elem_type == _F32:
+        if v.type.tensor_type.elem_type in _WIDENED:
             v.type.tensor_type.elem_type = _F64
     for t in g.initializer:
         _retype(t)
     for n in g.node:
         for a in n.attribute:
-            if a.name in ("to", "dtype", "output_dtype") and a.type == onnx.AttributeProto.INT and a.i == _F32:
+            if a.name in ("to", "dtype", "output_dtype") and a.type == onnx.AttributeProto.INT and a.i in _WIDENED:
                 a.i = _F64
             elif a.type == onnx.AttributeProto.TENSOR:
                 _retype(a.t)
@@ -297,8 +309,9 @@ def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def float64_outputs(model_bytes, feeds) -> dict:
-    """The interpreter's outputs of the model in float64 (float32 inputs widened): run in a child process."""
+    """The interpreter's outputs of the model in float64 (float32 and float16 inputs widened): run in a child
+    process."""
     from glow_core.api import compile as glow_compile
     m = to_float64(onnx.load_from_string(model_bytes))
-    wide = {k: (v.astype(np.float64) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    wide = {k: (v.astype(np.float64) if v.dtype in (np.float32, np.float16) else v) for k, v in feeds.items()}
     return {k: np.asarray(v) for k, v in glow_compile(m.SerializeToString(), "interpreter").run(wide).items()}

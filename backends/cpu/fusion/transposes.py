@@ -63,8 +63,7 @@ class _State:
 
     spans: list = field(default_factory=list)
     results: dict = field(default_factory=dict)
-    broadcasts_of: dict = field(default_factory=dict)
-    transposes_of: dict = field(default_factory=dict)
+    broadcasts_of: "dict | None" = None  # id(result) -> the broadcast writing it, made once per program
 
 
 def _plain(b) -> bool:
@@ -232,9 +231,8 @@ def _in_place_read(fused, st, con, reader, b):
     and the consumer writes a byte of S (the folds so far applied); a reshape of E needs no stride S lacks."""
     index, taken = fused.index, fused.taken
     instrs = index.instrs
-    if not st.transposes_of and not st.broadcasts_of:
+    if st.broadcasts_of is None:
         st.broadcasts_of = {id(i.outs[0]): i for i in fused.irf.code if i.op == "broadcast"}
-        st.transposes_of = {id(i.outs[0]): i for i in fused.irf.code if i.op == "transpose"}
     if b.type.dtype.name not in FLOATS or not _plain(b):
         return None
 
@@ -250,7 +248,7 @@ def _in_place_read(fused, st, con, reader, b):
                              (not keep_last2 or v.type.shape[-2:] == root.type.shape[-2:]))
     chain, perm = [], None
     x = b
-    tr = st.transposes_of.get(id(b.root))
+    tr = fused.state["writers"].get(id(b.root))  # the transposes by result, made by match
     if tr is not None and id(tr) not in taken and whole_view(b, tr.outs[0], True) and only(tr.outs[0], tr, reader):
         chain, perm, x = [tr], tr.attrs["perm"], tr.ins[0]
     first_user = chain[0] if chain else reader

@@ -224,6 +224,8 @@ def log_softmax(b, x, axis):
 @_per_axis
 def hardmax(b, x, axis):
     """1 where the index equals argmax along axis (first maximum), else 0: eq with an iota constant, cast."""
+    if x.shape[axis] == 0:  # an empty axis: the output, of x's shape, is empty too
+        return b.const(np.zeros(x.shape, dtype=x.dtype.np))
     idx = b.argmax(x, axis=axis, keepdims=1)
     iota = b.const(np.arange(x.shape[axis], dtype=np.int64).reshape(
         [x.shape[axis] if i == axis else 1 for i in range(x.rank)]))
