@@ -744,6 +744,13 @@ def _lrn_oracle(feeds, size=3, alpha=1e-4, beta=0.75, bias=1.0):
     return [(x / (bias + alpha / size * ss) ** beta).astype(feeds["x0"].dtype)]
 
 
+def _lp_oracle(x, p):
+    """LpNormalization over axis 1 by its definition in float64 (0 where the norm is 0), rounded once."""
+    xf = x.astype(np.float64)
+    norm = np.sum(np.abs(xf) ** p, axis=1, keepdims=True) ** (1.0 / p)
+    return np.where(norm == 0, 0.0, xf / np.where(norm == 0, 1.0, norm)).astype(x.dtype)
+
+
 def _pool_oracle(kind):
     """Pooling (3x3 window, pads 1) by the primitive's contract, which propagates NaN (ONNX leaves it open;
     onnx.reference's float64 pooling skips NaN)."""
@@ -799,6 +806,15 @@ def structured_cases():
                        oracle=lambda f, p=p: [(np.sum(np.abs(f["x0"].astype(np.float64)) ** p, axis=(2, 3),
                                                       keepdims=True) ** (1.0 / p)).astype(f["x0"].dtype)])
             for dt in ("float32", "float64") for p in (1, 2, 3)]
+    # glowc fuzz --against onnxruntime (minimal model: a float16 6e-8 normalized to 0): rows whose squares (p=2) or
+    # sums (p=1) leave the type's range (float16 subnormals and 12000s, float32 1e-25 and 1e25); by the definition
+    # in float64, rounded once
+    out += [model_case(f"ops/LpNormalization/{dt}/fuzz_range_p{p}", "ops", "LpNormalization", dt,
+                       lambda r, dt=dt, sc=sc, p=p: one_node("LpNormalization", [(
+                           rnd("float32", (len(sc), 3), r) * np.float32(sc)[:, None]).astype(dt)], {"axis": 1, "p": p}),
+                       op_class("LpNormalization"), oracle=lambda f, p=p: [_lp_oracle(f["x0"], p)])
+            for dt, sc in (("float16", (6e-8, 1e-4, 1, 3000, 12000)), ("float32", (1e-25, 1, 1e25, 3e37)))
+            for p in (1, 2)]
     # glowc fuzz --against onnxruntime (minimal model): a negative step from a start below -n clamps the start to
     # 0 (the specification; onnxruntime agrees), where Python's slices (and onnx.reference) give nothing
     out.append(model_case("ops/Slice/float32/fuzz_negative_step_start_below_range", "ops", "Slice", "float32",
