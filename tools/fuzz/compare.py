@@ -345,9 +345,11 @@ def _rounds(op: str) -> bool:
     return r is None or not (r.exact or r.needs_exact)
 
 
-def _perturbed(m64: onnx.ModelProto, units: dict, shapes: dict, rng) -> onnx.ModelProto:
+def _perturbed(m64: onnx.ModelProto, units: dict, shapes: dict, scales: dict, rng) -> onnx.ModelProto:
     """The float64 model ``m64`` where each node that ``_rounds`` reads each float operand ``v`` (of unit roundoff
-    ``units[v]`` and shape ``shapes[v]``) times 1 + e, e drawn per element uniform in [-ROUNDING_UNITS * u, ...]."""
+    ``units[v]`` and shape ``shapes[v]``) times 1 + e, e drawn per element uniform in [-ROUNDING_UNITS * u, ...];
+    a result of an op that accumulates many terms (``recipes``: finite) plus e * ``scales[v]`` instead (its largest
+    magnitude: a sum that cancels to about 0 keeps an error of the order of its terms, not of itself)."""
     m = onnx.ModelProto()
     m.CopyFrom(m64)
     g = m.graph
@@ -357,8 +359,10 @@ def _perturbed(m64: onnx.ModelProto, units: dict, shapes: dict, rng) -> onnx.Mod
     def perturb(v):
         if v in read:
             e = rng.uniform(-1.0, 1.0, shapes[v]) * (ROUNDING_UNITS * units[v])
-            g.initializer.append(onnx.numpy_helper.from_array(np.asarray(1.0 + e, np.float64), v + "__rounding"))
-            nodes.append(onnx.helper.make_node("Mul", [v, v + "__rounding"], [v + "__rounded"]))
+            add = v in scales
+            g.initializer.append(onnx.numpy_helper.from_array(np.asarray(e * scales[v] if add else 1.0 + e,
+                                                                         np.float64), v + "__rounding"))
+            nodes.append(onnx.helper.make_node("Add" if add else "Mul", [v, v + "__rounding"], [v + "__rounded"]))
 
     for v in dict.fromkeys([i.name for i in g.input] + [t.name for t in g.initializer]):
         perturb(v)
@@ -397,13 +401,20 @@ def rounding_spread(model_bytes, feeds, trials=ROUNDING_TRIALS, seed=0) -> dict:
     shapes = {k: np.shape(v) for k, v in everything.items()}
     shapes.update({k: np.shape(v) for k, v in wide.items()})
     shapes.update({t.name: tuple(t.dims) for t in m64.graph.initializer})
+    scales = {}
+    for n in model.graph.node:
+        r = RECIPES.get(n.op_type)
+        for o in n.output if r is not None and r.finite else ():
+            v = np.abs(np.asarray(everything.get(o, np.zeros(0)), np.float64))
+            if v.dtype.kind == "f" and np.isfinite(v).any():
+                scales[o] = float(np.max(v[np.isfinite(v)]))
     names = [o.name for o in model.graph.output]
     base = {k: np.asarray(everything[k], np.float64) for k in names}
     spread = {k: np.zeros(np.shape(v)) for k, v in base.items()}
     lost = {k: np.zeros(np.shape(v), bool) for k, v in base.items()}
     rng = np.random.default_rng(seed)
     for _ in range(trials):
-        out = glow_compile(_perturbed(m64, units, shapes, rng).SerializeToString(), "interpreter").run(wide)
+        out = glow_compile(_perturbed(m64, units, shapes, scales, rng).SerializeToString(), "interpreter").run(wide)
         with np.errstate(all="ignore"):
             for k in names:
                 moved = np.abs(np.asarray(out[k], np.float64) - base[k])
