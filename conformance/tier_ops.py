@@ -544,6 +544,11 @@ def _structured():
         "DequantizeLinear", [rnd(d, (5,), r, -100, 100), _c(0.05, "float32"), _c(3, "int8")], {"axis": 1}))
     add("QuantizeLinear", "per_tensor_axis_unused", ("float32",), lambda r, d: one_node(
         "QuantizeLinear", [rnd(d, (5,), r), _c(0.05, "float32"), _c(-3, "int8")], {"axis": 3}))
+    # glowc fuzz --against onnxruntime: a float16 input with a float32 scale is divided in float32 (opset 23: in the
+    # scale's type): 3 / 0.031087851 = 96.5007 rounds to 97 (the scale rounded to float16 gave 96.5, then 96)
+    add("QuantizeLinear", "float32_scale", ("float16",), lambda r, d: one_node(
+        "QuantizeLinear", [np.concatenate([[3.0], rnd(d, (7,), r, -3, 3)]).astype(d).reshape(2, 4),
+                           _c(0.031087851, "float32"), _c(1, "uint8")], opset=25))
     add("QLinearMatMul", "uint8", ("uint8",), lambda r, d: one_node(
         "QLinearMatMul", [rnd(d, (3, 4), r, 0, 255), _c(0.02, "float32"), _c(128, "uint8"),
                           rnd(d, (4, 2), r, 0, 255), _c(0.03, "float32"), _c(120, "uint8"), _c(0.1, "float32"),
@@ -787,6 +792,9 @@ SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "s
                                             ("GRU", "const_linear_before_reset_seq_lens"), ("GRU", "seq_lens"))},
                 # onnx.reference's DFT refuses an empty signal axis (numpy's fft: 0 points); onnxruntime's is empty
                 ("DFT", "empty_axis"): ONNXRUNTIME,
+                # round(x / scale) + zero point with the division in the float32 scale's type
+                ("QuantizeLinear", "float32_scale"): lambda f: [np.clip(np.round(
+                    f["x0"].astype(np.float32) / np.float32(0.031087851)) + 1, 0, 255).astype(np.uint8)],
                 # onnx.reference's ArgMax / ArgMin call numpy's, which refuses an empty axis even for an empty output
                 **{(op, "empty_axis_empty_output"): ONNXRUNTIME for op in ("ArgMax", "ArgMin")}}
 

@@ -143,6 +143,8 @@ def quantize_linear(b, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, blo
     if precision:
         p = _to_dtype(b, precision, "precision")
         x, scale = b.cast_(x, p), b.cast_(scale, p)
+    elif scale.dtype != x.dtype and scale.dtype.name in ("float32", "float16", "bfloat16") and x.dtype.is_float:
+        x = b.cast_(x, scale.dtype)  # opset 23: the division is in the scale's type unless precision says otherwise
     elif scale.dtype != x.dtype:
         scale = b.cast_(scale, x.dtype)
     q = b.binary("div", x, scale)
