@@ -555,6 +555,10 @@ def _structured():
                           _c(100, "uint8")]))
     add("MatMulInteger", "uint8", ("uint8",), lambda r, d: one_node(
         "MatMulInteger", [rnd(d, (3, 4), r, 0, 255), rnd(d, (4, 2), r, 0, 255), _c(12, "uint8"), _c(7, "uint8")]))
+    # zero points of [D1, D2, M, 1] and [D1, D2, 1, N] (N-D per row / column; glowc fuzz: reshaped to 2-D they failed)
+    add("MatMulInteger", "nd_zero_points", ("uint8",), lambda r, d: one_node(
+        "MatMulInteger", [rnd(d, (2, 3, 4), r, 0, 255), rnd("int8", (2, 4, 5), r, -128, 127),
+                          rnd(d, (2, 3, 1), r, 0, 255), rnd("int8", (2, 1, 5), r, -128, 127)]))
     add("ConvInteger", "uint8", ("uint8",), lambda r, d: one_node(
         "ConvInteger", [rnd(d, (1, 2, 5, 5), r, 0, 255), rnd(d, (3, 2, 3, 3), r, 0, 255), _c(100, "uint8")]))
     add("BitShift", "left", ("uint8", "uint32"), lambda r, d: one_node(
