@@ -100,6 +100,26 @@ def test_shrinker_keeps_only_the_failing_node():
     assert tests > 0
 
 
+def test_shrinker_keeps_a_failing_node_no_output_reads():
+    """The backend compiles every node: a failing node whose result no graph output reads (the generator drops
+    outputs of unknown shape) is kept, not pruned away (the s5 run's MatMulInteger ShapeError was shrunk to a model
+    without it, which then passed)."""
+    nodes = [helper.make_node("Relu", ["v0"], ["v1"]), helper.make_node("Neg", ["v0"], ["dead"]),
+             helper.make_node("Abs", ["v1"], ["v2"])]
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("v0", 1, [4])],
+                          [helper.make_tensor_value_info("v2", 1, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+
+    def fails(c, f):
+        return any(n.op_type == "Neg" for n in c.graph.node)
+
+    def values(c, f):
+        return {k: np.ones(4, np.float32) for k in ("v0", "v1", "v2", "dead")}
+
+    small, feeds, tests = shrink(m, {"v0": np.ones(4, np.float32)}, fails, values, seconds=30)
+    assert "Neg" in [n.op_type for n in small.graph.node] and len(small.graph.node) < 3
+
+
 def test_replay_of_an_agreeing_model(tmp_path):
     m = _model(helper.make_node("Add", ["a", "b"], ["y"]), [("a", [2, 3]), ("b", [3])], [("y", [2, 3])])
     onnx.save(m, tmp_path / "m.onnx")
