@@ -42,6 +42,8 @@ ORT_DIFFERENCES = {
                               + _NAN + " (the range without NaN there, a NaN scale and zeros in the interpreter)"),
     "Add": ("overflow16", _OVERFLOW16), "Sub": ("overflow16", _OVERFLOW16), "Mul": ("overflow16", _OVERFLOW16),
     "Sum": ("overflow16", _OVERFLOW16),
+    "QuantizeLinear": ("nan", "the specification leaves an integer quantization of NaN undefined (round(NaN) + "
+                              "zero point is no integer: onnxruntime gives 0)"),
     "Clip": ("overflow", "with max omitted the specification's text clamps to the type's largest finite "
                          "value (onnxruntime) and its reference to infinity (the interpreter)"),
 }
@@ -253,13 +255,25 @@ def _loss(node, shapes, attrs):
     return None
 
 
+def _arg_empty(node, shapes, attrs):
+    x = _dims(shapes, node, 0)
+    if x is None or not x:
+        return None
+    a = attrs.get("axis", 0)
+    if -len(x) <= a < len(x) and x[a] == 0 and all(d for i, d in enumerate(x) if i != a % len(x)):
+        return (f"{node.op_type} over the empty axis {a} of an input {list(x)} into a non-empty output: there is no "
+                f"index to return")
+    return None
+
+
 #: op -> rule(node, operand shapes, attributes) -> why the specification rejects the node, or None. A graph the kit
 #: refuses (or computes differently) that breaks one of these is not a finding: onnxruntime accepts some models
 #: beyond the specification (a DFT axis given as a vector; a scale of the input's rank without block_size; or never
 #: runs the node because only its statically known shape is used).
 SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
               "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel,
-              "QLinearMatMul": _qlinear_matmul, "SoftmaxCrossEntropyLoss": _loss, "NegativeLogLikelihoodLoss": _loss}
+              "QLinearMatMul": _qlinear_matmul, "SoftmaxCrossEntropyLoss": _loss, "NegativeLogLikelihoodLoss": _loss,
+              "ArgMax": _arg_empty, "ArgMin": _arg_empty}
 
 
 def spec_violations(model_bytes) -> list[tuple[str, str]]:
