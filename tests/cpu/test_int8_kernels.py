@@ -110,9 +110,11 @@ CONV = [
      1),
     ((1, 40, 15, 15), (64, 40, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", "relu", 1),
     ((2, 32, 6, 9), (48, 32, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "hi", "zero", False, "int32", None, 1),
+    # one weight tile (16 channels), K chunks of 6 blocks, an odd vector count
+    ((1, 24, 11, 13), (16, 24, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", None, 1),
 ]
 #: CONV lines the AMX target plans on AMX blocks
-AMX_LINES = (12, 13, 23, 24, 25)
+AMX_LINES = (12, 13, 23, 24, 25, 26)
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [
     ((1, 512), (512, 100), "int8", "rand", "zero", False, "int8", None, 1),
