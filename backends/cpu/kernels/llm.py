@@ -71,8 +71,10 @@ LIMB_BITS = {4: 8, 8: 7}
 LIMB_ACCUMULATORS = 16
 #: The ISA the limb path needs (a preprocessor test: without it the float GEMVs run).
 LIMB_ISA = "defined(__AVX512VNNI__) && defined(__AVX512BW__)"
-#: Bytes ahead of its loads the limb path prefetches the weights (0: the hardware prefetchers alone).
-LIMB_PREFETCH = 0
+#: Bytes ahead of its loads the integer dot-product paths (limbs, int8 A) prefetch the weights (0: the hardware
+#: prefetchers alone). A 125 M int4 decode step, 1 thread, load 6-8: 26 ms without, 23 at 512, 16-18 at 2048,
+#: 14 at 4096 and 8192 (bench/README.md).
+WEIGHT_PREFETCH = 4096
 
 
 def _t(gen, name: str, **ctx) -> str:
@@ -198,6 +200,7 @@ def k_matmul_nbits(gen, ki, fn) -> str:
         return _t(gen, "matmul_nbits_a8.c.j2", fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0],
                   sc=ptrs[1], zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k,
                   n=n, bits=bits, bs=block, kb_n=kb, words=kb * block // per, groups=groups, rpass=min(A8_PASS, m),
+                  prefetch=WEIGHT_PREFETCH,
                   scratch=gen.scratch_ptr(), aq_bytes=_a8_bytes(m, k, block)[0])
     ctx = dict(fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0], sc=ptrs[1],
                zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k, n=n,
@@ -226,7 +229,7 @@ def k_matmul_nbits(gen, ki, fn) -> str:
     exact = _t(gen, "matmul_nbits_a8.c.j2", fn=f"{fn}_limbs", linkage="static", limbs=limbs, limb_bits=lw, a=ctx["a"],
                y=ctx["y"],
                w=ptrs[0], sc=ptrs[1], zp=ctx["zp"], bias=ctx["bias"], m=m, k=k, n=n, bits=bits, bs=block, kb_n=kb,
-               words=ctx["words"], groups=groups, rpass=rpass, scratch=gen.scratch_ptr(), prefetch=LIMB_PREFETCH,
+               words=ctx["words"], groups=groups, rpass=rpass, scratch=gen.scratch_ptr(), prefetch=WEIGHT_PREFETCH,
                aq_bytes=_a8_bytes(m, k, block, limbs)[0])
     return (f"#if {LIMB_ISA}\n{exact}#endif\n"
             + _t(gen, "matmul_nbits.c.j2", **ctx, limbs_fn=f"{fn}_limbs", limb_isa=LIMB_ISA))
