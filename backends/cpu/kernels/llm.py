@@ -6,7 +6,9 @@
   row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
   groups, so a decode step streams each weight byte once. 4-bit values become floats through a 16-entry table
   (one vpermps per 16 values on AVX-512, which ignores the index's high bits: no mask, no conversion), the
-  default zero point 8 folded into it when there is no zero-point input. Larger M (prefill): per panel of PANEL_COLUMNS
+  default zero point 8 folded into it when there is no zero-point input. On AVX512-VNNI the same GEMVs run as
+  integer dot products instead (A per block scaled by a power of two to an integer in byte limbs, LIMBS;
+  templates/matmul_nbits_a8.c.j2). Larger M (prefill): per panel of PANEL_COLUMNS
   columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
   GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
 
