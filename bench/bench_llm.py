@@ -189,6 +189,16 @@ def _op_kind(ins) -> str:
     return ins.op
 
 
+#: Weight projections by node name in transformers' exports (the rest of MatMul / FusedMatMul is attention).
+WEIGHT_NAMES = ("proj", "lm_head")
+
+
+def _ort_kind(name: str, op: str) -> str:
+    if op in ("MatMul", "FusedMatMul", "MatMulNBits"):
+        return f"{op} (weights)" if any(w in name for w in WEIGHT_NAMES) else f"{op} (attention: QK^T, PV)"
+    return op
+
+
 def profile(path: str, fn: str, threads: int, runs: int, prompt: np.ndarray, capacity: int, block: int,
             top: int = 12) -> None:
     """Per-op-kind tables of the Generator's ``fn`` function ("prefill": one block after the prompt's; "decode":
@@ -246,9 +256,9 @@ def profile(path: str, fn: str, threads: int, runs: int, prompt: np.ndarray, cap
             ws.append(time.perf_counter() - t)
         events = ort_kernel_times(sess.end_profiling())
     by_op: dict = {}
-    for v in events.values():
+    for name, v in events.items():
         for i, (sec, op) in enumerate(v[1:]):
-            by_op.setdefault(op, [0.0] * (len(v) - 1))[i] += sec
+            by_op.setdefault(_ort_kind(name, op), [0.0] * (len(v) - 1))[i] += sec
     table(f"onnxruntime ({n} token(s) after {past}): best run {1e3 * min(ws[1:]):.1f} ms",
           {k: min(v) for k, v in by_op.items()})
 
