@@ -182,9 +182,21 @@ def compare(path: str, label: str, threads: list[int], rounds: int, prompt: np.n
 
 
 def _op_kind(ins) -> str:
-    if ins.op in ("matmul", "com.microsoft.MatMulNBits") and len(ins.ins) > 1:
+    if ins.op == "com.microsoft.MatMulNBits":  # by shape: each its own GB/s
+        return f"{ins.op} (weights {ins.attrs['K']}x{ins.attrs['N']})"
+    if ins.op == "matmul" and len(ins.ins) > 1:
         return f"{ins.op} (weights)" if ins.ins[1].region == "constant" else f"{ins.op} (attention: QK^T, PV)"
     return ins.op
+
+
+#: Weight projections by node name in transformers' exports (the rest of MatMul / FusedMatMul is attention).
+WEIGHT_NAMES = ("proj", "lm_head")
+
+
+def _ort_kind(name: str, op: str) -> str:
+    if op in ("MatMul", "FusedMatMul", "MatMulNBits"):
+        return f"{op} (weights)" if any(w in name for w in WEIGHT_NAMES) else f"{op} (attention: QK^T, PV)"
+    return op
 
 
 def profile(path: str, fn: str, threads: int, runs: int, prompt: np.ndarray, capacity: int, block: int,
@@ -211,14 +223,21 @@ def profile(path: str, fn: str, threads: int, runs: int, prompt: np.ndarray, cap
             acc[_op_kind(ins)] = acc.get(_op_kind(ins), 0.0) + sec
         per.append(acc)
     best = {k: min(r.get(k, 0.0) for r in per) for k in set().union(*per)}
+    streamed: dict = {}  # bytes of packed weights, scales and zero points each MatMulNBits kind reads per run
+    for ins, _, _ in timed:
+        if ins.op == "com.microsoft.MatMulNBits":
+            streamed[_op_kind(ins)] = streamed.get(_op_kind(ins), 0) + sum(v.type.numel * v.type.dtype.itemsize
+                                                                           for v in ins.ins[1:4])
 
-    def table(title, times):
+    def table(title, times, rates=None):
         tot = sum(times.values())
         print(title)
         for k, v in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
-            print(f"  {k:45s} {1e3 * v:9.2f} ms {100 * v / tot:5.1f}%")
+            rate = f" {rates[k] / v / 1e9:6.1f} GB/s" if rates and k in rates and v else ""
+            print(f"  {k:45s} {1e3 * v:9.2f} ms {100 * v / tot:5.1f}%{rate}")
     rows = block if fn == "prefill" else 1
-    table(f"glow {fn} ({rows} rows, cache {capacity}, {threads} thread(s)): best run {1e3 * min(walls):.1f} ms", best)
+    table(f"glow {fn} ({rows} rows, cache {capacity}, {threads} thread(s)): best run {1e3 * min(walls):.1f} ms", best,
+          streamed)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.enable_profiling = threads, 1, True
     with tempfile.TemporaryDirectory() as d:
@@ -237,9 +256,9 @@ def profile(path: str, fn: str, threads: int, runs: int, prompt: np.ndarray, cap
             ws.append(time.perf_counter() - t)
         events = ort_kernel_times(sess.end_profiling())
     by_op: dict = {}
-    for v in events.values():
+    for name, v in events.items():
         for i, (sec, op) in enumerate(v[1:]):
-            by_op.setdefault(op, [0.0] * (len(v) - 1))[i] += sec
+            by_op.setdefault(_ort_kind(name, op), [0.0] * (len(v) - 1))[i] += sec
     table(f"onnxruntime ({n} token(s) after {past}): best run {1e3 * min(ws[1:]):.1f} ms",
           {k: min(v) for k, v in by_op.items()})
 

@@ -8,8 +8,9 @@ compares the two answers (the subject is the pass, the backend only executes). P
 merge identical work (dce, cse, remove-noops) and buffer sharing must be bit-exact; constant folding
 (computed by the reference at compile time), BatchNorm folding (different arithmetic), the recurrences'
 canonical form (rnn-directions: the same steps, but a backend may run the forward op with its whole-op kernel),
-layouts (convs over blocked buffers may sum in another order) and the default
-pipeline get the "model" tolerance. That lowering matches each unlowered op is the "ops" tier.
+the language-model recompositions (recompose-llm, on the decompositions of ``RECOMPOSE_MODELS``: a backend may
+run RMSNormalization and RotaryEmbedding whole, summing in its own order), layouts (convs over blocked buffers
+may sum in another order) and the default pipeline get the "model" tolerance. That lowering matches each unlowered op is the "ops" tier.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 from glow_conformance import example_models
 from glow_core.passes import PASSES
 
+from . import llm_decompositions as D
 from . import networks as M
 from .cases import Case, CaseFailure, case_seed
 from .checker import compare
@@ -82,6 +84,24 @@ MODELS = {"redundant": redundant, "rnn_directions": rnn_directions, "resnet": la
           "unet": lambda: M.unet(seed=4, size=8), "layout_boundaries": lambda: M.layout_boundaries(seed=4)}
 
 
+#: The decompositions pass recompose-llm rewrites (and two it must leave alone), one line per form:
+#: opsets 13 (ReduceMean's axes an attribute), 18, 20, 23; with and without the casts to float32 and back;
+#: with and without the weight; every operand order; the rotary's cos and sin from positions, from gathered
+#: caches, broadcast over a batch, and from angles whose halves differ (not rewritten).
+RECOMPOSE_MODELS = {
+    "rms_norm_o18_cast_weight": lambda: D.rms_norm(opset=18),
+    "rms_norm_o13_mul_div1": lambda: D.rms_norm(opset=13, cast=False, square="mul", inv="div1"),
+    "rms_norm_o20_no_weight": lambda: D.rms_norm(opset=20, weight=False, swap=True),
+    "rms_norm_o23_divx": lambda: D.rms_norm(opset=23, cast=False, inv="divx", shape=(3, 40)),
+    "rms_norm_o18_float16": lambda: D.rms_norm(opset=18, dtype="float16"),
+    "rotary_o18_positions": lambda: D.rotary(opset=18),
+    "rotary_o13_cache_swapped": lambda: D.rotary(opset=13, cos_from="cache", swap=True, heads=2, seq=4, dim=64),
+    "rotary_o20_batch2": lambda: D.rotary(opset=20, batch=2, pos_batch=1),
+    "rotary_o23_batch2_positions2": lambda: D.rotary(opset=23, batch=2, pos_batch=2, seq=7, dim=32),
+    "rotary_o18_unequal_halves": lambda: D.rotary(opset=18, cos_from="angles"),
+}
+
+
 def _feeds(model, rng):
     from .tier_models import _feeds as f
     return f(model, rng)
@@ -89,7 +109,7 @@ def _feeds(model, rng):
 
 #: The tolerance class of each pass's comparison: bit-exact unless the pass changes arithmetic.
 PASS_CLASS = {"dce": "movement", "cse": "movement", "remove-noops": "movement", "ir-buffer-sharing": "movement",
-              "rnn-directions": "model",
+              "rnn-directions": "model", "recompose-llm": "model",
               "constant-fold": "model", "ir-layouts": "model", "fold-batchnorm": "model", "default-pipeline": "model"}
 
 
@@ -144,6 +164,8 @@ def cases():
         out.append(pass_case("default-pipeline", mname, build, pipeline=_default()))
         out.append(pass_case("ir-buffer-sharing", mname, build, pipeline=[], share=True))
         out.append(pass_case("ir-layouts", mname, build, pipeline=[], share=False, base_layouts=False))
+    for mname, build in RECOMPOSE_MODELS.items():
+        out.append(pass_case("recompose-llm", mname, build))
     return out
 
 

@@ -617,10 +617,11 @@ def reduce_cases():
                     _reduce_input(prim, dt, shape, rng)], {"axes": axes, "keepdims": kd},
                     lambda a, at, prim=prim: O.reduce(prim, a[0], **at), n_of=n_of))
             if gdtype(dt).is_float:
-                for axes in ([1], [0, 3], [0, 1, 2, 3]):
-                    out.append(make_case(prim, dt, f"specials/{_label(RANK4)}/axes{''.join(map(str, axes))}",
-                                         lambda rng, dt=dt, prim=prim: [sprinkle(
-                                             _reduce_input(prim, dt, RANK4, rng), rng, 0.03,
+                # (5, 40) over its last axis: a contiguous run of 40 (the cpu's vector max and min)
+                for shape, axes in ((RANK4, [1]), (RANK4, [0, 3]), (RANK4, [0, 1, 2, 3]), ((5, 40), [1])):
+                    out.append(make_case(prim, dt, f"specials/{_label(shape)}/axes{''.join(map(str, axes))}",
+                                         lambda rng, dt=dt, prim=prim, shape=shape: [sprinkle(
+                                             _reduce_input(prim, dt, shape, rng), rng, 0.03,
                                              specials(dt) if prim in ("reduce_max", "reduce_min") else
                                              acc_specials(dt, products=prim == "reduce_prod"))],
                                          {"axes": axes, "keepdims": 1},

@@ -9,6 +9,7 @@ import os
 from glow_core.backend import Backend, CompiledFunction, NodeInfo, Unsupported
 from glow_core.layout import LAYOUT_CONVERT
 from glow_core.ops.registry import get_primitive
+from glow_core.passes import LLM_PIPELINE
 
 from . import layouts
 from .build import sanitize, toolchain
@@ -72,6 +73,11 @@ class CPUBackend(Backend):
         instructions and per-step recurrences), and so do the language-model ops of kernels/llm.py (MatMulNBits,
         RMS normalizations, rotary embeddings, GroupQueryAttention); everything else is lowered."""
         return not kernels_nn.keeps_whole(node)
+
+    def optimization_pipeline(self) -> list[str]:
+        """The default passes and "recompose-llm" (glow_core.passes.recompose): torch's decompositions of RMS
+        normalization and rotary embeddings become RMSNormalization and RotaryEmbedding, which run whole."""
+        return list(LLM_PIPELINE)
 
     def supports_fused_activation(self, op: str, activation: str) -> bool:
         """conv (the conv engine, im2col/direct GEMM and depthwise), matmul and the elementwise add apply every

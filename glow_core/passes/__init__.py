@@ -9,6 +9,7 @@ from ..errors import GlowError
 from .basic import constant_fold, cse, dce
 from .bn_fold import fold_batchnorm
 from .noop import remove_noops
+from .recompose import recompose_llm
 from .rnn import rnn_directions
 
 PASSES = {
@@ -18,9 +19,13 @@ PASSES = {
     "fold-batchnorm": fold_batchnorm,
     "remove-noops": remove_noops,
     "rnn-directions": rnn_directions,
+    "recompose-llm": recompose_llm,
 }
 
 DEFAULT_PIPELINE = ("dce", "rnn-directions", "fold-batchnorm", "remove-noops", "cse", "constant-fold", "dce")
+#: The default pipeline with the language-model recompositions (``recompose.py``): for a backend that keeps
+#: RMSNormalization and RotaryEmbedding whole.
+LLM_PIPELINE = DEFAULT_PIPELINE[:5] + ("recompose-llm",) + DEFAULT_PIPELINE[5:]
 #: The cleanup after lowering (and after the quantization passes).
 POST_LOWERING_PIPELINE = ("remove-noops", "cse", "constant-fold", "dce")
 

@@ -14,6 +14,8 @@ from .ctypes_map import ctype
 
 #: Partial sums of a reduce_sum over a contiguous run (``reduce``).
 REDUCE_LANES = 8
+#: Lanes of a float32 max or min over a contiguous run (one vector; runs shorter than this stay scalar).
+EXTREME_LANES = 16
 
 
 @kernel("reduce_sum", "reduce_prod", "reduce_max", "reduce_min")
@@ -42,9 +44,16 @@ def reduce(gen, ins, fn):
         [st for _, st in red] == row_strides([s for s, _ in red]) else 0
     if lanes:
         gen.choice = f"reduce_sum: {lanes} partial sums over runs of {run}"
+    # A float32 max or min over one contiguous run: a vector of EXTREME_LANES maxima (the last vector, which may
+    # overlap the one before it, first: max is idempotent), then the lanes by rotations. The result is the
+    # serial one: an extreme is exact in any order, and a NaN, once taken, stays.
+    vector = EXTREME_LANES if op in ("reduce_max", "reduce_min") and dt == "float32" and run >= EXTREME_LANES \
+        and [st for _, st in red] == row_strides([s for s, _ in red]) else 0
+    if vector:
+        gen.choice = f"{op}: one vector of {vector} lanes over runs of {run}"
     return gen.t("reduce.c.j2",
         fn=fn, out_t=ct.storage, in_t=ct.storage, out_ptr=gen.ptr(out), in_ptr=gen.ptr(x), lanes=lanes,
-        run=run, base=" + ".join(f"o{i} * {st}" for i, (_, st) in enumerate(kept)) or "0",
+        run=run, vector=vector, cmp="<" if op == "reduce_min" else ">", base=" + ".join(f"o{i} * {st}" for i, (_, st) in enumerate(kept)) or "0",
         load_q=f"({acc_t})" + ct.ld("src[q + l]"), load_t=f"({acc_t})" + ct.ld("src[q]"),
         parallel=gen.nt > 1 and len(kept) > 0, work=x.type.numel, kept=[s for s, _ in kept],
         red=[s for s, _ in red], acc_t=acc_t, init=init, load=f"({acc_t})" + ct.ld(f"in[{load_idx}]"),

@@ -87,17 +87,22 @@ def repeat_kv_heads(b, q, k, v):
 
 
 def sdpa(b, q, k, v, bias, scale, softcap=0.0, softmax_precision=None, sink=None):
-    """Scaled dot-product attention on [B, H, S, D] heads (K/V heads repeated for GQA): Q and K each scaled
-    by sqrt(scale) (ONNX's definition), QK^T, softcap (tanh(x / cap) * cap), + ``bias`` (additive, -inf where
+    """Scaled dot-product attention on [B, H, S, D] heads (K/V heads repeated for GQA): Q scaled by ``scale``
+    (float32/64; 16-bit floats: Q and K each by sqrt(scale), ONNX's definition), QK^T, softcap (tanh(x / cap) * cap), + ``bias`` (additive, -inf where
     masked), softmax (optionally in ``softmax_precision``; ``sink``, a Value [H] or 0-d, adds exp(sink - max)
     to each row's denominator as a logit no value reads), rows whose bias is -inf everywhere give zeros, P V.
     Returns (y, qk, qk + bias, p) with p before its cast to the inputs' dtype."""
     dt = q.dtype
     k, v = repeat_kv_heads(b, q, k, v)
-    scv = b.const(np.asarray([np.sqrt(scale)]).astype(dt.np))  # shape (1,), broadcast by b.binary
-    qs = b.binary("mul", q, scv)
-    ks = b.binary("mul", b.transpose_(k, (0, 1, 3, 2)), scv)
-    qk = b.matmul(qs, ks)
+    kt = b.transpose_(k, (0, 1, 3, 2))
+    if dt.name in ("float32", "float64"):
+        # Q times ``scale`` and K^T as it is (ONNX's reference scales both by sqrt(scale): the same up to
+        # roundings): a backend's matmul reads K^T, the repeated heads of a KV cache, in place, where a scaled copy
+        # of the keys would be written at every run (the whole cache at every decode step).
+        qk = b.matmul(b.binary("mul", q, b.const(np.asarray([scale]).astype(dt.np))), kt)
+    else:  # 16-bit floats as the reference: each operand by sqrt(scale), so Q K^T stays in range
+        scv = b.const(np.asarray([np.sqrt(scale)]).astype(dt.np))  # shape (1,), broadcast by b.binary
+        qk = b.matmul(b.binary("mul", q, scv), b.binary("mul", kt, scv))
     if softcap is not None and softcap > 0:
         cap = b.const(np.asarray(softcap, dtype=dt.np))
         qk = b.binary("mul", b.tanh(b.binary("div", qk, cap)), cap)
