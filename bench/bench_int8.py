@@ -6,7 +6,9 @@ For each layer and thread count, in alternating rounds within one process (a loa
 implementation alike), the per-call latency of:
 
 * ``glow-int8``   the int8 engine's kernel (uint8 activations, int8 per-channel weights, uint8 output with the
-                  requantization fused), called through ctypes on prepared buffers;
+                  requantization fused), called through ctypes on prepared buffers; on a CPU with AMX, the convs
+                  the planner gives AMX blocks run them;
+* ``glow-vnni``   the same kernel planned without AMX (``force={"amx": False}``: the VNNI register tiles);
 * ``ort-int8``    onnxruntime running a one-node QLinearConv / QLinearMatMul model with the same types;
 * ``ort-fp32``    onnxruntime running the one-node float32 Conv / MatMul;
 * ``glow-fp32``   the CPU backend compiling the same float32 one-node model (CompiledModel.run, so its Python
@@ -63,7 +65,7 @@ LAYERS = [
     ("l4 1x1/2 down", (1, 256, 14, 14), (512, 256, 1, 1), 2, 0, 1),
     ("fc 512-1000", (1, 512), (512, 1000), 1, 0, 1),
 ]
-IMPLS = ("glow-int8", "ort-int8", "ort-fp32", "glow-fp32")
+IMPLS = ("glow-int8", "glow-vnni", "ort-int8", "ort-fp32", "glow-fp32")
 X_SCALE, X_ZP, Y_SCALE, Y_ZP = 0.02, 100, 0.05, 90
 
 
@@ -98,8 +100,12 @@ class Layer:
             out = (1, ws[0], oh, oh)
             self.kernel = plan_qconv(xs, ws, (s, s), (1, 1), (p,) * 4, 1, x_dtype="uint8", x_offset=X_ZP,
                                      multiplier=mult, y=y, num_threads=threads, name="bench_k")
+            self.vnni = plan_qconv(xs, ws, (s, s), (1, 1), (p,) * 4, 1, x_dtype="uint8", x_offset=X_ZP,
+                                   multiplier=mult, y=y, num_threads=threads, name="bench_v", force={"amx": False})
         self.runner = GemmRunner(self.kernel, self.w, self.bias, out, np.uint8)
         self.runner.prepare(self.x)
+        self.vnni_runner = self.runner if self.fc else GemmRunner(self.vnni, self.w, self.bias, out, np.uint8)
+        self.vnni_runner.prepare(self.x)
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
@@ -144,7 +150,9 @@ class Layer:
         self.ort_f = ort.InferenceSession(fm.SerializeToString(), so, providers=["CPUExecutionProvider"])
         self.xf = self.x.astype(np.float32)
         self.glow_f = glow_core.compile(fm, "cpu", num_threads=threads)
-        self.calls = {"glow-int8": self.runner.call,
+        if self.fc:
+            self.vnni_runner = self.runner
+        self.calls = {"glow-int8": self.runner.call, "glow-vnni": self.vnni_runner.call,
                       "ort-int8": lambda: self.ort_q.run(None, {"x": self.x}),
                       "ort-fp32": lambda: self.ort_f.run(None, {"xf": self.xf}),
                       "glow-fp32": lambda: self.glow_f.run({"xf": self.xf})}
@@ -153,8 +161,9 @@ class Layer:
         """Elements where glow-int8 differs from onnxruntime's int8 output."""
         self.runner.call()
         ours = self.runner.result()
+        self.vnni_runner.call()
         theirs = self.ort_q.run(None, {"x": self.x})[0]
-        return int((ours != theirs).sum())
+        return int((ours != theirs).sum()) + int((self.vnni_runner.result() != theirs).sum())
 
 
 def time_call(fn, seconds: float) -> float:
@@ -186,7 +195,7 @@ def main(argv=None) -> int:
     results, bad = [], 0
     for nt in threads:
         print(f"\n== {nt} thread(s); median of {a.rounds} rounds, {a.seconds}s per implementation per round ==")
-        print(f"{'layer':18s} {'int8 us':>8s} {'GOP/s':>6s} {'ort-i8':>8s} {'ort-f32':>8s} {'glow-f32':>8s} "
+        print(f"{'layer':18s} {'int8 us':>8s} {'GOP/s':>6s} {'vnni us':>8s} {'ort-i8':>8s} {'ort-f32':>8s} {'glow-f32':>8s} "
               f"{'i8/ortf32':>9s} {'i8/glowf32':>10s} {'i8/orti8':>8s} {'spread':>6s}")
         tot = dict.fromkeys(IMPLS, 0.0)
         best = dict.fromkeys(IMPLS, 0.0)
@@ -207,7 +216,8 @@ def main(argv=None) -> int:
                     tot[k] += med[k] * layer.count
                     best[k] += min(rounds[k]) * layer.count
             gops = 2 * layer.macs / med["glow-int8"] / 1e9
-            print(f"{layer.name:18s} {med['glow-int8'] * 1e6:8.1f} {gops:6.1f} {med['ort-int8'] * 1e6:8.1f} "
+            print(f"{layer.name:18s} {med['glow-int8'] * 1e6:8.1f} {gops:6.1f} {med['glow-vnni'] * 1e6:8.1f} "
+                  f"{med['ort-int8'] * 1e6:8.1f} "
                   f"{med['ort-fp32'] * 1e6:8.1f} {med['glow-fp32'] * 1e6:8.1f} "
                   f"{med['glow-int8'] / med['ort-fp32']:9.2f} {med['glow-int8'] / med['glow-fp32']:10.2f} "
                   f"{med['glow-int8'] / med['ort-int8']:8.2f} {spread:6.2f}")
@@ -215,11 +225,13 @@ def main(argv=None) -> int:
                                 kernel=layer.kernel.describe, mismatches=diff,
                                 **{k: med[k] for k in IMPLS}, spread=spread,
                                 rounds={k: rounds[k] for k in IMPLS}))
-        print(f"{'20 convs (ms)':18s} {tot['glow-int8'] * 1e3:8.2f} {'':6s} {tot['ort-int8'] * 1e3:8.2f} "
+        print(f"{'20 convs (ms)':18s} {tot['glow-int8'] * 1e3:8.2f} {'':6s} {tot['glow-vnni'] * 1e3:8.2f} "
+              f"{tot['ort-int8'] * 1e3:8.2f} "
               f"{tot['ort-fp32'] * 1e3:8.2f} {tot['glow-fp32'] * 1e3:8.2f} "
               f"{tot['glow-int8'] / tot['ort-fp32']:9.2f} {tot['glow-int8'] / tot['glow-fp32']:10.2f} "
               f"{tot['glow-int8'] / tot['ort-int8']:8.2f}")
-        print(f"{'  by min (ms)':18s} {best['glow-int8'] * 1e3:8.2f} {'':6s} {best['ort-int8'] * 1e3:8.2f} "
+        print(f"{'  by min (ms)':18s} {best['glow-int8'] * 1e3:8.2f} {'':6s} {best['glow-vnni'] * 1e3:8.2f} "
+              f"{best['ort-int8'] * 1e3:8.2f} "
               f"{best['ort-fp32'] * 1e3:8.2f} {best['glow-fp32'] * 1e3:8.2f} "
               f"{best['glow-int8'] / best['ort-fp32']:9.2f} {best['glow-int8'] / best['glow-fp32']:10.2f} "
               f"{best['glow-int8'] / best['ort-int8']:8.2f}")

@@ -182,7 +182,9 @@ def compare(path: str, label: str, threads: list[int], rounds: int, prompt: np.n
 
 
 def _op_kind(ins) -> str:
-    if ins.op in ("matmul", "com.microsoft.MatMulNBits") and len(ins.ins) > 1:
+    if ins.op == "com.microsoft.MatMulNBits":  # by shape: each its own GB/s
+        return f"{ins.op} (weights {ins.attrs['K']}x{ins.attrs['N']})"
+    if ins.op == "matmul" and len(ins.ins) > 1:
         return f"{ins.op} (weights)" if ins.ins[1].region == "constant" else f"{ins.op} (attention: QK^T, PV)"
     return ins.op
 
@@ -221,14 +223,21 @@ def profile(path: str, fn: str, threads: int, runs: int, prompt: np.ndarray, cap
             acc[_op_kind(ins)] = acc.get(_op_kind(ins), 0.0) + sec
         per.append(acc)
     best = {k: min(r.get(k, 0.0) for r in per) for k in set().union(*per)}
+    streamed: dict = {}  # bytes of packed weights, scales and zero points each MatMulNBits kind reads per run
+    for ins, _, _ in timed:
+        if ins.op == "com.microsoft.MatMulNBits":
+            streamed[_op_kind(ins)] = streamed.get(_op_kind(ins), 0) + sum(v.type.numel * v.type.dtype.itemsize
+                                                                           for v in ins.ins[1:4])
 
-    def table(title, times):
+    def table(title, times, rates=None):
         tot = sum(times.values())
         print(title)
         for k, v in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
-            print(f"  {k:45s} {1e3 * v:9.2f} ms {100 * v / tot:5.1f}%")
+            rate = f" {rates[k] / v / 1e9:6.1f} GB/s" if rates and k in rates and v else ""
+            print(f"  {k:45s} {1e3 * v:9.2f} ms {100 * v / tot:5.1f}%{rate}")
     rows = block if fn == "prefill" else 1
-    table(f"glow {fn} ({rows} rows, cache {capacity}, {threads} thread(s)): best run {1e3 * min(walls):.1f} ms", best)
+    table(f"glow {fn} ({rows} rows, cache {capacity}, {threads} thread(s)): best run {1e3 * min(walls):.1f} ms", best,
+          streamed)
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.enable_profiling = threads, 1, True
     with tempfile.TemporaryDirectory() as d:

@@ -37,6 +37,10 @@ MATMUL_NBITS = {
     "b8_rows6_k_word_tail": ((6, 70), 70, 21, 8, 64, None, False, True),
     "b4_prefill_m24": ((24, 256), 256, 150, 4, 32, "uint8", True, True),
     "b8_prefill_m17_k_tail": ((17, 200), 200, 40, 8, 128, None, True, True),
+    # decode GEMVs with float A as int8 limbs on AVX512-VNNI: symmetric weights (no zero points), K ending inside
+    # a block; 8 bits in one block of 256 with zero points and bias
+    "b4_decode_m1_bs64_k_tail": ((1, 1, 200), 200, 40, 4, 64, None, False, True),
+    "b8_decode_m1_bs256_zp_uint8_bias": ((1, 512), 512, 24, 8, 256, "uint8", True, True),
 }
 
 # variant: (batch, new tokens, heads, kv heads, head size, past length, seqlens_k, total_sequence_length, attrs,

@@ -290,3 +290,18 @@ def test_exporter_decomposition_fuses_with_nan_to_zero(threads):
     m.ir_version = 8
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
     np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
+def test_scratch_placed_beside_a_buffer_the_plan_laid_over_part_of_it():
+    """The planner may lay the second matmul's scratch partly over Q (dead there in the unfused program; the
+    exporter's Q times sqrt(scale) is such a buffer: 9 of ViT-Tiny's 12 attentions at 2 threads stayed unfused).
+    The packed K^T and the threads' tiles go in the bytes of the scratch that Q does not use."""
+    from glow_core.plan_queries import Span
+    scratch = Span("activation", 0, 64 * 1000)
+    q = Span("activation", -64 * 100, 64 * 200)  # the scratch's first 100 lines are Q's last
+    kpack = attention._place([scratch], 64 * 300, [q], [])
+    assert kpack == (scratch, 64 * 100, 64 * 300)
+    assert attention._place([scratch], 64 * 600, [q], [kpack]) == (scratch, 64 * 400, 64 * 600)
+    assert attention._place([scratch], 64 * 601, [q], [kpack]) is None
+    other = Span("activation", 64 * 2000, 64 * 1000)
+    assert attention._place([scratch, other], 64 * 601, [q], [kpack]) == (other, 0, 64 * 601)

@@ -40,6 +40,20 @@ def _host_flags() -> set:
 
 
 HOST = _host_flags()
+
+
+def _amx_granted() -> bool:
+    """Linux lets this process use AMX tiles (the kernels ask the same: arch_prctl ARCH_REQ_XCOMP_PERM)."""
+    if not {"amx_tile", "amx_int8"} <= HOST:
+        return False
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).syscall(158, 0x1023, 18) == 0  # SYS_arch_prctl on x86-64
+    except (OSError, AttributeError):
+        return False
+
+
+AMX = _amx_granted()
 # (layout target, C path, threads, what the host must have to run it): each SIMD path once, the 16-lane layout at
 # 1 and 2 threads, the portable path on both layouts.
 PATHS = [("avx512vnni", "native", 1, {"avx512_vnni", "avx512bw", "avx512vl"}),
@@ -47,8 +61,13 @@ PATHS = [("avx512vnni", "native", 1, {"avx512_vnni", "avx512bw", "avx512vl"}),
          ("avxvnni", "avxvnni", 1, {"avx_vnni"}),
          ("avx2", "avx2", 1, {"avx2"}),
          ("avx512vnni", "portable", 1, set()),
-         ("portable", "portable", 2, set())]
-RUNNABLE = [(t, p, n) for t, p, n, need in PATHS if need <= HOST]
+         ("portable", "portable", 2, set()),
+         # convs of enough channels on AMX tiles, at 1 and 2 threads; their VNNI fallback (-DGLOW_Q_NO_AMX)
+         ("avx512vnni-amx", "native", 1, {"amx"}),
+         ("avx512vnni-amx", "native", 2, {"amx"}),
+         ("avx512vnni-amx", "noamx", 1, {"avx512_vnni", "avx512bw", "avx512vl"})]
+RUNNABLE = [(t, p, n) for t, p, n, need in PATHS if need <= HOST | ({"amx"} if AMX else set())]
+INT8_PATH_FLAGS = {**PATH_FLAGS, "noamx": ["-DGLOW_Q_NO_AMX"]}
 TYPES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
 
 # -- cases: one line each ----------------------------------------------------------------------------------------
@@ -85,7 +104,17 @@ CONV = [
     # depthwise with kernel rows of 2 and 4 columns packed in dwords: column stride 4 and 3, row dilation, uneven pads
     ((1, 5, 9, 50), (5, 1, 2, 4), (3, 4), (2, 1), (1, 2, 0, 3), 5, "int8", "rand", "channel", True, "uint8", None, 1),
     ((2, 4, 6, 41), (8, 1, 3, 2), (1, 3), (1, 1), (2, 0, 1, 1), 4, "uint8", "lo", "zero", False, "int8", None, 1),
+    # AMX blocks (also lines 12 and 13): K chunks of 12 blocks, 24 channels padded to 32, an odd vector count and
+    # pixel sums; K chunks of 10 blocks over 4 stride phases; two batches, 48 channels (a 32 block and a 16 one)
+    ((1, 144, 9, 11), (24, 144, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, "int8", "rand", "channel", True, "int8", None,
+     1),
+    ((1, 40, 15, 15), (64, 40, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", "relu", 1),
+    ((2, 32, 6, 9), (48, 32, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "hi", "zero", False, "int32", None, 1),
+    # one weight tile (16 channels), K chunks of 6 blocks, an odd vector count
+    ((1, 24, 11, 13), (16, 24, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", None, 1),
 ]
+#: CONV lines the AMX target plans on AMX blocks
+AMX_LINES = (12, 13, 23, 24, 25, 26)
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [
     ((1, 512), (512, 100), "int8", "rand", "zero", False, "int8", None, 1),
@@ -208,7 +237,7 @@ def matmul_case(i, target):
 def built(target: str, path: str, threads: int):
     """All conv and matmul cases of one layout target: kernels, their library (one compile) and expectations."""
     cases = [conv_case(i, target) for i in range(len(CONV))] + [matmul_case(i, target) for i in range(len(MATMUL))]
-    flags = [f for f in FLAGS if threads > 1 or f != "-fopenmp"] + PATH_FLAGS[path]
+    flags = [f for f in FLAGS if threads > 1 or f != "-fopenmp"] + INT8_PATH_FLAGS[path]
     return cases, compile_library([c[0] for c in cases], flags)
 
 
@@ -221,6 +250,28 @@ def test_conv_matmul_bit_exact(target, path, threads, index):
     bad = np.argwhere(got != expect)
     assert bad.size == 0, (f"{k.describe}: {len(bad)} of {expect.size} differ, first at {tuple(bad[0])}: "
                            f"{got[tuple(bad[0])]} != {expect[tuple(bad[0])]}")
+
+
+def test_amx_plans_the_lines_it_should():
+    """The AMX target takes AMX blocks exactly on AMX_LINES (so the AMX paths above run those kernels)."""
+    for i in range(len(CONV)):
+        k = conv_case(i, "avx512vnni-amx")[0]
+        assert ("AMX blocks" in k.describe) == (i in AMX_LINES), k.describe
+    k = plan_qconv((1, 64, 8, 8), (64, 64, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), x_dtype="uint8", x_offset=0,
+                   y=Requant("uint8"), target=TARGETS["avx512vnni-amx"], force={"amx": False})
+    assert "AMX" not in k.describe
+
+
+@pytest.mark.skipif(not AMX, reason="no AMX tiles granted on this host")
+@pytest.mark.parametrize("line", AMX_LINES)
+def test_amx_equals_vnni(line):
+    """AMX blocks and the VNNI tiles (the same packed weights' fallback) give equal outputs."""
+    got = {}
+    for path in ("native", "noamx"):
+        cases, lib = built("avx512vnni-amx", path, 1)
+        k, (w, bias), x, expect = cases[line]
+        got[path] = GemmRunner(k, w, bias, expect.shape, expect.dtype, lib=lib).run(x)
+    assert np.array_equal(got["native"], got["noamx"])
 
 
 def test_saturation_reaches_both_ends():
@@ -365,7 +416,7 @@ def residual_case(index, target, threads):
 def residual_built(target: str, path: str, threads: int):
     """All RESIDUAL cases of one path and their library (one compile)."""
     cases = [residual_case(i, target, threads) for i in range(len(RESIDUAL))]
-    flags = [f for f in FLAGS if threads > 1 or f != "-fopenmp"] + PATH_FLAGS[path]
+    flags = [f for f in FLAGS if threads > 1 or f != "-fopenmp"] + INT8_PATH_FLAGS[path]
     return cases, compile_library([c[0][0] for c in cases], flags)
 
 

@@ -252,3 +252,37 @@ def test_matmul_nbits_without_avx512(weights, level):
     got = glow_core.compile(m, "cpu", num_threads=1, cflags="-O2 -march=x86-64-v3 -fno-math-errno -fno-trapping-math"
                             ).run({"a": a})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_matmul_nbits_float_a_limbs_wide_range_and_non_finite():
+    """The float-A GEMV (on AVX512-VNNI: A per block scaled by a power of two to an integer in int8 limbs, integer
+    dot products) over blocks whose values span ten orders of magnitude, a block of zeros and one of subnormals,
+    against the interpreter's float arithmetic; an infinity or a NaN in A makes the outputs non-finite, as there."""
+    m, a, _ = nbits_model("b4_tails_bias", 2, 11, level=0)  # K 100 in blocks of 32: the last one a tail
+    r = np.random.default_rng(5)
+    a[0, :32] *= 10.0 ** r.integers(-8, 3, 32)
+    a[0, 32:64] = 0
+    a[1, 64:96] = a[1, 64:96] * 1e-39
+    want = glow_core.compile(m, "interpreter").run({"a": a})["y"]
+    for nt in (1, 2):
+        got = glow_core.compile(m, "cpu", num_threads=nt).run({"a": a})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    for bad in (np.inf, np.nan):
+        a2 = a.copy()
+        a2[1, 40] = bad
+        want = glow_core.compile(m, "interpreter").run({"a": a2})["y"]
+        got = glow_core.compile(m, "cpu", num_threads=1).run({"a": a2})["y"]
+        np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+        assert np.isfinite(got[0]).all() and not np.isfinite(got[1]).any()
+
+
+@pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"), reason="x86-64 -march flag")
+@pytest.mark.parametrize("weights, m_rows", [("b4_tails_bias", 1), ("b4_tails_zp_bias", 3), ("b8_tails_zp", 2)])
+def test_matmul_nbits_float_gemvs_avx512_without_vnni(weights, m_rows):
+    """Built for Skylake-X (AVX-512, no VNNI): the float GEMVs (the 4-bit table by vpermps) where a VNNI machine
+    runs the limbs, against the interpreter."""
+    m, a, _ = nbits_model(weights, m_rows, 13, level=0)
+    want = glow_core.compile(m, "interpreter").run({"a": a})["y"]
+    got = glow_core.compile(m, "cpu", num_threads=1, cflags="-O2 -march=skylake-avx512 -fno-math-errno "
+                            "-fno-trapping-math").run({"a": a})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -376,20 +376,20 @@ def _mask_strides(mshape, shape) -> "list[int] | None":
 
 
 def _place(owned, size, avoid, taken) -> "tuple | None":
-    """(buffer, offset) of ``size`` bytes in one of the ``owned`` buffers overlapping none of ``avoid`` nor the
-    ``taken`` (buffer, offset, size) ranges: after a taken range in the same buffer, else at its start."""
+    """(buffer, offset, size): the first aligned range of ``size`` bytes in one of the ``owned`` buffers that shares
+    no byte with any of ``avoid`` nor with the ``taken`` (buffer, offset, size) ranges (a buffer the planner laid
+    partly over Q, which the unfused program no longer reads at the second matmul, keeps the rest usable)."""
     for c in owned:
-        if any(_overlap(c, b) for b in avoid):
-            continue
+        busy = sorted([(b.address - c.address, b.address + b.size - c.address) for b in avoid if _overlap(c, b)] +
+                      [(tb.address + toff - c.address, tb.address + toff + tsize - c.address)
+                       for tb, toff, tsize in taken if tb.region == c.region])
         at = 0
-        for tb, toff, tsize in taken:
-            if _overlap(c, tb):
-                if tb is not c:
-                    break
-                at = align_up(toff + tsize)
-        else:
-            if at + size <= c.size:
-                return c, at, size
+        for lo, hi in busy:
+            if at + size <= lo:
+                break
+            at = max(at, align_up(hi))
+        if at + size <= c.size:
+            return c, at, size
     return None
 
 

@@ -28,11 +28,14 @@ class Int8EngineError(GlowError):
 class QTarget:
     """What the kernels are laid out for: int32 lanes per vector (16: AVX-512 VNNI; 8: AVX-VNNI, AVX2 or the
     portable C path) and the vector registers the tiles may use. The C picks the instructions from the
-    compiler's macros; the layout (and so the packed weights) depends only on ``lanes``."""
+    compiler's macros; the layout (and so the packed weights) depends only on ``lanes``. ``amx``: the CPU has
+    AMX-INT8 tiles, which convs of enough channels use (tdpbsud) with the VNNI tiles as the run-time fallback
+    (their weights are packed for both)."""
 
     name: str
     lanes: int
     registers: int
+    amx: bool = False
 
 
 @lru_cache(maxsize=None)
@@ -40,6 +43,8 @@ def host_qtarget() -> QTarget:
     """The machine compiling with -march=native."""
     words = feature_flags()
     if {"avx512_vnni", "avx512bw", "avx512vl"} <= words:
+        if {"amx_tile", "amx_int8"} <= words:
+            return TARGETS["avx512vnni-amx"]
         return QTarget("avx512vnni", 16, 32)
     if "avx_vnni" in words:
         return QTarget("avxvnni", 8, 16)
@@ -49,7 +54,8 @@ def host_qtarget() -> QTarget:
 
 
 #: Targets by name for studies and tests (``target=`` of every planner).
-TARGETS = {"avx512vnni": QTarget("avx512vnni", 16, 32), "avxvnni": QTarget("avxvnni", 8, 16),
+TARGETS = {"avx512vnni": QTarget("avx512vnni", 16, 32), "avx512vnni-amx": QTarget("avx512vnni-amx", 16, 32, True),
+           "avxvnni": QTarget("avxvnni", 8, 16),
            "avx2": QTarget("avx2", 8, 16), "portable": QTarget("portable", 8, 16)}
 
 
@@ -153,8 +159,9 @@ def per_channel(what: str, value, count: int, dtype) -> np.ndarray:
     return out
 
 
-#: Planner choices a study may force (``force=`` of plan_qconv and plan_qmatmul): the register tile.
-FORCIBLE = ("mr", "nv")
+#: Planner choices a study may force (``force=`` of plan_qconv and plan_qmatmul): the register tile, and whether
+#: a conv may use AMX tiles (False: the VNNI tiles only).
+FORCIBLE = ("mr", "nv", "amx")
 
 
 def check_weighted(op: str, name: str, x_dtype: str, x_offset: int, w_dtype: str, y: Requant, force) -> dict:

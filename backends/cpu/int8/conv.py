@@ -46,6 +46,12 @@ BY_GROUP_MIN = 4
 #: Largest column stride of a depthwise conv whose kernel rows are packed in dwords (the transform's 16-byte
 #: shuffle builds 4 dwords from bytes [0, 3 * stride + 4)).
 KWPACK_MAX_STRIDE = 4
+#: AMX (tdpbsud) blocks: ma (2, or 1 for at most 16 output channels) weight tiles of 16 output channels x 2 input
+#: tiles of 16 virtual pixels (2 ma C tiles), over K chunks of kc 4-channel blocks of one tap, kc the largest divisor
+#: of the blocks <= AMX_MAX_KC (one tile configuration per conv). Taken when kc >= AMX_MIN_KC (a tdpbsud of 16
+#: channels still does 4x the multiply-adds of the VNNI tile's cycle) and the output channels padded to 16 ma
+#: waste at most a quarter of the work.
+AMX_MAX_KC, AMX_MIN_KC = 16, 4
 
 
 def _tile_candidates(target: QTarget, max_nv: int):
@@ -128,9 +134,15 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     c4 = -(-cg // 4)
     q = oh * wh
     nvec = -(-q // lanes)
+    kc = max(d for d in range(1, AMX_MAX_KC + 1) if c4 % d == 0)
+    amx_oc = 16 if fg <= 16 else 32
+    fpad = -(-fg // amx_oc) * amx_oc
+    amx = bool(target.amx and force.get("amx", True) and lanes == 16 and group == 1 and not kwpack
+               and kc >= AMX_MIN_KC and fpad * 3 <= fg * 4)
     deltas = [phases.index(((i * dh) % sh, (j * dw) % sw)) for i, j in taps]
     inplane = [(i * dh // sh) * wh + (j * dw // sw) for i, j in taps]
-    plen = max(hh * wh, nvec * lanes + max(inplane))
+    # an AMX block reads vectors in pairs: an odd count's last pair reads one vector past the last (dropped)
+    plen = max(hh * wh, (nvec + (nvec % 2 if amx else 0)) * lanes + max(inplane))
     plen = -(-plen // 16) * 16
     toff = [(d * plen + e) * 4 for d, e in zip(deltas, inplane)]
     cst = len(phases) * plen * 4
@@ -191,8 +203,11 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             f"s{sh},{sw}: transform to {len(phases)} plane(s) of {hh}x{wh} dwords"
             f"{f' of a kernel row (kw {kw} taps)' if kwpack else ''}, tile {mr}ch x {nv}x{lanes}px, "
             f"{'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'} requant"
-            f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}{', group by group' if by_group else ''}, "
+            f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}{', group by group' if by_group else ''}"
+            f"{f', AMX blocks {amx_oc}ch x 32px over K chunks of {kc * 4} channels (the VNNI tiles without AMX)' if amx else ''}, "
             f"{nt} thread(s), {target.name}")
+    nqb2 = -(-nvec // 2)
+    vnni_bytes = f * c4 * 4 * len(taps)
     src = template("qconv.c.j2").render(
         name=name, describe=desc, lanes=lanes, n=n, c=c, h=h, w=w, f=f, fg=fg, cg=cg, c4=c4, group=group,
         oh=oh, ow=ow, ohw=oh * ow, sh=sh, sw=sw, pad_t=pt, pad_l=pl, hh=hh, wh=wh, plen=plen,
@@ -211,7 +226,10 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         shuf=", ".join(str(j * sw + t) for j in range(4) for t in range(4)),
         rb_cvt="cvtepi8" if residual and residual.b_dtype == "int8" else "cvtepu8",
         b_ctype=QTYPES[residual.b_dtype][0] if residual else "",
-        r_ctype=QTYPES[residual.y.dtype][0] if residual else "")
+        r_ctype=QTYPES[residual.y.dtype][0] if residual else "",
+        amx=amx, kc=kc, nk=c4 // kc, amx_off=vnni_bytes, amx_block=len(taps) * c4 * 4 * amx_oc, nqb2=nqb2,
+        amx_items=fpad // amx_oc * nqb2, amx_ichunk=max(1, fpad // amx_oc * nqb2 // (nt * DYNAMIC_CHUNKS)),
+        ma=amx_oc // 16)
 
     def pack(weights, bias=None) -> QConstants:
         wt = terms.signed(weights, (f, cg, kh, kw), given_w_shape)
@@ -231,6 +249,12 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
                 rows = slice(g * fg + f0, g * fg + min(f0 + mr, fg))
                 blocks.append(wpad[:, :, rows].reshape(-1))
         packed = np.concatenate(blocks).astype(np.int8)
+        assert packed.size == vnni_bytes
+        if amx:  # then the AMX weight tiles: [channel block][tap][K chunk][16 ma channels][kc blocks x 4]
+            wa = np.zeros((fpad, c4 * 4, nt_), np.int64)
+            wa[:f, :cg] = wt.reshape(f, cg, nt_)
+            wa = wa.reshape(fpad // amx_oc, amx_oc, c4 // kc, kc * 4, nt_).transpose(0, 4, 2, 1, 3)
+            packed = np.concatenate([packed, wa.reshape(-1).astype(np.int8)])
         corr32 = corr.astype(np.int64).astype(np.uint32).view(np.int32)  # wraps like the kernel's int32
         if xsum:
             corr32 = np.concatenate([corr32, terms.wo_s.astype(np.int32)])

@@ -40,7 +40,8 @@ channel when per-channel). With ``num_threads > 1`` a kernel above PARALLEL_MIN_
 that many threads with a static split; compiled without -fopenmp it is serial and correct. The C picks AVX-512
 VNNI, AVX-VNNI, AVX2 (an exact vpdpbusd emulation) or portable C from the compiler's macros (-DGLOW_Q_PORTABLE
 forces the latter); the packed layout depends only on ``target.lanes`` (host_qtarget(): 16 with AVX-512 VNNI,
-else 8), so pack with the same target the source was rendered for.
+else 8) and ``target.amx`` (convs planned for AMX tiles append their AMX-packed weights to the VNNI ones and pick
+the path at run time; -DGLOW_Q_NO_AMX forces VNNI), so pack with the same target the source was rendered for.
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@
   row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
   groups, so a decode step streams each weight byte once. 4-bit values become floats through a 16-entry table
   (one vpermps per 16 values on AVX-512, which ignores the index's high bits: no mask, no conversion), the
-  default zero point 8 folded into it when there is no zero-point input. Larger M (prefill): per panel of PANEL_COLUMNS
+  default zero point 8 folded into it when there is no zero-point input. On AVX512-VNNI the same GEMVs run as
+  integer dot products instead (A per block scaled by a power of two to an integer in byte limbs, LIMBS;
+  templates/matmul_nbits_a8.c.j2). Larger M (prefill): per panel of PANEL_COLUMNS
   columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
   GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
 
@@ -60,6 +62,21 @@ INT8_ACCURACY = 4
 A8_MIN_ROWS = 1
 #: Rows per pass of the int8 path (each word of W unpacked once for them).
 A8_PASS = 8
+#: Float A on AVX512-VNNI (the GEMV path, M <= GEMV_ROWS): A per block scaled exactly by a power of two to an
+#: integer and split into LIMBS[bits] byte limbs of LIMB_BITS[bits] bits, the dot products u8 x s8 (vpdpbusd,
+#: 64 multiply-adds an instruction, where the float path's table, shift and FMA take 3 instructions per 16).
+#: 4-bit weights: 3 limbs of 8 bits, A to 23 bits (an error at most 2^-23 of the power of two above its block's
+#: largest |a|, float32's own precision); 8-bit weights (not signed bytes): 4 limbs of 7 bits, 28 bits.
+LIMBS = {4: 3, 8: 4}
+LIMB_BITS = {4: 8, 8: 7}
+#: Integer accumulators of a pass of the limb path (rows x limbs x 2 for 4 bits, within the 32 vector registers).
+LIMB_ACCUMULATORS = 16
+#: The ISA the limb path needs (a preprocessor test: without it the float GEMVs run).
+LIMB_ISA = "defined(__AVX512VNNI__) && defined(__AVX512BW__)"
+#: Bytes ahead of its loads the integer dot-product paths (limbs, int8 A) prefetch the weights (0: the hardware
+#: prefetchers alone). A 125 M int4 decode step, 1 thread, load 6-8: 26 ms without, 23 at 512, 16-18 at 2048,
+#: 14 at 4096 and 8192 (bench/README.md).
+WEIGHT_PREFETCH = 4096
 
 
 def _t(gen, name: str, **ctx) -> str:
@@ -141,12 +158,18 @@ def _int8_activations(ki) -> bool:
     return int(ki.attrs.get("accuracy_level", 0)) == INT8_ACCURACY and m >= A8_MIN_ROWS
 
 
-def _a8_bytes(m: int, k: int, block: int) -> tuple[int, int]:
-    """The int8 path's quantized A (m rows of the blocks' padded length, 64-byte rounded) and its total scratch
-    (plus a float scale and an int32 sum per row and block)."""
+def _a8_bytes(m: int, k: int, block: int, limbs: int = 1) -> tuple[int, int]:
+    """The int8 path's quantized A (m rows x limbs of the blocks' padded length, 64-byte rounded) and its total
+    scratch (plus a float scale per row and block and an int32 sum per row, block and limb)."""
     kb = -(-k // block)
-    aq = -(-m * kb * block // 64) * 64
-    return aq, aq + m * kb * 8
+    aq = -(-m * limbs * kb * block // 64) * 64
+    return aq, aq + m * kb * 4 * (1 + limbs)
+
+
+def _limbs(ki) -> bool:
+    """Whether a float-A GEMV also gets the limb path (under LIMB_ISA): blocks of whole 16-value vectors."""
+    m, _, _ = _nbits_dims(ki)
+    return m <= GEMV_ROWS and int(ki.attrs["block_size"]) % 16 == 0 and not _int8_activations(ki)
 
 
 def nbits_scratch_bytes(ki) -> int:
@@ -155,6 +178,8 @@ def nbits_scratch_bytes(ki) -> int:
     m, k, _ = _nbits_dims(ki)
     if _int8_activations(ki):
         return _a8_bytes(m, k, int(ki.attrs["block_size"]))[1]
+    if _limbs(ki):
+        return _a8_bytes(m, k, int(ki.attrs["block_size"]), LIMBS[int(ki.attrs.get("bits", 4))])[1]
     return 0 if m <= GEMV_ROWS else SCRATCH_THREADS * _thread_bytes(m, k)
 
 
@@ -177,6 +202,7 @@ def k_matmul_nbits(gen, ki, fn) -> str:
         return _t(gen, "matmul_nbits_a8.c.j2", fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0],
                   sc=ptrs[1], zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k,
                   n=n, bits=bits, bs=block, kb_n=kb, words=kb * block // per, groups=groups, rpass=min(A8_PASS, m),
+                  prefetch=WEIGHT_PREFETCH,
                   scratch=gen.scratch_ptr(), aq_bytes=_a8_bytes(m, k, block)[0])
     ctx = dict(fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0], sc=ptrs[1],
                zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k, n=n,
@@ -191,9 +217,24 @@ def k_matmul_nbits(gen, ki, fn) -> str:
         return _t(gen, "matmul_nbits.c.j2", **ctx, scratch=gen.scratch_ptr(), panels=-(-n // PANEL_COLUMNS),
                         panel=PANEL_COLUMNS, panel_bytes=_panel_bytes(k), thread_bytes=_thread_bytes(m, k)
                         ).replace(f"num_threads({gen.nt})", f"num_threads({nt})")
-    gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s) as GEMVs dequantizing in registers, "
-                     f"{groups} column groups of 16" + (f" split over {gen.nt} threads" if gen.nt > 1 else ""))
-    return _t(gen, "matmul_nbits.c.j2", **ctx)
+    split = f" split over {gen.nt} threads" if gen.nt > 1 else ""
+    if not _limbs(ki):
+        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s) as GEMVs dequantizing in registers, "
+                      f"{groups} column groups of 16{split}")
+        return _t(gen, "matmul_nbits.c.j2", **ctx)
+    limbs, lw = LIMBS[bits], LIMB_BITS[bits]
+    rpass = min(m, max(1, LIMB_ACCUMULATORS // (limbs * (2 if bits == 4 else 1))))
+    gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), on AVX512-VNNI A per block scaled by a "
+                  f"power of two to integers within 2^{lw * (limbs - 1) + 6} in {limbs} limbs of {lw} bits, u8 x s8 dot "
+                  f"products in passes of {rpass} row(s), {groups} column groups of 16{split} (else GEMVs "
+                  "dequantizing in registers)")
+    exact = _t(gen, "matmul_nbits_a8.c.j2", fn=f"{fn}_limbs", linkage="static", limbs=limbs, limb_bits=lw, a=ctx["a"],
+               y=ctx["y"],
+               w=ptrs[0], sc=ptrs[1], zp=ctx["zp"], bias=ctx["bias"], m=m, k=k, n=n, bits=bits, bs=block, kb_n=kb,
+               words=ctx["words"], groups=groups, rpass=rpass, scratch=gen.scratch_ptr(), prefetch=WEIGHT_PREFETCH,
+               aq_bytes=_a8_bytes(m, k, block, limbs)[0])
+    return (f"#if {LIMB_ISA}\n{exact}#endif\n"
+            + _t(gen, "matmul_nbits.c.j2", **ctx, limbs_fn=f"{fn}_limbs", limb_isa=LIMB_ISA))
 
 
 RMS_OPS = ("RMSNormalization", "SimplifiedLayerNormalization", "com.microsoft.SkipSimplifiedLayerNormalization")

@@ -5,6 +5,7 @@ float16/bfloat16 through converted float32 operands, and plain loops (small or i
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 from math import prod
 
@@ -15,7 +16,7 @@ from . import ew as kernels_ew
 from .codegen import STRIDED, ScratchLayout, accumulator, batch_offset, kernel, kernel_scratch
 from .ctypes_map import ctype
 from .gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes, pack_b
-from ..templates import template
+from ..templates import PARALLEL_MIN_WORK, template
 
 
 #: The GEMV's choices (gemv.c.j2). Its columns sum in the GEMM's order (blocks of GEMM_TILES kc rows), so a
@@ -32,18 +33,38 @@ from ..templates import template
 #: summing in the GEMM's order): below, the plain loops.
 GEMM_MIN_WORK = 32768
 GEMV = {"prefetch_rows": 32, "min_weights_per_thread": 1 << 21, "vector_floats": 16}
+#: Threads whose scratch a batch-split product plans (as kernels.window.ENGINE_SCRATCH_THREADS): a kernel compiled
+#: for more threads splits its batches over at most that many.
+SCRATCH_THREADS = os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
 class MatmulPlan:
     """gemm (float32/float64), gemv (float32, one row, constant B), convert (float16/bfloat16 through a float32
-    GEMM) or naive (small or integer)."""
+    GEMM) or naive (small or integer). ``batch_split``: the threads (at most; the kernel takes min(this, its own))
+    that split the batches, each a contiguous range with its own copy of the scratch (``scratch`` holds them all,
+    ``stride`` bytes apart), every product then on one thread (1: the batches in turn, each GEMM splitting its own
+    columns over the threads)."""
 
     mode: str
     sfx: str
     acc_t: str
     b_derived: bool
     scratch: ScratchLayout
+    batch_split: int = 1
+    stride: int = 0
+
+
+def batch_split(mode: str, batch: int, m: int, n: int, k: int, threads: int) -> int:
+    """Threads a batched product splits its batches over: the threads (at most one per batch) when its products
+    are too small to split (below PARALLEL_MIN_WORK["gemm"], where the GEMM runs on one thread, or the plain
+    loops, which never split) and together worth a fork (at least PARALLEL_MIN_WORK["gemm"]); else 1. Swin's
+    shifted-window attention (192 products of 49 x 49 x 32), diffusers' mid-block attention (8 of 64 x 64 x 32).
+    Each product is computed as on one thread: the result does not depend on the thread count."""
+    if batch < 2 or threads < 2 or mode not in ("gemm", "naive"):
+        return 1
+    small = mode == "naive" or m * n * k <= PARALLEL_MIN_WORK["gemm"]
+    return min(threads, batch) if small and batch * m * n * k >= PARALLEL_MIN_WORK["gemm"] else 1
 
 
 def matmul_plan(ki) -> MatmulPlan:
@@ -55,19 +76,23 @@ def matmul_plan(ki) -> MatmulPlan:
     acc_t, acc_np = accumulator(dt)
     if dt == "float32" and m == 1 and big and b.const and not ki.attrs.get(STRIDED):  # as a GEMM of more rows
         return MatmulPlan("gemv", "f32", acc_t, True, ScratchLayout.of([]))
-    if dt in ("float32", "float64") and big:
-        sfx = "f32" if dt == "float32" else "f64"
-        return MatmulPlan("gemm", sfx, acc_t, b.const,
-                          ScratchLayout.of([("gemm", gemm_scratch_bytes(sfx, m, n, k, packed_b=b.const))]))
     if dt in ("float16", "bfloat16") and big:
         parts = [("ca", 4 * m * k)] + ([] if b.const else [("cb", 4 * k * n)]) + \
                 [("cc", 4 * m * n), ("gemm", gemm_scratch_bytes("f32", m, n, k))]
         return MatmulPlan("convert", "f32", "float", b.const, ScratchLayout.of(parts))
-    row = [("row", to_dtype(acc_np).itemsize * n)]
-    given = ki.attrs.get(STRIDED) or {}
-    if "b" in given and given["b"][3] != 1:  # B by columns: its 16-column blocks copied k-major, summed in vectors
-        row.append(("tile", to_dtype(acc_np).itemsize * k * max(16, n - n % 16)))
-    return MatmulPlan("naive", "", acc_t, False, ScratchLayout.of(row))
+    if dt in ("float32", "float64") and big:
+        mode, sfx = "gemm", "f32" if dt == "float32" else "f64"
+        parts = [("gemm", gemm_scratch_bytes(sfx, m, n, k, packed_b=b.const))]
+    else:
+        mode, sfx = "naive", ""
+        parts = [("row", to_dtype(acc_np).itemsize * n)]
+        given = ki.attrs.get(STRIDED) or {}
+        if "b" in given and given["b"][3] != 1:  # B by columns: 16-column blocks copied k-major, summed in vectors
+            parts.append(("tile", to_dtype(acc_np).itemsize * k * max(16, n - n % 16)))
+    one = ScratchLayout.of(parts)
+    split = batch_split(mode, prod(a.type.shape[:-2]), m, n, k, SCRATCH_THREADS)
+    whole = ScratchLayout(one.offsets, one.total * split) if split > 1 else one
+    return MatmulPlan(mode, sfx, acc_t, mode == "gemm" and b.const, whole, split, one.total)
 
 
 _GEMMS: dict[str, str] = {}
@@ -127,6 +152,8 @@ def matmul(gen, ins, fn):
         return _gemv(gen, ins, fn, plan)
     mode, acc_t = plan.mode, plan.acc_t
     scratch = gen.scratch_ptr()
+    batch = prod(a.type.shape[:-2])
+    split = min(plan.batch_split, batch_split(mode, batch, m, n, k, gen.nt))
     gen.choice = {"gemm": f"gemm {plan.sfx}" + (" (b packed at compile time)" if plan.b_derived else ""),
                    "naive": f"loops in {acc_t}",
                    "convert": "gemm f32 on converted operands" + (
@@ -151,13 +178,16 @@ def matmul(gen, ins, fn):
         store_c = ct.st(f"({ct.compute})row[j]")
     e0, e1 = gen.epilogue_args(dt) if mode == "gemm" else ("0", "0")
     strided = _strided_operands(gen, ins, m, n, k) if mode in ("gemm", "naive") else None
+    if split > 1:
+        gen.choice += f"; {split} threads split the {batch} products, each on one thread"
     if mode == "naive" and strided:  # per batch: ab, bb, cb at the batch's offsets; B by rows, or by columns
         load_a = f"({acc_t})" + ct.ld(f"ab[i * {strided['lda']} + kk * {strided['csa']}]")
         load_b = f"({acc_t})" + ct.ld(f"brow[j * {strided['csb']}]" if strided["csb"] == 1 else
                                       f"bb[kk * {strided['ldb']} + (j0 + jj) * {strided['csb']}]")
     return gen.t("matmul.c.j2", strided=strided,
                   fn=fn, choice=gen.choice, out_t=ct.storage, in_t=ct.storage, out_ptr=gen.ptr(out),
-                  a_ptr=gen.ptr(a), b_ptr=gen.ptr(b), mode=mode, batch=prod(a.type.shape[:-2]), m=m, n=n, k=k,
+                  a_ptr=gen.ptr(a), b_ptr=gen.ptr(b), mode=mode, batch=batch, m=m, n=n, k=k, split=split,
+                  stride=plan.stride, gemm_nt=1 if split > 1 else gen.nt,
                   gemm=gemm, acc_t=acc_t, load_a=load_a, load_b=load_b, store_c=store_c, epi=epi or "v", e0=e0,
                   e1=e1, scratch=scratch, off=plan.scratch.offsets, cb_ptr=cb_ptr, bp_ptr=bp_ptr,
                   bp_size=k * -(-n // gemm_pack_width(plan.sfx or "f32")) * gemm_pack_width(plan.sfx or "f32"))
