@@ -544,12 +544,21 @@ def _structured():
         "DequantizeLinear", [rnd(d, (5,), r, -100, 100), _c(0.05, "float32"), _c(3, "int8")], {"axis": 1}))
     add("QuantizeLinear", "per_tensor_axis_unused", ("float32",), lambda r, d: one_node(
         "QuantizeLinear", [rnd(d, (5,), r), _c(0.05, "float32"), _c(-3, "int8")], {"axis": 3}))
+    # glowc fuzz --against onnxruntime: a float16 input with a float32 scale is divided in float32 (opset 23: in the
+    # scale's type): 3 / 0.031087851 = 96.5007 rounds to 97 (the scale rounded to float16 gave 96.5, then 96)
+    add("QuantizeLinear", "float32_scale", ("float16",), lambda r, d: one_node(
+        "QuantizeLinear", [np.concatenate([[3.0], rnd(d, (7,), r, -3, 3)]).astype(d).reshape(2, 4),
+                           _c(0.031087851, "float32"), _c(1, "uint8")], opset=25))
     add("QLinearMatMul", "uint8", ("uint8",), lambda r, d: one_node(
         "QLinearMatMul", [rnd(d, (3, 4), r, 0, 255), _c(0.02, "float32"), _c(128, "uint8"),
                           rnd(d, (4, 2), r, 0, 255), _c(0.03, "float32"), _c(120, "uint8"), _c(0.1, "float32"),
                           _c(100, "uint8")]))
     add("MatMulInteger", "uint8", ("uint8",), lambda r, d: one_node(
         "MatMulInteger", [rnd(d, (3, 4), r, 0, 255), rnd(d, (4, 2), r, 0, 255), _c(12, "uint8"), _c(7, "uint8")]))
+    # zero points of [D1, D2, M, 1] and [D1, D2, 1, N] (N-D per row / column; glowc fuzz: reshaped to 2-D they failed)
+    add("MatMulInteger", "nd_zero_points", ("uint8",), lambda r, d: one_node(
+        "MatMulInteger", [rnd(d, (2, 3, 4), r, 0, 255), rnd("int8", (2, 4, 5), r, -128, 127),
+                          rnd(d, (2, 3, 1), r, 0, 255), rnd("int8", (2, 1, 5), r, -128, 127)]))
     add("ConvInteger", "uint8", ("uint8",), lambda r, d: one_node(
         "ConvInteger", [rnd(d, (1, 2, 5, 5), r, 0, 255), rnd(d, (3, 2, 3, 3), r, 0, 255), _c(100, "uint8")]))
     add("BitShift", "left", ("uint8", "uint32"), lambda r, d: one_node(
@@ -744,6 +753,13 @@ def _lrn_oracle(feeds, size=3, alpha=1e-4, beta=0.75, bias=1.0):
     return [(x / (bias + alpha / size * ss) ** beta).astype(feeds["x0"].dtype)]
 
 
+def _lp_oracle(x, p):
+    """LpNormalization over axis 1 by its definition in float64 (0 where the norm is 0), rounded once."""
+    xf = x.astype(np.float64)
+    norm = np.sum(np.abs(xf) ** p, axis=1, keepdims=True) ** (1.0 / p)
+    return np.where(norm == 0, 0.0, xf / np.where(norm == 0, 1.0, norm)).astype(x.dtype)
+
+
 def _pool_oracle(kind):
     """Pooling (3x3 window, pads 1) by the primitive's contract, which propagates NaN (ONNX leaves it open;
     onnx.reference's float64 pooling skips NaN)."""
@@ -780,6 +796,9 @@ SPEC_ORACLES = {("MaxPool", "specials"): _pool_oracle("max"), ("AveragePool", "s
                                             ("GRU", "const_linear_before_reset_seq_lens"), ("GRU", "seq_lens"))},
                 # onnx.reference's DFT refuses an empty signal axis (numpy's fft: 0 points); onnxruntime's is empty
                 ("DFT", "empty_axis"): ONNXRUNTIME,
+                # round(x / scale) + zero point with the division in the float32 scale's type
+                ("QuantizeLinear", "float32_scale"): lambda f: [np.clip(np.round(
+                    f["x0"].astype(np.float32) / np.float32(0.031087851)) + 1, 0, 255).astype(np.uint8)],
                 # onnx.reference's ArgMax / ArgMin call numpy's, which refuses an empty axis even for an empty output
                 **{(op, "empty_axis_empty_output"): ONNXRUNTIME for op in ("ArgMax", "ArgMin")}}
 
@@ -799,6 +818,15 @@ def structured_cases():
                        oracle=lambda f, p=p: [(np.sum(np.abs(f["x0"].astype(np.float64)) ** p, axis=(2, 3),
                                                       keepdims=True) ** (1.0 / p)).astype(f["x0"].dtype)])
             for dt in ("float32", "float64") for p in (1, 2, 3)]
+    # glowc fuzz --against onnxruntime (minimal model: a float16 6e-8 normalized to 0): rows whose squares (p=2) or
+    # sums (p=1) leave the type's range (float16 subnormals and 12000s, float32 1e-25 and 1e25); by the definition
+    # in float64, rounded once
+    out += [model_case(f"ops/LpNormalization/{dt}/fuzz_range_p{p}", "ops", "LpNormalization", dt,
+                       lambda r, dt=dt, sc=sc, p=p: one_node("LpNormalization", [(
+                           rnd("float32", (len(sc), 3), r) * np.float32(sc)[:, None]).astype(dt)], {"axis": 1, "p": p}),
+                       op_class("LpNormalization"), oracle=lambda f, p=p: [_lp_oracle(f["x0"], p)])
+            for dt, sc in (("float16", (6e-8, 1e-4, 1, 3000, 12000)), ("float32", (1e-25, 1, 1e25, 3e37)))
+            for p in (1, 2)]
     # glowc fuzz --against onnxruntime (minimal model): a negative step from a start below -n clamps the start to
     # 0 (the specification; onnxruntime agrees), where Python's slices (and onnx.reference) give nothing
     out.append(model_case("ops/Slice/float32/fuzz_negative_step_start_below_range", "ops", "Slice", "float32",

@@ -524,7 +524,9 @@ def _global_avg(qz: Quantizer, n: Node):
     count = int(np.prod(x.shape[2:])) if x.rank >= 3 else 0
     c = constant_of(div.inputs[1]) if div is not None and div.op in ("div", "mul") and \
         div.inputs[0] is n.outputs[0] else None
-    factor = None if c is None or c[1] is not None or np.ptp(c[0]) != 0 else float(c[0].reshape(-1)[0])
+    # an empty divisor (a mean over an empty plane, or of an empty batch) has no factor: the node stays float
+    factor = None if c is None or c[1] is not None or not c[0].size or np.ptp(c[0]) != 0 \
+        else float(c[0].reshape(-1)[0])
     if axes != list(range(2, x.rank)) or not n.attrs["keepdims"] or factor is None or count == 0 or \
             (div.op == "div" and factor != count) or (div.op == "mul" and not np.isclose(factor * count, 1.0)):
         qz.refuse("only the mean over all spatial dims (GlobalAveragePool) has a quantized form")

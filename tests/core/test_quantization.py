@@ -240,3 +240,23 @@ def test_weight_schema_symmetric_with_asymmetric_activations(cnn, prof):
     assert sqnr(np.stack(ort_run(cnn, cal)), np.stack([cm.run(f)["output"] for f in cal])) > 30
     with pytest.raises(GlowError, match="accepted: asymmetric"):
         glow_core.compile(cnn, "interpreter", quantize=prof, weight_schema="bogus")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_a_dequantized_mean_over_an_empty_axis_compiles(backend):
+    """DequantizeLinear -> ReduceMean of an empty tensor (found by glowc fuzz: quantize_graph crashed on the mean's
+    empty divisor): the mean stays float and the answer is onnxruntime's empty (1, 0) tensor."""
+    from onnx import helper
+    g = helper.make_graph([helper.make_node("DequantizeLinear", ["x", "s"], ["d"]),
+                           helper.make_node("ReduceMean", ["d", "a"], ["y"], keepdims=0)], "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [0, 1, 0])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                          [onnx.numpy_helper.from_array(np.array(1.0, np.float32), "s"),
+                           onnx.numpy_helper.from_array(np.array([0], np.int64), "a")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    feeds = {"x": np.zeros((0, 1, 0), np.uint8)}
+    (want,) = ort_run(m, [feeds])
+    assert want.shape == (1, 0)
+    got = glow_core.compile(m, backend).run(feeds)["y"]
+    assert np.asarray(got).shape == want.shape and np.asarray(got).dtype == np.float32

@@ -15,6 +15,8 @@ import onnx
 from glow_conformance.cases import CaseFailure
 from glow_conformance.checker import compare
 
+from .recipes import RECIPES
+
 _NAN = "onnxruntime's comparisons skip NaN, where the specification's numpy reference propagates or selects it"
 _OVERFLOW = ("overflow is left undefined by the specification; onnxruntime saturates or widens where the "
              "interpreter wraps (integers) or rounds to infinity (float16)")
@@ -40,6 +42,8 @@ ORT_DIFFERENCES = {
                               + _NAN + " (the range without NaN there, a NaN scale and zeros in the interpreter)"),
     "Add": ("overflow16", _OVERFLOW16), "Sub": ("overflow16", _OVERFLOW16), "Mul": ("overflow16", _OVERFLOW16),
     "Sum": ("overflow16", _OVERFLOW16),
+    "QuantizeLinear": ("nan", "the specification leaves an integer quantization of NaN undefined (round(NaN) + "
+                              "zero point is no integer: onnxruntime gives 0)"),
     "Clip": ("overflow", "with max omitted the specification's text clamps to the type's largest finite "
                          "value (onnxruntime) and its reference to infinity (the interpreter)"),
 }
@@ -240,13 +244,36 @@ def _qlinear_matmul(node, shapes, attrs):
     return None
 
 
+def _loss(node, shapes, attrs):
+    x, t, w = _dims(shapes, node, 0), _dims(shapes, node, 1), _dims(shapes, node, 2)
+    if x is not None and len(x) < 2:
+        return f"{node.op_type} scores of shape {list(x)}: the specification takes (N, C) or (N, C, D1, ..., Dk)"
+    if x is not None and t is not None and list(t) != [x[0]] + list(x[2:]):
+        return f"{node.op_type} labels of shape {list(t)} for scores {list(x)}: must be (N, D1, ..., Dk)"
+    if x is not None and w is not None and list(w) != [x[1]]:
+        return f"{node.op_type} weights of shape {list(w)} for {x[1]} classes: must be 1-D of the class count"
+    return None
+
+
+def _arg_empty(node, shapes, attrs):
+    x = _dims(shapes, node, 0)
+    if x is None or not x:
+        return None
+    a = attrs.get("axis", 0)
+    if -len(x) <= a < len(x) and x[a] == 0 and all(d for i, d in enumerate(x) if i != a % len(x)):
+        return (f"{node.op_type} over the empty axis {a} of an input {list(x)} into a non-empty output: there is no "
+                f"index to return")
+    return None
+
+
 #: op -> rule(node, operand shapes, attributes) -> why the specification rejects the node, or None. A graph the kit
 #: refuses (or computes differently) that breaks one of these is not a finding: onnxruntime accepts some models
 #: beyond the specification (a DFT axis given as a vector; a scale of the input's rank without block_size; or never
 #: runs the node because only its statically known shape is used).
 SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
               "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel,
-              "QLinearMatMul": _qlinear_matmul}
+              "QLinearMatMul": _qlinear_matmul, "SoftmaxCrossEntropyLoss": _loss, "NegativeLogLikelihoodLoss": _loss,
+              "ArgMax": _arg_empty, "ArgMin": _arg_empty}
 
 
 def spec_violations(model_bytes) -> list[tuple[str, str]]:
@@ -315,3 +342,97 @@ def float64_outputs(model_bytes, feeds) -> dict:
     m = to_float64(onnx.load_from_string(model_bytes))
     wide = {k: (v.astype(np.float64) if v.dtype in (np.float32, np.float16) else v) for k, v in feeds.items()}
     return {k: np.asarray(v) for k, v in glow_compile(m.SerializeToString(), "interpreter").run(wide).items()}
+
+
+#: The condition estimate of an arbitrated output (``rounding_spread``): each float operand of each node that rounds
+#: is multiplied by 1 + e, e uniform in [-ROUNDING_UNITS * u, ROUNDING_UNITS * u] (u: the unit roundoff of its type,
+#: 2^-24 for float32, 2^-11 for float16), in ROUNDING_TRIALS evaluations.
+ROUNDING_TRIALS, ROUNDING_UNITS = 4, 4
+_UNIT_ROUNDOFF = {_F32: 2.0 ** -24, _F16: 2.0 ** -11}
+
+
+def _rounds(op: str) -> bool:
+    """Whether a node of ``op`` reads perturbed operands in ``rounding_spread``: not the ops whose result is exact
+    or that need exact operands (``recipes``: data movement, Max, comparisons, Floor, ArgMax, TopK, casts...), whose
+    float operands the generator draws from exact values only (a tie or a step there is the answer, not noise)."""
+    r = RECIPES.get(op)
+    return r is None or not (r.exact or r.needs_exact)
+
+
+def _perturbed(m64: onnx.ModelProto, units: dict, shapes: dict, scales: dict, rng) -> onnx.ModelProto:
+    """The float64 model ``m64`` where each node that ``_rounds`` reads each float operand ``v`` (of unit roundoff
+    ``units[v]`` and shape ``shapes[v]``) times 1 + e, e drawn per element uniform in [-ROUNDING_UNITS * u, ...];
+    a result of an op that accumulates many terms (``recipes``: finite) plus e * ``scales[v]`` instead (its largest
+    magnitude: a sum that cancels to about 0 keeps an error of the order of its terms, not of itself)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(m64)
+    g = m.graph
+    read = {i for n in g.node if _rounds(n.op_type) for i in n.input if i in units and i in shapes}
+    nodes = []
+
+    def perturb(v):
+        if v in read:
+            e = rng.uniform(-1.0, 1.0, shapes[v]) * (ROUNDING_UNITS * units[v])
+            add = v in scales
+            g.initializer.append(onnx.numpy_helper.from_array(np.asarray(e * scales[v] if add else 1.0 + e,
+                                                                         np.float64), v + "__rounding"))
+            nodes.append(onnx.helper.make_node("Add" if add else "Mul", [v, v + "__rounding"], [v + "__rounded"]))
+
+    for v in dict.fromkeys([i.name for i in g.input] + [t.name for t in g.initializer]):
+        perturb(v)
+    for n in list(g.node):
+        if _rounds(n.op_type):
+            n.input[:] = [i + "__rounded" if i in read else i for i in n.input]
+        nodes.append(n)
+        for o in n.output:
+            perturb(o)
+    del g.node[:]
+    g.node.extend(nodes)
+    return m
+
+
+def rounding_spread(model_bytes, feeds, trials=ROUNDING_TRIALS, seed=0) -> dict:
+    """A per-element condition estimate of each output of a float32 / float16 model: the largest move of its
+    float64 evaluation (``float64_outputs``) over ``trials`` evaluations where the float operands of the nodes that
+    round (``_rounds``) are perturbed by a random relative error of a few unit roundoffs of their type
+    (``_perturbed``: the backward error of a rounded computation; Monte Carlo arithmetic). Large where the graph
+    amplifies rounding (Sin of a thousand, the determinant of a rank-deficient product, a product of a hundred
+    normalized values); NaN where an evaluation is NaN. Run in a child process."""
+    from glow_core.api import compile as glow_compile
+    from .shrink import with_all_outputs
+    model = onnx.load_from_string(model_bytes)
+    try:
+        inf = onnx.shape_inference.infer_shapes(model).graph
+    except Exception:  # noqa: BLE001  (the declared types below)
+        inf = model.graph
+    units = {t.name: _UNIT_ROUNDOFF[t.data_type] for t in model.graph.initializer if t.data_type in _UNIT_ROUNDOFF}
+    for v in list(inf.input) + list(inf.value_info) + list(inf.output):
+        if v.type.tensor_type.elem_type in _UNIT_ROUNDOFF:
+            units[v.name] = _UNIT_ROUNDOFF[v.type.tensor_type.elem_type]
+    m64 = to_float64(model)
+    wide = {k: (v.astype(np.float64) if v.dtype in (np.float32, np.float16) else v) for k, v in feeds.items()}
+    everything = glow_compile(with_all_outputs(m64).SerializeToString(), "interpreter").run(wide)
+    shapes = {k: np.shape(v) for k, v in everything.items()}
+    shapes.update({k: np.shape(v) for k, v in wide.items()})
+    shapes.update({t.name: tuple(t.dims) for t in m64.graph.initializer})
+    scales = {}
+    for n in model.graph.node:
+        r = RECIPES.get(n.op_type)
+        for o in n.output if r is not None and r.finite else ():
+            v = np.abs(np.asarray(everything.get(o, np.zeros(0)), np.float64))
+            if v.dtype.kind == "f" and np.isfinite(v).any():
+                scales[o] = float(np.max(v[np.isfinite(v)]))
+    names = [o.name for o in model.graph.output]
+    base = {k: np.asarray(everything[k], np.float64) for k in names}
+    spread = {k: np.zeros(np.shape(v)) for k, v in base.items()}
+    lost = {k: np.zeros(np.shape(v), bool) for k, v in base.items()}
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        out = glow_compile(_perturbed(m64, units, shapes, scales, rng).SerializeToString(), "interpreter").run(wide)
+        with np.errstate(all="ignore"):
+            for k in names:
+                moved = np.abs(np.asarray(out[k], np.float64) - base[k])
+                lost[k] |= np.isnan(moved) & ~np.isnan(base[k])
+                spread[k] = np.fmax(spread[k], moved)
+    return {k: np.where(lost[k], np.nan, v) for k, v in spread.items()}
+

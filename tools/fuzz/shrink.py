@@ -21,14 +21,14 @@ from onnx import helper, numpy_helper
 from glow_core.types import dtype as gdtype
 
 
-def prune(m: onnx.ModelProto) -> onnx.ModelProto:
-    """Drop nodes whose outputs nothing reads, then unused inputs and initializers."""
+def prune(m: onnx.ModelProto, keep_nodes: bool = False) -> onnx.ModelProto:
+    """Drop nodes whose outputs nothing reads (unless ``keep_nodes``), then unused inputs and initializers."""
     m = _copy(m)
     g = m.graph
     live = {o.name for o in g.output}
     keep = []
     for n in reversed(g.node):
-        if any(o in live for o in n.output):
+        if keep_nodes or any(o in live for o in n.output):
             keep.append(n)
             live.update(i for i in n.input if i)
     keep.reverse()
@@ -76,8 +76,9 @@ def with_all_outputs(m: onnx.ModelProto) -> onnx.ModelProto:
     return c
 
 
-def drop_nodes(m, feeds, idxs, values, types):
-    """Candidate without the nodes at ``idxs``: consumers bypass to a same-typed operand or read a new input."""
+def drop_nodes(m, feeds, idxs, values, types, keep_nodes=False):
+    """Candidate without the nodes at ``idxs``: consumers bypass to a same-typed operand or read a new input
+    (then ``prune``d, keeping the nodes no output reads when ``keep_nodes``)."""
     c = _copy(m)
     g = c.graph
     feeds = dict(feeds)
@@ -110,7 +111,7 @@ def drop_nodes(m, feeds, idxs, values, types):
                 n.input[k] = rename[x]
     del g.node[:]
     g.node.extend(keep)
-    c = prune(c)
+    c = prune(c, keep_nodes)
     if not c.graph.node:
         return None, None
     return c, {i.name: feeds[i.name] for i in c.graph.input if i.name in feeds}
@@ -203,13 +204,21 @@ def shrink(model, feeds, fails, values, seconds=300.0, log=None):
         for dim in o.type.tensor_type.shape.dim:
             dim.ClearField("dim_value")
     f = {i.name: f[i.name] for i in m.graph.input}
+    # a node no output reads may be the one that fails (the backend compiles every node): then none is pruned
+    keep = not accept(m, f)
+    if keep:
+        m = _copy(model)
+        for o in m.graph.output:
+            for dim in o.type.tensor_type.shape.dim:
+                dim.ClearField("dim_value")
+        f = {i.name: feeds[i.name] for i in m.graph.input}
     # 1. one output
     if len(m.graph.output) > 1:
         for o in list(m.graph.output):
             c = _copy(m)
             del c.graph.output[:]
             c.graph.output.append(o)
-            c = prune(c)
+            c = prune(c, keep)
             cf = {i.name: f[i.name] for i in c.graph.input}
             if accept(c, cf):
                 m, f = c, cf
@@ -225,7 +234,7 @@ def shrink(model, feeds, fails, values, seconds=300.0, log=None):
             i = 0
             while i < len(m.graph.node) and len(m.graph.node) > 1:
                 idxs = list(range(i, min(i + chunk, len(m.graph.node))))
-                c, cf = drop_nodes(m, f, idxs, vals, types)
+                c, cf = drop_nodes(m, f, idxs, vals, types, keep)
                 if accept(c, cf):
                     m, f, progress = c, cf, True
                     vals = values(m, f)

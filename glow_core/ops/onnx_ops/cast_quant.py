@@ -143,6 +143,8 @@ def quantize_linear(b, x, y_scale, y_zero_point=None, *, axis=1, saturate=1, blo
     if precision:
         p = _to_dtype(b, precision, "precision")
         x, scale = b.cast_(x, p), b.cast_(scale, p)
+    elif scale.dtype != x.dtype and scale.dtype.name in ("float32", "float16", "bfloat16") and x.dtype.is_float:
+        x = b.cast_(x, scale.dtype)  # opset 23: the division is in the scale's type unless precision says otherwise
     elif scale.dtype != x.dtype:
         scale = b.cast_(scale, x.dtype)
     q = b.binary("div", x, scale)
@@ -197,14 +199,15 @@ def dynamic_quantize_linear(b, x):
 
 # -- integer matmul / conv -------------------------------------------------------------------------
 def _widen(b, v, zp, zp_shape=None):
-    """v - zp in int32 (zp reshaped to `zp_shape` when it is 1-D)."""
+    """v - zp in int32 (zp reshaped to `zp_shape` when it is 1-D; an N-D zp, e.g. MatMulInteger's [D1, D2, 1, N] for
+    b of [D1, D2, K, N], broadcasts as it is)."""
     v = b.cast_(v, "int32")
     if zp is None:
         return v
     zp = b.cast_(zp, "int32")
     if zp.rank == 1 and zp.type.numel == 1:
         zp = b.reshape_(zp, ())
-    elif zp.rank >= 1 and zp_shape is not None:
+    elif zp.rank == 1 and zp_shape is not None:
         zp = _reshape_neg(b, zp, zp_shape)
     return b.binary("sub", v, zp)
 

@@ -143,18 +143,23 @@ def group_normalization(b, x, scale, bias, *, epsilon=1e-5, num_groups=None, sta
 
 @onnx_op("LpNormalization")
 def lp_normalization(b, x, *, axis=-1, p=2):
-    """x / norm along ``axis``: sum |x| (p=1) or sqrt(sum x^2) (p=2); 0 where the norm is 0."""
+    """x / norm along ``axis``: sum |x| (p=1) or sqrt(sum x^2) (p=2); 0 where the norm is 0. Computed as y / norm(y)
+    of y = x / m, m the largest magnitude along the axis (then 1 <= norm(y)^p <= n: the squares of float32 underflow
+    below 1e-19 and overflow above 2e19, its sums near 3e38), and float16 / bfloat16 in float32 (a float16 6e-8 is
+    one of their rounding steps)."""
     _check_float(b, x)
     axis = b.norm_axis(axis, x.rank)
-    if p == 1:
-        norm = b.reduce("reduce_sum", b.abs(x), [axis], keepdims=True)
-    elif p == 2:
-        norm = b.sqrt(b.reduce("reduce_sum", b.mul(x, x), [axis], keepdims=True))
-    else:
+    if p not in (1, 2):
         raise ShapeError(f"{b.where}: p={p}; accepted: 1 or 2")
-    zero = b.binary("eq", norm, b.scalar_like(0, norm, shape=()))
-    safe = b.where_(zero, b.scalar_like(1, norm, shape=()), norm)
-    return b.where_(zero, b.scalar_like(0, x, shape=()), b.binary("div", x, safe))
+    xs = b.cast_(x, "float32") if x.dtype.name in _LOW_FLOATS else x
+    m = b.reduce("reduce_max", b.abs(xs), [axis], keepdims=True)
+    zero = b.binary("eq", m, b.scalar_like(0, m, shape=()))
+    one = b.scalar_like(1, m, shape=())
+    y = b.binary("div", xs, b.where_(zero, one, m))
+    norm = b.reduce("reduce_sum", b.abs(y), [axis], keepdims=True) if p == 1 else \
+        b.sqrt(b.reduce("reduce_sum", b.mul(y, y), [axis], keepdims=True))
+    out = b.where_(zero, b.scalar_like(0, y, shape=()), b.binary("div", y, b.where_(zero, one, norm)))
+    return b.cast_(out, x.dtype)
 
 
 @onnx_op("MeanVarianceNormalization")
