@@ -255,6 +255,15 @@ def _loss(node, shapes, attrs):
     return None
 
 
+def _matmul_integer(node, shapes, attrs):
+    for i, zi, what in ((0, 2, "a_zero_point"), (1, 3, "b_zero_point")):
+        x, z = _dims(shapes, node, i), _dims(shapes, node, zi)
+        if x is not None and z is not None and len(z) > 1 and (len(z) != len(x) or len(x) < 2):
+            return (f"MatMulInteger {what} of shape {list(z)} for an operand of shape {list(x)}: the specification "
+                    f"takes a scalar, a 1-D tensor, or an N-D tensor of the operand's rank")
+    return None
+
+
 def _arg_empty(node, shapes, attrs):
     x = _dims(shapes, node, 0)
     if x is None or not x:
@@ -273,7 +282,7 @@ def _arg_empty(node, shapes, attrs):
 SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
               "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel,
               "QLinearMatMul": _qlinear_matmul, "SoftmaxCrossEntropyLoss": _loss, "NegativeLogLikelihoodLoss": _loss,
-              "ArgMax": _arg_empty, "ArgMin": _arg_empty}
+              "ArgMax": _arg_empty, "ArgMin": _arg_empty, "MatMulInteger": _matmul_integer}
 
 
 def spec_violations(model_bytes) -> list[tuple[str, str]]:
