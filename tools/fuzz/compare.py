@@ -264,6 +264,18 @@ def _matmul_integer(node, shapes, attrs):
     return None
 
 
+def _rotary(node, shapes, attrs):
+    cos, sin, pos = _dims(shapes, node, 1), _dims(shapes, node, 2), _dims(shapes, node, 3)
+    want = 2 if len(node.input) > 3 and node.input[3] else 3
+    for what, s in (("cos_cache", cos), ("sin_cache", sin)):
+        if s is not None and len(s) != want:
+            return (f"RotaryEmbedding {what} of shape {list(s)}: the specification takes (max_position_id + 1, "
+                    f"rotary_dim / 2) with position_ids, (batch, sequence, rotary_dim / 2) without")
+    if pos is not None and len(pos) != 2:
+        return f"RotaryEmbedding position_ids of shape {list(pos)}: the specification takes (batch, sequence)"
+    return None
+
+
 def _arg_empty(node, shapes, attrs):
     x = _dims(shapes, node, 0)
     if x is None or not x:
@@ -282,7 +294,8 @@ def _arg_empty(node, shapes, attrs):
 SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
               "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel,
               "QLinearMatMul": _qlinear_matmul, "SoftmaxCrossEntropyLoss": _loss, "NegativeLogLikelihoodLoss": _loss,
-              "ArgMax": _arg_empty, "ArgMin": _arg_empty, "MatMulInteger": _matmul_integer}
+              "ArgMax": _arg_empty, "ArgMin": _arg_empty, "MatMulInteger": _matmul_integer,
+              "RotaryEmbedding": _rotary}
 
 
 def spec_violations(model_bytes) -> list[tuple[str, str]]:
