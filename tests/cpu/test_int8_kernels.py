@@ -122,9 +122,13 @@ CONV = [
     ((1, 2, 5, 112), (2, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 2, "int8", "rand", "zero", True, "int8", None, 100),
     ((1, 5, 9, 30), (5, 1, 3, 4), (1, 3), (2, 1), (2, 1, 0, 3), 5, "int8", "rand", "zero", True, "int32", None, 1),
     ((2, 4, 6, 23), (4, 1, 2, 2), (2, 1), (1, 1), (0, 1, 1, 0), 4, "uint8", "rand", "zero", False, "uint8", None, 1),
+    # 1x1 convs above the parallel threshold split by pixel chunks at 2 threads: the VNNI tiles with pixel sums and a
+    # 2-channel tail block over two images; AMX blocks (K chunks of 16 blocks, 48 channels) over an odd vector count
+    ((2, 22, 30, 31), (40, 22, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, "int8", "rand", "channel", True, "int8", None, 1),
+    ((1, 64, 23, 23), (48, 64, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, "uint8", "rand", "zero", True, "uint8", "relu", 1),
 ]
 #: CONV lines the AMX target plans on AMX blocks
-AMX_LINES = (12, 13, 23, 24, 25, 26)
+AMX_LINES = (12, 13, 23, 24, 25, 26, 35)
 #: CONV lines the 16-lane targets plan as direct depthwise convs (the C takes them with AVX512-VBMI)
 DW_LINES = (5, 27, 28, 29, 30, 31, 32, 33)
 VBMI = "avx512vbmi" in HOST
@@ -445,7 +449,8 @@ def test_kernels_of_both_layouts_share_one_translation_unit():
 # over B) | "in_y" (over the conv's own output), add output dtype, fused "relu" or None
 RESIDUAL = [(0, "int8", 0, "apart", "int8", None), (1, "uint8", 1, "in_b", "uint8", "relu"),
             (4, "int8", 0, "in_y", "int8", "relu"), (7, "uint8", 1, "apart", "int8", None),
-            (12, "uint8", 0, "in_b", "uint8", "relu")]
+            (12, "uint8", 0, "in_b", "uint8", "relu"), (34, "int8", 0, "in_b", "int8", None),
+            (35, "uint8", 1, "apart", "uint8", "relu")]
 
 
 def residual_case(index, target, threads):

@@ -52,6 +52,10 @@ KWPACK_MAX_STRIDE = 4
 #: channels still does 4x the multiply-adds of the VNNI tile's cycle) and the output channels padded to 16 ma
 #: waste at most a quarter of the work.
 AMX_MAX_KC, AMX_MIN_KC = 16, 4
+#: Least pixel vectors in a chunk of a 1x1 conv split by pixels (a chunk is a multiple of the tile's vectors).
+PXSPLIT_MIN_VECTORS = 4
+#: Least chunks per thread for a 1x1 conv to split by pixels (fewer: the channel blocks share out instead).
+PXSPLIT_MIN_CHUNKS = 4
 #: Lanes of a direct depthwise vector (int32 accumulators of one zmm) and the bytes of input one vpermb (64) or
 #: vpermt2b (128) gathers them from; the last byte of the window is the padding (masked out of the loads).
 DW_LANES, DW_WINDOWS = 16, (64, 128)
@@ -261,6 +265,12 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
     # group by group (transform, sums, tiles while the group's planes are in cache) when the groups share out
     by_group = group >= BY_GROUP_MIN * nt
     tchunk = max(1, trows // (nt * DYNAMIC_CHUNKS))
+    # a 1x1 conv of stride 1 without padding: its virtual pixels are the input's, so a chunk of pixel vectors is
+    # transformed and multiplied by the thread that takes it (no barrier, the planes stay in its cache)
+    step = nv * 2 // int(np.gcd(nv, 2)) if amx else nv
+    pxvec = -(-max(PXSPLIT_MIN_VECTORS, -(-nvec // (nt * DYNAMIC_CHUNKS))) // step) * step
+    pxsplit = (kh == kw == 1 and sh == sw == 1 and not any(pads) and group == 1
+               and force.get("pxsplit", nt > 1 and -(-nvec // pxvec) >= PXSPLIT_MIN_CHUNKS * nt))
     requant = y.dtype != "int32"
     flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
     kind = "depthwise" if cg == 1 and group == c else ("1x1" if kh == kw == 1 else f"{kh}x{kw}")
@@ -269,6 +279,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             f"{f' of a kernel row (kw {kw} taps)' if kwpack else ''}, tile {mr}ch x {nv}x{lanes}px, "
             f"{'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'} requant"
             f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}{', group by group' if by_group else ''}"
+            f"{f', chunks of {pxvec} pixel vectors transformed and multiplied by one thread' if pxsplit else ''}"
             f"{f', AMX blocks {amx_oc}ch x 32px over K chunks of {kc * 4} channels (the VNNI tiles without AMX)' if amx else ''}"
             f"{dw_desc(dw, kh) if dw else ''}, "
             f"{nt} thread(s), {target.name}")
@@ -295,7 +306,7 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         r_ctype=QTYPES[residual.y.dtype][0] if residual else "",
         amx=amx, kc=kc, nk=c4 // kc, amx_off=vnni_bytes, amx_block=len(taps) * c4 * 4 * amx_oc, nqb2=nqb2,
         amx_items=fpad // amx_oc * nqb2, amx_ichunk=max(1, fpad // amx_oc * nqb2 // (nt * DYNAMIC_CHUNKS)),
-        ma=amx_oc // 16, dw=dw, kh=kh, dwpad=(xo_u ^ flip) & 0xFF,
+        ma=amx_oc // 16, fpad=fpad, q=q, pxsplit=pxsplit, pxvec=pxvec, pxchunks=-(-nvec // pxvec), dw=dw, kh=kh, dwpad=(xo_u ^ flip) & 0xFF,
         dwchunk=max(1, n * f // (nt * DYNAMIC_CHUNKS)), gchunk=max(1, group // (nt * DYNAMIC_CHUNKS)))
 
     def pack(weights, bias=None) -> QConstants:
