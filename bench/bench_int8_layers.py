@@ -143,10 +143,10 @@ def summary(result: dict, top: int):
     counts = list(result)
     if len(counts) > 1:
         t0, t1 = counts[0], counts[-1]
-        first = {r["node"]: r for r in result[t0]}
+        first = {(r["node"], r["glow_op"]): r for r in result[t0]}
         scale = []
         for r in result[t1]:
-            r0 = first.get(r["node"])
+            r0 = first.get((r["node"], r["glow_op"]))
             if r0 and r0["glow_us"] and r["glow_us"]:
                 ort = r0["ort_us"] / r["ort_us"] if r0["ort_us"] and r["ort_us"] else None
                 scale.append((r0["glow_us"] / r["glow_us"], r["node"], r["glow_op"], r0["glow_us"], r["glow_us"], ort))

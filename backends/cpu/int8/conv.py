@@ -69,7 +69,8 @@ def plan_dw_direct(h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl):
     value) and one byte permutation (``idx`` rows, deduplicated) building each lane's dword of the row's kw taps,
     then vpdpbusd with the channel's packed row i. Lanes are consecutive output pixels ("flat": stores of 16
     contiguous bytes) or, when a vector crossing output rows would read too far, vectors within one output row
-    ("rows": ceil(ow / 16) vectors a row). Returns dict(layout, window, nvec, off, m1, m2, ref, idx, yoff, ymask)."""
+    ("rows": ceil(ow / 16) vectors a row). Returns the layout, window and counts, and the tables as C initializers
+    (off, m1, m2, ref, idx, yoff, ymask)."""
     for layout in ("flat", "rows"):
         if layout == "flat":
             nvec = -(-oh * ow // DW_LANES)
@@ -97,17 +98,22 @@ def plan_dw_direct(h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl):
             continue
         idx = np.where(ok, flat - lo[:, None, :, None], window - 1)  # [nvec, 16, kh, 4]
         idx = idx.transpose(0, 2, 1, 3).reshape(nvec * kh, 64).astype(np.uint8)
-        rows, ref = np.unique(idx, axis=0, return_inverse=True)
+        seen: dict[bytes, int] = {}
+        ref = np.array([seen.setdefault(r.tobytes(), len(seen)) for r in idx])
+        rows = np.frombuffer(b"".join(seen), np.uint8).reshape(-1, 64)
         span = span.reshape(-1)
-        m1 = [(1 << int(min(s, 64))) - 1 for s in span]
-        m2 = [(1 << int(max(s - 64, 0))) - 1 for s in span]
-        if layout == "flat":
-            yoff = [v * DW_LANES for v in range(nvec)]
-        else:
-            yoff = [(v // per) * ow + (v % per) * DW_LANES for v in range(nvec)]
-        ymask = [int(sum(1 << i for i in range(DW_LANES) if live[v, i])) for v in range(nvec)]
-        return dict(layout=layout, window=window, nvec=nvec, off=lo.reshape(-1).tolist(), m1=m1, m2=m2,
-                    ref=ref.reshape(-1).tolist(), idx=rows.tolist(), yoff=yoff, ymask=ymask)
+        v = np.arange(nvec)
+        yoff = v * DW_LANES if layout == "flat" else (v // per) * ow + (v % per) * DW_LANES
+        ymask = (live.astype(np.int64) << np.arange(DW_LANES)).sum(axis=1)
+
+        def masks(bits):
+            return ", ".join(f"0x{(1 << int(b)) - 1:x}ull" for b in bits)
+
+        return dict(layout=layout, window=window, nvec=nvec, n=nvec * kh, nidx=len(rows),
+                    off=", ".join(map(str, lo.reshape(-1).tolist())), m1=masks(np.minimum(span, 64)),
+                    m2=masks(np.maximum(span - 64, 0)), ref=", ".join(map(str, ref.reshape(-1).tolist())),
+                    idx=",\n".join("  { " + ", ".join(map(str, r)) + " }" for r in rows.tolist()),
+                    yoff=", ".join(map(str, yoff.tolist())), ymask=", ".join(map(str, ymask.tolist())))
     return None
 
 
@@ -145,7 +151,7 @@ def choose_tile(fg: int, nvec: int, ksteps: int, target: QTarget, max_nv: int = 
 def dw_desc(dw: dict, kh: int) -> str:
     return (f", direct depthwise (AVX512-VBMI; the planes without it): {dw['nvec']} {dw['layout']} vectors x {kh} "
             f"rows, each a masked {dw['window']}-byte window of the NCHW input permuted into tap dwords "
-            f"({len(dw['idx'])} index rows)")
+            f"({dw['nidx']} index rows)")
 
 
 def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_dtype: str, x_offset: int,
