@@ -52,7 +52,7 @@ from glow_core.plan_queries import overlap as _overlap
 
 from ..kernels.codegen import KernelCode, batch_offset, constant_value
 from ..kernels.ew import reduce_parts
-from ..kernels.gemm_blocking import gemm_pack_width, gemm_scratch_bytes
+from ..kernels.gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes
 from ..kernels.nn import ROW_LANES
 from ..templates import template
 from . import Group, Rule
@@ -419,6 +419,17 @@ def _owned(c, start, end, instrs, unused) -> bool:
     return True
 
 
+def _direct(s: int, t: int, d: int, dv: int, nbh: int) -> "dict | None":
+    """One query row (decode): the kernel runs without the packed K^T and V, heads that read the same keys and
+    values together (``group`` at most: their score rows and a [d x W] key tile fit the thread's V panel space);
+    None for more rows, or when not even one row fits."""
+    w = gemm_pack_width("f32")
+    room = -(-dv // w) * w * t - d * w
+    if s != 1 or room < t:
+        return None
+    return dict(group=min(nbh, room // t))
+
+
 def _key_extent(a: Attention, shape, mask_bh: str, mask_si: int, mask_sj: int) -> "dict | None":
     """How the kernel finds the key columns a row needs at run time, or None when it computes all T: with a mask
     that can add -inf (a float mask, or a boolean one picking -inf) and rows of at least ROW_LANES keys, the
@@ -481,7 +492,8 @@ def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tu
         pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
         nbh=prod(batch), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
-        max_update=update, sum_t=sum_t, nan_zero=a.nan_zero, keys=keys,
+        max_update=update, sum_t=sum_t, nan_zero=a.nan_zero, keys=keys, direct=_direct(s, t, d, dv, prod(batch)),
+        kc=GEMM_TILES["f32"]["kc"],
         mask_pick=[_c_float(v) for v in a.mask_pick] if a.mask_pick else None)
     name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
     return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), choice), bufs
