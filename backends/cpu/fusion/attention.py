@@ -34,7 +34,9 @@ zeros) and the products' sums (plus 0 * v terms) are unchanged, so the result st
 kernels' over all T keys, for finite K and V in the omitted slots (an inf or NaN there, which the unfused kernels
 spread into the row as NaN, is not read). A finite mask value, however large (finfo.min), is computed: it decides a
 row masked throughout. K^T and V are packed once per distinct head of keys and values (grouped-query heads
-read one KV head's bytes).
+read one KV head's bytes). One query row (decode, ``_direct``): nothing is packed; heads that read the same keys
+run together over 32-key blocks copied into an L1 tile, and P V reads V's rows in place, each sum in the GEMM's
+order (bit-equal as well).
 """
 from __future__ import annotations
 
