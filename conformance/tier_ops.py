@@ -827,6 +827,13 @@ def structured_cases():
                        op_class("LpNormalization"), oracle=lambda f, p=p: [_lp_oracle(f["x0"], p)])
             for dt, sc in (("float16", (6e-8, 1e-4, 1, 3000, 12000)), ("float32", (1e-25, 1, 1e25, 3e37)))
             for p in (1, 2)]
+    # ReduceL2 of rows whose squares leave float32's range while their norm does not (1e-25, 1e25): by the
+    # definition in float64, rounded once (squaring in float32 gives 0 and inf)
+    out.append(model_case("ops/ReduceL2/float32/range", "ops", "ReduceL2", "float32",
+                          lambda r: one_node("ReduceL2", [rnd("float32", (4, 3), r) * np.float32(
+                              (1e-25, 1, 1e25, 3e37))[:, None], _c([1])], {"keepdims": 0}), op_class("ReduceL2"),
+                          oracle=lambda f: [np.sqrt(np.sum(f["x0"].astype(np.float64) ** 2, axis=1)).astype(
+                              np.float32)]))
     # glowc fuzz --against onnxruntime (minimal model): a negative step from a start below -n clamps the start to
     # 0 (the specification; onnxruntime agrees), where Python's slices (and onnx.reference) give nothing
     out.append(model_case("ops/Slice/float32/fuzz_negative_step_start_below_range", "ops", "Slice", "float32",

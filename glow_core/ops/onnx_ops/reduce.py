@@ -83,8 +83,9 @@ def reduce_sum_square(b, x, axes, keepdims):
 @onnx_op("ReduceL2", const_inputs=(1,))
 @_reducer
 def reduce_l2(b, x, axes, keepdims):
-    """sqrt of reduce_sum of x * x (computed in float32/float64, cast back)."""
-    w = _wide(b, x)
+    """sqrt of reduce_sum of x * x, computed in float64 for float32 (its squares underflow below 1e-19 and overflow
+    above 2e19, while the norm itself is representable), in float32 for float16 / bfloat16, cast back."""
+    w = b.cast_(x, "float64") if x.dtype.name == "float32" else _wide(b, x)
     return b.cast_(b.sqrt(b.reduce("reduce_sum", b.mul(w, w), axes, keepdims)), x.dtype)
 
 
