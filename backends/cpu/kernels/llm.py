@@ -3,14 +3,15 @@
 * com.microsoft.MatMulNBits (float32 A, 4- or 8-bit constant weights, no or uint8 zero points, optional bias):
   the weights are repacked at compile time into column groups of 16 (``pack_nbits``) and dequantized in
   registers, never as a float copy of W. M <= GEMV_ROWS (decode, small prefill blocks): per column group a 16-lane accumulator per
-  row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
-  groups, so a decode step streams each weight byte once. 4-bit values become floats through a 16-entry table
+  row, per block the sum of a * (q - zero point) then times the block's scale; the threads (gemv_split) claim
+  contiguous runs of column groups (guided, GEMV_CLAIM_GROUPS), so a decode step streams each weight byte once
+  and a worker woken late does not hold the step for a whole half. 4-bit values become floats through a 16-entry table
   (one vpermps per 16 values on AVX-512, which ignores the index's high bits: no mask, no conversion), the
   default zero point 8 folded into it when there is no zero-point input. On AVX512-VNNI the same GEMVs run as
   integer dot products instead (A per block scaled by a power of two to an integer in byte limbs, LIMBS;
   templates/matmul_nbits_a8.c.j2). Larger M (prefill): per panel of PANEL_COLUMNS
   columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
-  GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
+  GEMM over it, the threads claiming panels one at a time (templates/matmul_nbits.c.j2, gemm.c.j2).
 
 * RMS normalization, whichever op carries it: ONNX RMSNormalization, onnxruntime's SimplifiedLayerNormalization
   (and its inv_std_var) and com.microsoft.SkipSimplifiedLayerNormalization (the sum x + skip + bias, the
