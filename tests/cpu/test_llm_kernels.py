@@ -304,8 +304,11 @@ def test_matmul_nbits_same_bits_at_any_thread_count(m_rows, level):
         choice = kernel_code(KernelInstr.of(cm.last.ir.code[0]), nt).choice
         used = gemv_split(65, m_rows, 512, nt) if m_rows <= GEMV_ROWS else min(nt, SCRATCH_THREADS)
         if used > 1:
-            assert (f"split over {used} threads in contiguous claims of at least {GEMV_CLAIM_GROUPS} groups"
-                    if m_rows <= GEMV_ROWS else f"claimed one at a time by {used} threads") in choice, choice
+            shown = (f"{used} threads claiming runs of >= {GEMV_CLAIM_GROUPS} (guided)"
+                     if m_rows <= GEMV_ROWS else f"claimed one at a time by {used} threads")
+            assert shown in choice, choice
+            assert m_rows > GEMV_ROWS or (f"{used} threads claim contiguous runs of at least {GEMV_CLAIM_GROUPS} "
+                                          "column groups (guided)") in cm.last.compiled.source  # glowc dump --source
     assert gemv_split(65, 1, 512, 3) == 2  # one row: 532,480 multiply-adds, two threads' worth of PAR_MIN
     for nt in (2, 3):
         np.testing.assert_array_equal(got[nt], got[1])

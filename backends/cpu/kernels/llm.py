@@ -209,12 +209,12 @@ def k_matmul_nbits(gen, ki, fn) -> str:
     gemm = m > GEMV_ROWS
     per = 32 // bits
     threads = gemv_split(groups, m, k, gen.nt)
-    split = (f" split over {threads} threads in contiguous claims of at least {GEMV_CLAIM_GROUPS} groups (guided)"
-             if threads > 1 else " on one thread")
+    split = (f", {threads} threads claiming runs of >= {GEMV_CLAIM_GROUPS} (guided)"
+             if threads > 1 else ", one thread")  # early in each choice: a bundle's call comments keep 160 chars
     if _int8_activations(ki):
-        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}, accuracy_level {INT8_ACCURACY}: A quantized "
-                      f"to int8 per row and block, {m} rows in passes of up to {A8_PASS} as u8 x s8 dot products, "
-                      f"{groups} column groups of 16{split}")
+        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), {groups} column groups of 16{split}; "
+                      f"accuracy_level {INT8_ACCURACY}: A quantized to int8 per row and block, rows in passes of up "
+                      f"to {A8_PASS} as u8 x s8 dot products")
         return _t(gen, "matmul_nbits_a8.c.j2", fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0],
                   sc=ptrs[1], zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k,
                   n=n, bits=bits, bs=block, kb_n=kb, words=kb * block // per, groups=groups, rpass=min(A8_PASS, m),
@@ -235,14 +235,14 @@ def k_matmul_nbits(gen, ki, fn) -> str:
                         panel=PANEL_COLUMNS, panel_bytes=_panel_bytes(k), thread_bytes=_thread_bytes(m, k)
                         ).replace(f"num_threads({gen.nt})", f"num_threads({nt})")
     if not _limbs(ki):
-        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s) as GEMVs dequantizing in registers, "
-                      f"{groups} column groups of 16{split}")
+        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), {groups} column groups of 16{split}; "
+                      "GEMVs dequantizing in registers")
         return _t(gen, "matmul_nbits.c.j2", **ctx)
     limbs, lw = LIMBS[bits], LIMB_BITS[bits]
     rpass = min(m, max(1, LIMB_ACCUMULATORS // (limbs * (2 if bits == 4 else 1))))
-    gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), on AVX512-VNNI A per block scaled by a "
-                  f"power of two to integers within 2^{lw * (limbs - 1) + 6} in {limbs} limbs of {lw} bits, u8 x s8 dot "
-                  f"products in passes of {rpass} row(s), {groups} column groups of 16{split} (else GEMVs "
+    gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), {groups} column groups of 16{split}; "
+                  f"on AVX512-VNNI A per block scaled by a power of two to integers within 2^{lw * (limbs - 1) + 6} in "
+                  f"{limbs} limbs of {lw} bits, u8 x s8 dot products in passes of {rpass} row(s) (else GEMVs "
                   "dequantizing in registers)")
     exact = _t(gen, "matmul_nbits_a8.c.j2", fn=f"{fn}_limbs", linkage="static", limbs=limbs, limb_bits=lw, a=ctx["a"],
                y=ctx["y"],
