@@ -17,7 +17,11 @@ random weights, opsets 18-23; onnx.helper builds where torch is absent).
    ``glowc bench`` (glow's instructions by op, time, share, GFLOP/s), the per-ONNX-op-type comparison (glow's
    layers and onnxruntime's profiled nodes summed by the op type of the model's node they compute) and the
    per-layer table (glow_tools.bench.format_layers).
-4. With ``--cold-compile``: each model's compile time with an empty kernel cache (C compiler included).
+4. With ``--scaling NAME,...`` (or ``all``): per model, the per-layer table at every thread count side by side
+   (glow's and onnxruntime's time per layer, each runtime's speedup from the first thread count to the last, the
+   ratio and the excess glow - ort at the last, and the algorithm of the layer's slowest instruction there: its
+   kernel's choice, as ``glowc dump`` lists it), layers by that excess: where glow scales worse than onnxruntime.
+5. With ``--cold-compile``: each model's compile time with an empty kernel cache (C compiler included).
 
 ``--quick``: the small variant of one model per kind, 1 thread, one round (tests/bench/test_bench_exports.py).
 """
@@ -159,6 +163,93 @@ def worker_layers(name, threads, quick):
     return {"table": "\n".join(text)}
 
 
+def worker_layer_times(name, threads, quick, runs=40):
+    """Per layer at ``threads``, over ``runs`` timed runs: glow's least time (the layer's instructions summed per run,
+    the least over runs: on a shared machine the least is what the code costs, a median also what the load
+    does), its ops and the choice of its slowest instruction, and onnxruntime's least profiled time of the nodes
+    it computes (per node over runs, summed by layer as ``ort_layer_times`` does; nodes of no layer keep their
+    name)."""
+    import onnxruntime as ort_mod
+    from glow_tools.bench import (_node_of, _ort_options, ort_kernel_times, ort_layer_times, profile_layers)
+    model, feed = zoo.load(name, quick)
+    cm = glow_compile(model, threads)
+    cm.run(feed)
+    layers, _ = profile_layers(cm, feed, 0.0)  # the layers (names, ops, covered nodes)
+    nodes = {n.name: n.name for n in model.graph.node if n.name}
+    compiled = cm.last.compiled
+    checked = cm.check_inputs(feed)
+    inputs = {k: a for k, a in checked.items() if k in cm.last.ir.inputs}
+    keys = [_node_of(c.instr.name, nodes) for c in compiled.program.calls]
+    per_run, slow = [], {}
+    for _ in range(runs):
+        _, timings = compiled.execute_timed(inputs)
+        acc: dict = {}
+        for i, (k, (_, _, sec)) in enumerate(zip(keys, timings)):
+            acc[k] = acc.get(k, 0.0) + sec
+            slow.setdefault(i, []).append(sec)
+        per_run.append(acc)
+    slowest: dict = {}
+    for i, k in enumerate(keys):
+        sec = min(slow[i])
+        if sec >= slowest.get(k, (-1.0, ""))[0]:
+            call = compiled.program.calls[i]
+            slowest[k] = (sec, f"{call.instr.op}: {call.code.choice}")
+    so = _ort_options(threads)
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as d:
+        so.profile_file_prefix = os.path.join(d, "ort")
+        sess = ort_mod.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        ort_feed = {i.name: feed[i.name] for i in sess.get_inputs()}
+        for _ in range(runs):
+            sess.run(None, ort_feed)
+        per = ort_kernel_times(sess.end_profiling())
+    ort = ort_layer_times(model, {nm: min(t for t, _ in v[1:] or v) for nm, v in per.items()}, layers)
+    out = {x.name: ["+".join(x.ops), min(r.get(x.name, 0.0) for r in per_run), ort.pop(x.name, None),
+                    slowest.get(x.name, (0, ""))[1]] for x in layers}
+    out.update({nm: ["(onnxruntime only)", 0.0, sec, ""] for nm, sec in ort.items()})
+    return {"layers": out}
+
+
+def scaling(name, thread_list, quick, top=25):
+    """The per-layer table of ``name`` at each thread count side by side (see the module's docstring, item 4)."""
+    per = {th: spawn(["layer_times", name, str(th), str(int(quick))], th) for th in thread_list}
+    t0, t1 = thread_list[0], thread_list[-1]
+    names = list(per[t1]["layers"])
+    rows = [("layer", "glow ops") + tuple(f"glow {t}t" for t in thread_list) + (f"x{t1}",)
+            + tuple(f"ort {t}t" for t in thread_list) + (f"x{t1}", f"cpu/ort {t1}t", "glow - ort", "slowest at "
+                                                          f"{t1}t")]
+
+    def cell(th, nm, k):
+        v = per[th]["layers"].get(nm)
+        return v[k] if v else None
+
+    def excess(nm):
+        return (cell(t1, nm, 1) or 0.0) - (cell(t1, nm, 2) or 0.0)
+    for nm in sorted(names, key=excess, reverse=True)[:top]:
+        g = [cell(t, nm, 1) for t in thread_list]
+        o = [cell(t, nm, 2) for t in thread_list]
+        rows.append((nm[:36], cell(t1, nm, 0)[:24]) + tuple(_msec(v) for v in g) + (_x(g[0], g[-1]),)
+                    + tuple(_msec(v) for v in o) + (_x(o[0], o[-1]), _x(g[-1], o[-1]), f"{excess(nm) * 1e3:+.3f} ms",
+                                                  cell(t1, nm, 3)[:110]))
+    sums = {t: (sum(v[1] for v in per[t]["layers"].values()), sum(v[2] or 0.0 for v in per[t]["layers"].values()))
+            for t in thread_list}
+    head = (f"per layer by thread count, {name}: glow's layers sum to "
+            + ", ".join(f"{_msec(sums[t][0])} at {t}t" for t in thread_list) + "; onnxruntime's profiled nodes to "
+            + ", ".join(f"{_msec(sums[t][1])} at {t}t" for t in thread_list)
+            + f" (least time over runs); the {min(top, len(names))} layers whose glow time exceeds onnxruntime's most "
+            f"at {t1} threads (x{t1}: speedup from {t0} thread(s))")
+    from glow_tools.bench import _table
+    return "\n".join([head] + _table(rows, "ll" + "r" * (2 * len(thread_list) + 5) + "l"))
+
+
+def _msec(v):
+    return "-" if not v else f"{v * 1e3:.3f}"
+
+
+def _x(a, b):
+    return f"{a / b:.2f}" if a and b else "-"
+
+
 def spawn(args, threads, env_extra=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                **(env_extra or {}))
@@ -231,6 +322,9 @@ def main(argv=None):
                     help="per-op tables for: 'above' (models above 1.0 at the first thread count; the default), "
                          "'slowest' (the highest ratio; the default with --quick), 'all', 'none' or comma-separated "
                          "names")
+    ap.add_argument("--scaling", default=None,
+                    help="per-layer tables at every thread count side by side for these models ('all' or "
+                         "comma-separated names)")
     ap.add_argument("--cold-compile", action="store_true", help="each model's compile time with an empty cache")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness phase")
     ap.add_argument("--json", default=None, help="also write the results to this file")
@@ -241,6 +335,7 @@ def main(argv=None):
         out = (worker_latency(r[0], r[1], int(r[2]), bool(int(r[3]))) if kind == "latency" else
                worker_check(r[0], bool(int(r[1]))) if kind == "check" else
                worker_layers(r[0], int(r[1]), bool(int(r[2]))) if kind == "layers" else
+               worker_layer_times(r[0], int(r[1]), bool(int(r[2]))) if kind == "layer_times" else
                worker_compile(r[0], bool(int(r[1]))))
         print(json.dumps(out))
         return 0
@@ -289,6 +384,9 @@ def main(argv=None):
         lay = [m for m in layers.split(",") if m in names]
     for m in lay:
         print(f"\n{spawn(['layers', m, str(th), str(int(quick))], th)['table']}", flush=True)
+
+    for m in (names if a.scaling == "all" else [x for x in (a.scaling or "").split(",") if x in names]):
+        print(f"\n{scaling(m, thread_list, quick)}", flush=True)
 
     cold = {}
     if a.cold_compile:

@@ -10,8 +10,9 @@ the same prompt, in alternating rounds (bench/alternate.py), medians:
   one run of the whole prompt);
 * decode tokens/s: decode steps over their time (the Generator: one token per run, the cache updated in place;
   onnxruntime: one token per run, the past fed back as the export expects, plain InferenceSession.run).
-At 1 and 2 threads. Also: the greedy tokens of both (they must match), the machine's memory bandwidth (numpy:
-a read-only max-reduction and a copy of 512 MiB, one and two threads; the bound takes the faster), the weight bytes one decode step reads (every weight
+At 1 and 2 threads. Also: the greedy tokens of both (they must match), the machine's memory bandwidth over 512 MiB at
+one and two threads (numpy's max-reduction and copy, and a C stream of AVX-512 loads; the bound takes the C stream:
+a decode step only reads its weights, see ``bandwidth``), the weight bytes one decode step reads (every weight
 but the embedding table, of which one row), and decode's fraction of the bandwidth bound (tokens/s against
 bandwidth / weight bytes per token). With glow_core.quantization.weight_only (the int4 MatMulNBits model), the
 same for int4.
@@ -70,32 +71,103 @@ def build(cfg: DecoderConfig, source: str, cache_dir: str) -> tuple[str, str]:
     return path, source
 
 
+#: The streaming read in C (bandwidth()): each OpenMP thread reads its contiguous share with 64-byte aligned
+#: AVX-512 loads into four independent integer sums (a load's result is one vpaddq), optionally prefetching
+#: `ahead` bytes in front of its loads as the MatMulNBits GEMVs do (WEIGHT_PREFETCH in backends/cpu/kernels/llm.py).
+READ_C = """#include <immintrin.h>
+#include <stdint.h>
+#include <omp.h>
+int64_t glow_stream_read(const uint8_t *p, int64_t nbytes, int threads, int64_t ahead) {
+  int64_t total = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), lines = nbytes / 256;
+    const int64_t lo = lines * t / nt * 256, hi = lines * (t + 1) / nt * 256;
+    __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
+    if (ahead)
+      for (int64_t i = lo; i < hi; i += 256) {
+        _mm_prefetch((const char *)p + i + ahead, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + i + ahead + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + i + ahead + 128, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + i + ahead + 192, _MM_HINT_T0);
+        a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
+        b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
+        c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
+        d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
+      }
+    else
+      for (int64_t i = lo; i < hi; i += 256) {
+        a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
+        b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
+        c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
+        d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
+      }
+    total += _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+  }
+  return total;
+}
+"""
+
+
+def _stream_reader():
+    """glow_stream_read (READ_C) built with the CPU backend's own compiler and flags, once per process."""
+    import ctypes
+    import subprocess
+    import tempfile
+
+    from glow_cpu.build.toolchain import default_flags, find_compiler
+    d = tempfile.mkdtemp(prefix="glow_bw_")
+    src, lib = os.path.join(d, "read.c"), os.path.join(d, "read.so")
+    with open(src, "w") as f:
+        f.write(READ_C)
+    subprocess.run(find_compiler() + default_flags(2) + ["-o", lib, src], check=True)
+    fn = ctypes.CDLL(lib).glow_stream_read
+    fn.restype, fn.argtypes = ctypes.c_int64, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64]
+    return fn
+
+
 def bandwidth(nbytes: int = 512 << 20, threads: int = 1, repeats: int = 5) -> dict:
-    """GB/s of numpy reading (a max-reduction of float32: SIMD, bound by memory) and copying (read + write bytes
-    counted) ``nbytes``, split over ``threads`` Python threads (numpy releases the GIL in these loops); the best
-    of ``repeats``. The bound uses the faster of the two."""
+    """GB/s of reading and copying ``nbytes`` (the best of ``repeats``, ``threads`` threads), three ways:
+
+    * "read": numpy's max-reduction of float32 (Python threads; numpy releases the GIL in these loops);
+    * "copy": numpy's copy, read + write bytes counted;
+    * "stream": C, AVX-512 loads (READ_C, OpenMP threads), the faster of plain loads and loads with the GEMVs'
+      4 KB software prefetch.
+    A decode step's GEMVs only read their weights, so the bound is "stream": the best a read-only stream
+    achieves here (numpy's reduction is slower than memory on this machine, and a copy's bytes are not a read's)."""
+    from glow_cpu.kernels.llm import WEIGHT_PREFETCH
     n = nbytes // 4
-    src = np.ones(n, np.float32)
+    src = np.ones(n + 16, np.float32)
+    src = src[(-src.ctypes.data % 64) // 4:][:n]  # 64-byte aligned for the C loads
     dst = np.empty_like(src)
     edges = np.linspace(0, n, threads + 1).astype(np.int64)
     bounds = list(zip(edges[:-1], edges[1:]))
 
-    def run(fn):
+    def best_of(call):
         best = float("inf")
         for _ in range(repeats):
-            ts = [threading.Thread(target=fn, args=b) for b in bounds]
             t0 = time.perf_counter()
+            call()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    def run(fn):
+        def call():
+            ts = [threading.Thread(target=fn, args=b) for b in bounds]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
-            best = min(best, time.perf_counter() - t0)
-        return best
+        return best_of(call)
 
     read = run(lambda lo, hi: np.maximum.reduce(src[lo:hi]))
     copy = run(lambda lo, hi: np.copyto(dst[lo:hi], src[lo:hi]))
-    gbs = {"read": nbytes / read / 1e9, "copy": 2 * nbytes / copy / 1e9}
-    gbs["bound"] = max(gbs.values())  # the bandwidth the bound assumes: the faster of the two
+    stream_fn = _stream_reader()
+    stream_fn(src.ctypes.data, src.nbytes, threads, 0)  # the OpenMP team started, the pages touched
+    stream = min(best_of(lambda a=ahead: stream_fn(src.ctypes.data, src.nbytes, threads, a))
+                 for ahead in (0, WEIGHT_PREFETCH))
+    gbs = {"read": nbytes / read / 1e9, "copy": 2 * nbytes / copy / 1e9, "stream": nbytes / stream / 1e9}
+    gbs["bound"] = gbs["stream"]  # the bandwidth the bound assumes: the C read-only stream
     return gbs
 
 
@@ -313,7 +385,8 @@ def main(argv=None):
         return 0
     bw = {nt: bandwidth(bw_bytes, nt) for nt in threads}
     for nt, b in bw.items():
-        print(f"memory bandwidth, {nt} thread(s): read {b['read']:.1f} GB/s, copy {b['copy']:.1f} GB/s (numpy)")
+        print(f"memory bandwidth, {nt} thread(s): read {b['read']:.1f} GB/s, copy {b['copy']:.1f} GB/s (numpy); "
+              f"C stream read {b['stream']:.1f} GB/s (AVX-512 loads: the bound's)")
     if "fp32" in args.precisions.split(","):
         compare(path, "fp32", threads, args.rounds, prompt, args.new, args.max_seq_len, args.prefill_block,
                 weight_bytes_per_token(model), bw)

@@ -68,14 +68,17 @@ def rms_norm(opset: int = 18, dtype: str = "float32", cast: bool = True, weight:
 
 
 def rotary(opset: int = 18, batch: int = 1, heads: int = 3, seq: int = 5, dim: int = 16, cos_from: str = "positions",
-           pos_batch: int = 1, swap: bool = False, seed: int = 0):
+           pos_batch: int = 1, swap: bool = False, seed: int = 0, rotary_dim: int | None = None):
     """rotate_half RoPE on ``input`` [batch, heads, seq, dim]: ``x * cos + Concat(-x[..., d/2:], x[..., :d/2]) *
     sin``, cos and sin [pos_batch, 1, seq, dim] from ``position_ids`` [pos_batch, seq]: ``cos_from``
     "positions" as transformers computes them (Cos(Concat(f, f)) of positions times inverse frequencies),
     "cache" gathered from constant [max_pos, dim] caches (older transformers), "angles" (must not be
     recomposed: Cos of a [pos_batch, seq, dim] of independent angles, halves unequal); ``swap`` writes every
-    commutative op's operands the other way round."""
+    commutative op's operands the other way round. ``rotary_dim`` (below ``dim``): Phi's partial rotary, the
+    rotation of ``x[..., :rotary_dim]`` (cos and sin of that length) concatenated with ``x[..., rotary_dim:]``."""
     g = _G()
+    full = dim
+    dim = rotary_dim or dim
     half = dim // 2
     inv_freq = (1.0 / (10000.0 ** (np.arange(0, dim, 2) / dim))).astype(np.float32)
     if cos_from == "cache":
@@ -95,6 +98,10 @@ def rotary(opset: int = 18, batch: int = 1, heads: int = 3, seq: int = 5, dim: i
     cos = g.op("Unsqueeze", cos, g.const([1], np.int64))
     sin = g.op("Unsqueeze", sin, g.const([1], np.int64))
     x = "input"
+    if dim < full:  # Phi: x[..., :rotary_dim] rotated, x[..., rotary_dim:] passed
+        x_pass = g.op("Slice", "input", g.const([dim], np.int64), g.const([np.iinfo(np.int64).max], np.int64),
+                      g.const([-1], np.int64))
+        x = g.op("Slice", "input", g.const([0], np.int64), g.const([dim], np.int64), g.const([3], np.int64))
     x1 = g.op("Slice", x, g.const([0], np.int64), g.const([half], np.int64), g.const([-1], np.int64))
     x2 = g.op("Slice", x, g.const([half], np.int64), g.const([np.iinfo(np.int64).max], np.int64),
               g.const([3], np.int64), g.const([1], np.int64))
@@ -102,7 +109,9 @@ def rotary(opset: int = 18, batch: int = 1, heads: int = 3, seq: int = 5, dim: i
     a = g.op("Mul", cos, x) if swap else g.op("Mul", x, cos)
     c = g.op("Mul", sin, rot) if swap else g.op("Mul", rot, sin)
     y = g.op("Add", c, a) if swap else g.op("Add", a, c)
-    inputs = [helper.make_tensor_value_info(x, TensorProto.FLOAT, [batch, heads, seq, dim]),
+    if dim < full:
+        y = g.op("Concat", y, x_pass, axis=-1)
+    inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, heads, seq, full]),
               helper.make_tensor_value_info("position_ids", TensorProto.INT64, [pos_batch, seq])]
     return g.model("rotary", inputs, y, opset)
 
@@ -115,8 +124,10 @@ def rms_norm_reference(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.nd
 
 
 def rotary_reference(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """rotate_half RoPE from its definition, in float64 (cos, sin broadcast against x [B, H, S, D])."""
+    """rotate_half RoPE from its definition, in float64 (cos, sin broadcast against x [B, H, S, D]; cos and sin
+    of a last dim r below D: the first r features rotated, the others passed)."""
     x = x.astype(np.float64)
-    h = x.shape[-1] // 2
-    rot = np.concatenate([-x[..., h:], x[..., :h]], axis=-1)
-    return x * cos + rot * sin
+    r = cos.shape[-1]
+    xr, h = x[..., :r], r // 2
+    rot = np.concatenate([-xr[..., h:], xr[..., :h]], axis=-1)
+    return np.concatenate([xr * cos + rot * sin, x[..., r:]], axis=-1)

@@ -99,6 +99,8 @@ RECOMPOSE_MODELS = {
     "rotary_o20_batch2": lambda: D.rotary(opset=20, batch=2, pos_batch=1),
     "rotary_o23_batch2_positions2": lambda: D.rotary(opset=23, batch=2, pos_batch=2, seq=7, dim=32),
     "rotary_o18_unequal_halves": lambda: D.rotary(opset=18, cos_from="angles"),
+    "rotary_o18_partial": lambda: D.rotary(opset=18, heads=2, seq=6, dim=32, rotary_dim=16),
+    "rotary_o20_partial_cache_swapped": lambda: D.rotary(opset=20, cos_from="cache", swap=True, dim=80, rotary_dim=32),
 }
 
 

@@ -90,11 +90,15 @@ class Generator:
     ``prefill_block`` prompt tokens run at once (the prompt in blocks, the last one padded); then one token per
     decode step. ``backend`` as for ``glow_core.compile`` (a list partitions both functions). Sampling (with a
     ``seed``) uses ``temperature``, then keeps the ``top_k`` most likely tokens (0: all) and the smallest set
-    whose probability reaches ``top_p``. The other keyword options are compile options."""
+    whose probability reaches ``top_p``. The other keyword options are compile options; ``schedule`` is False
+    unless given: the functions keep the export's node order, which computes each layer's key/value head repeats
+    and the mask before its attention products (the order in which a backend can run the attention as one kernel:
+    the scheduler's saves activation bytes, few next to the cache, by computing them between the products)."""
 
     def __init__(self, model, backend="cpu", max_seq_len: int = 256, prefill_block: int = 16, *,
                  temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, **compile_options):
         m, _ = load_model(model)
+        compile_options.setdefault("schedule", False)
         self.io = io = DecoderIO.of(m)
         if not isinstance(max_seq_len, (int, np.integer)) or max_seq_len < 2:
             raise GlowError(f"max_seq_len={max_seq_len!r}: an int of at least 2 positions is accepted")

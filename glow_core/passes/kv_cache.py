@@ -11,8 +11,9 @@ that of a cache of ``capacity`` positions. ``rewrite_kv_cache`` then:
   every reader of ``present`` (the attention) reads the updated cache;
 * masks the attention to the written positions: query i (at position ``cache_position[i]``) sees key slot j only
   when j <= cache_position[i]: a 0 / -inf bias added before every Softmax that reads a cache (the export's own
-  mask, built for a past of P positions, is looser than that and stays), or the mask of a rewritten ``Attention``
-  node (its causal flag then off);
+  mask, built for a past of P positions, is looser than that and stays; when the Softmax reads scores + that mask,
+  the bias joins the mask: one mask, whose -inf tail a backend may skip), or the mask of a rewritten
+  ``Attention`` node (its causal flag then off);
 * adds the int64 input ``cache_position`` [S] (the absolute positions of the block's tokens), unless the model
   already takes one.
 
@@ -64,6 +65,7 @@ class _Rewrite:
         self._indices: dict = {}
         self._allowed = None
         self._bias: dict = {}
+        self._merged: dict = {}  # the export's mask (value id) -> it plus the cache's bias, broadcast
         self.states: list[Value] = []  # the updated caches: their readers are the attention
         self.old: list[Value] = []  # the past inputs the states replace
 
@@ -213,10 +215,53 @@ class _Rewrite:
                 raise GlowError(f"Softmax node '{n.name}' reads the KV cache over axis {axis} of {x.type}; the "
                                 f"KV-cache rewrite masks the last axis of {self.capacity} key positions")
             bias = self.bias(x.dtype)
+            count += 1
+            if self.merge_mask(x, tainted, bias):
+                continue
             self.b.name = f"{n.name}_cache_mask"
             self.uses.set_inputs(n, [self.b.binary("add", x, bias)] + n.inputs[1:])
-            count += 1
         return count
+
+    def merge_mask(self, x: Value, tainted: set, bias: Value) -> bool:
+        """When the Softmax's input ``x`` is scores + mask (the export's mask, not computed from a cache) read by the
+        Softmax alone: fold the bias into that mask, scores + (mask + bias), so the attention keeps one mask (the
+        CPU's fused attention takes one, and ends each row at its last key that is not -inf). Exact: with a bias
+        of 0 or -inf, (s + m) + b and s + (m + b) are the same value for every s and m, inf and NaN included.
+        The sum is formed once per distinct mask (layers share the export's) before any broadcast of it."""
+        p = x.producer
+        if p is None or p.op not in ("add", "Add") or len(p.inputs) != 2 or len(p.outputs) != 1 or \
+                self.uses.num_users(x) != 1 or self.uses.is_output(x):
+            return False
+        hit = [v is not None and v.id in tainted for v in p.inputs]
+        if hit.count(True) != 1:
+            return False
+        i = hit.index(True)
+        scores, m = p.inputs[i], p.inputs[1 - i]
+        if scores.shape != x.shape or m.dtype != x.dtype:
+            return False
+        if m.id not in self._merged:
+            src = m
+            while src.producer is not None and src.producer.op in ("broadcast", "reshape") and \
+                    src.producer.inputs[0].type.numel <= src.type.numel:
+                src = src.producer.inputs[0]
+            b = self.b
+            b.name = "cache_mask"
+            start = len(self.fn.nodes)
+            try:
+                merged = b.binary("add", src, bias)
+                self._merged[m.id] = b.broadcast_to(merged, x.shape)
+            except ShapeError:  # the mask's own shape does not broadcast with [block, capacity]
+                return False
+            # right after the export's mask in the node order (so before the first layer's products, as the export
+            # computes its mask; built at the end, the sorts would place it just before its first reader)
+            new = self.fn.nodes[start:]
+            del self.fn.nodes[start:]
+            at = next((k + 1 for k, n in enumerate(self.fn.nodes) if src.producer is n), 0)
+            self.fn.nodes[at:at] = new
+        ins = list(p.inputs)
+        ins[1 - i] = self._merged[m.id]
+        self.uses.set_inputs(p, ins)
+        return True
 
 
 def rewrite_kv_cache(fn: Function, caches: list[tuple[str, str]], capacity: int, block: int) -> dict:

@@ -1,7 +1,8 @@
 """Language-model ops recomposed from the decompositions exporters write: ``recompose_llm``.
 
-torch's exporters (TorchScript and dynamo) write transformers' LlamaRMSNorm and rotate_half rotary embedding as
-elementwise ops; ONNX opset 23 has RMSNormalization and RotaryEmbedding for them. This pass finds each declared
+torch's exporters (TorchScript and dynamo) write transformers' LlamaRMSNorm and rotate_half rotary embedding (whole,
+or Phi's partial rotary of the first features) as elementwise ops; ONNX opset 23 has RMSNormalization and
+RotaryEmbedding for them. This pass finds each declared
 decomposition (``RECOMPOSITIONS``: one record per pattern, its forms in its doc) and rewrites the matched subgraph
 into the op, so a backend that keeps the op whole (``should_lower`` False) runs its one kernel where it ran six to
 nine elementwise passes over the tensor, and a backend that lowers it gets the op's lowering: the same primitives
@@ -373,10 +374,72 @@ def match_rotary(view: _View, cat: Node) -> Found | None:
                  {"interleaved": 0, "num_heads": 0, "rotary_embedding_dim": 0}, y, nodes)
 
 
+def match_partial_rotary(view: _View, cat: Node) -> Found | None:
+    """Phi's partial rotary as torch exports it, from the rotate_half Concat of its rotated part:
+
+    ``x_rot = Slice(x, :r)`` and ``x_pass = Slice(x, r:)`` on the last axis of x [B, H, S, D] (r < D), the rotate_half
+    rotary of ``match_rotary`` on x_rot (cos and sin of length r), ``Concat(rotated, x_pass, axis=-1)``. ->
+    ``RotaryEmbedding(x, cos[..., :r/2], sin[..., :r/2], rotary_embedding_dim=r)``, which rotates the first r
+    features and passes the others (tried before ``match_rotary``, which would take the rotated part alone)."""
+    found = match_rotary(view, cat)
+    if found is None:
+        return None
+    xr = found.inputs[0]
+    cut = xr.producer
+    if cut is None or cut.op != "Slice" or cut.inputs[0] is None or cut.inputs[0].rank != 4:
+        return None
+    x = cut.inputs[0]
+    d, r = x.shape[-1], xr.shape[-1]
+    if r >= d or _last_axis_slice(cut) != (0, r):
+        return None
+    y = found.replaces
+    join = view.only_user(y, "Concat")
+    if join is None or len(join.inputs) != 2 or join.inputs[0] is not y or join.attrs.get("axis") not in (-1, 3):
+        return None
+    rest = join.inputs[1].producer
+    if rest is None or rest.op != "Slice" or rest.inputs[0] is not x or _last_axis_slice(rest) != (r, d):
+        return None
+    out = join.outputs[0]
+    nodes = found.nodes + [cut, rest, join]
+    if out.shape != x.shape or out.dtype != x.dtype or not view.private(nodes, keep=[out]):
+        return None
+    return Found("RotaryEmbedding", [x] + found.inputs[1:], dict(found.attrs, rotary_embedding_dim=r), out, nodes)
+
+
+def match_rotary_of_part(view: _View, join: Node) -> Found | None:
+    """Phi's partial rotary as torch's dynamo exporter writes it at opset 23 (its optimizer makes the rotation of
+    the part a RotaryEmbedding), from the Concat: ``Concat(RotaryEmbedding(Slice(x, :r), cos, sin), Slice(x, r:),
+    axis=-1)`` on x [B, H, S, D], the inner op rotating all its r features (no position_ids). ->
+    ``RotaryEmbedding(x, cos, sin, rotary_embedding_dim=r)`` with the inner op's other attributes."""
+    if len(join.inputs) != 2 or len(join.outputs) != 1 or join.attrs.get("axis") not in (-1, 3):
+        return None
+    rot, rest = (v.producer for v in join.inputs)
+    if rot is None or rest is None or rot.op != "RotaryEmbedding" or rest.op != "Slice" or len(rot.outputs) != 1:
+        return None
+    ins = [v for v in rot.inputs]
+    if len(ins) != 3 or any(v is None for v in ins) or rot.attrs.get("rotary_embedding_dim", 0) not in (
+            0, ins[0].shape[-1] if ins[0].rank else -1):
+        return None
+    cut = ins[0].producer
+    x = rest.inputs[0]
+    if cut is None or cut.op != "Slice" or x is None or cut.inputs[0] is not x or x.rank != 4:
+        return None
+    d, r = x.shape[-1], ins[0].shape[-1]
+    out = join.outputs[0]
+    if r >= d or _last_axis_slice(cut) != (0, r) or _last_axis_slice(rest) != (r, d) or out.shape != x.shape:
+        return None
+    nodes = [cut, rot, rest, join]
+    if not view.private(nodes, keep=[out]):
+        return None
+    return Found("RotaryEmbedding", [x, ins[1], ins[2]], dict(rot.attrs, rotary_embedding_dim=r), out, nodes)
+
+
 #: The decompositions recognized, in the order they are tried.
 RECOMPOSITIONS = (
     Recomposition("rms_norm", "RMSNormalization", "ReduceMean", match_rms_norm),
+    Recomposition("partial_rotary", "RotaryEmbedding", "Concat", match_partial_rotary),
     Recomposition("rotary", "RotaryEmbedding", "Concat", match_rotary),
+    Recomposition("rotary_of_part", "RotaryEmbedding", "Concat", match_rotary_of_part),
 )
 
 

@@ -16,7 +16,7 @@ def test_bench_llm_quick(tmp_path):
                         "--cache-dir", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
-    for needle in ("memory bandwidth, 1 thread(s): read ", "weight bytes per decode step", "prefill tok/s",
+    for needle in ("memory bandwidth, 1 thread(s): read ", "C stream read ", "weight bytes per decode step", "prefill tok/s",
                    "decode tok/s", "of bound", "prefill glow/ort", "greedy tokens match onnxruntime's (16 tokens)"):
         assert needle in out, out
     assert "MISMATCH" not in out, out

@@ -71,12 +71,16 @@ def test_rms_norm_against_its_definition():
     np.testing.assert_allclose(got, D.rms_norm_reference(feeds["input"], w, 1e-5), rtol=1e-5, atol=1e-6)
 
 
-def test_rotary_against_its_definition():
-    m = D.rotary(opset=23, batch=2, pos_batch=2, heads=2, seq=6, dim=8)
+@pytest.mark.parametrize("dim,rotary_dim", [(8, 8), (24, 8)])
+def test_rotary_against_its_definition(dim, rotary_dim):
+    """Whole and partial (Phi: the first rotary_dim features rotated) against numpy's definition."""
+    m = D.rotary(opset=23, batch=2, pos_batch=2, heads=2, seq=6, dim=dim, rotary_dim=rotary_dim)
     fn, count = recomposed(m)
     assert count == 1
+    assert [n.attrs.get("rotary_embedding_dim", 0) for n in fn.nodes if n.op == "RotaryEmbedding"] == [
+        rotary_dim if rotary_dim < dim else 0]
     feeds = feeds_of(m, 2)
-    inv = 1.0 / (10000.0 ** (np.arange(0, 8, 2) / 8))
+    inv = 1.0 / (10000.0 ** (np.arange(0, rotary_dim, 2) / rotary_dim))
     ang = feeds["position_ids"].astype(np.float64)[..., None] * inv
     emb = np.concatenate([ang, ang], -1)[:, None]
     (got,) = run_fn(fn, feeds).values()
@@ -198,6 +202,53 @@ def test_torch_exports_of_llama_norm_and_rotary(tmp_path, dynamo, opset):
     run_pipeline(fn, LLM_PIPELINE)
     ops = ops_of(fn)
     assert (ops.count("RMSNormalization"), ops.count("RotaryEmbedding")) == (1, 2), ops
+    got = run_fn(fn, {"x": x.numpy(), "position_ids": pos.numpy()})
+    for g, w in zip(got.values(), want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dynamo, opset", [(False, 18), (True, 23)])
+def test_torch_exports_of_phi_partial_rotary(tmp_path, dynamo, opset):
+    """transformers' Phi attention rotates the first half of each head (partial_rotary_factor 0.5) and passes the
+    rest; exported by torch, the query's and the key's each become one RotaryEmbedding with
+    rotary_embedding_dim 8, and the interpreter on the recomposed graph gives torch's result."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    import warnings
+
+    import onnx
+    from transformers import PhiConfig
+    from transformers.models.phi.modeling_phi import PhiRotaryEmbedding, apply_rotary_pos_emb
+    cfg = PhiConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, partial_rotary_factor=0.5)
+    s, r = 5, 8
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = PhiRotaryEmbedding(cfg)
+
+        def forward(self, x, position_ids):
+            q = x.view(1, s, 4, 16).transpose(1, 2)
+            k = (2 * x).view(1, s, 4, 16).transpose(1, 2)
+            cos, sin = self.rope(x, position_ids)
+            q_rot, k_rot = apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin)
+            return torch.cat((q_rot, q[..., r:]), dim=-1), torch.cat((k_rot, k[..., r:]), dim=-1)
+
+    x = torch.randn(1, s, 64)
+    pos = torch.arange(3, 3 + s).reshape(1, s)
+    path = str(tmp_path / "phi.onnx")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        blk = Block().eval()
+        want = [t.numpy() for t in blk(x, pos)]
+        torch.onnx.export(blk, (x, pos), path, input_names=["x", "position_ids"], output_names=["q", "k"],
+                          opset_version=opset, dynamo=dynamo)
+    fn = import_model(onnx.load(path))
+    run_pipeline(fn, LLM_PIPELINE)
+    rot = [n for n in fn.nodes if n.op == "RotaryEmbedding"]
+    assert [n.attrs.get("rotary_embedding_dim") for n in rot] == [r, r], ops_of(fn)
     got = run_fn(fn, {"x": x.numpy(), "position_ids": pos.numpy()})
     for g, w in zip(got.values(), want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

@@ -305,3 +305,87 @@ def test_scratch_placed_beside_a_buffer_the_plan_laid_over_part_of_it():
     assert attention._place([scratch], 64 * 601, [q], [kpack]) is None
     other = Span("activation", 64 * 2000, 64 * 1000)
     assert attention._place([scratch, other], 64 * 601, [q], [kpack]) == (other, 0, 64 * 601)
+
+
+def written(mask: np.ndarray, lengths: np.ndarray, off=-np.inf) -> np.ndarray:
+    """``mask`` with key columns from lengths[..., row] on set to ``off`` (a cache written up to a position)."""
+    cols = np.arange(mask.shape[-1])
+    return np.where(cols >= lengths[..., None], off, mask).astype(mask.dtype)
+
+
+#: (network arguments, threads): masks whose rows end in -inf runs of their own lengths.
+TAILS = [(dict(batch=2, heads=3, seq=50, keys=300, mask="full"), 2), (dict(batch=1, heads=2, seq=7, keys=260,
+                                                                          mask="full"), 1),
+         (dict(batch=2, heads=2, seq=1, keys=256, dim=16, mask="keys"), 1), (dict(batch=1, heads=4, seq=1, keys=97,
+                                                                                 dim=32, mask="full"), 2),
+         (dict(batch=1, heads=2, seq=100, keys=130, dim=16, q_split=True, mask="keys"), 2)]
+
+
+@needs_cc
+@pytest.mark.parametrize("kw,threads", TAILS,
+                         ids=lambda c: "-".join(f"{k}{v}" for k, v in c.items()) if isinstance(c, dict) else f"t{c}")
+def test_rows_end_at_their_last_key_not_masked(kw, threads):
+    """Rows of a mask that end in -inf (a cache written up to a position, bottom-right causal rows over a past,
+    a row -inf throughout, -inf inside the written part): the kernel computes each row's keys up to its mask's
+    last column that is not -inf (found at run time), whose omitted probabilities are exactly 0. numpy's result
+    over all keys, and bit for bit the unfused kernels' (which compute every key)."""
+    m = M.attention(seed=6, **kw)
+    f = feeds(m)
+    rng = np.random.default_rng(7)
+    mask = f["mask"]
+    t, s = mask.shape[-1], kw["seq"]
+    lengths = rng.integers(1, t + 1, size=mask.shape[:-1])
+    if kw["mask"] == "full":
+        lengths[0, 0] = t - s + 1 + np.arange(s)  # bottom-right causal: row i sees the past and keys up to i
+        lengths[-1, -1, 0] = 0  # -inf throughout: NaN, as over all keys
+        mask[0, -1, -1, :3] = -np.inf  # -inf inside the written part stays computed
+    f["mask"] = written(mask, lengths)
+    cm, got = run(m, f, num_threads=threads)
+    _, ref = run(m, f, attention="never", num_threads=threads)
+    (choice,) = fused(cm)
+    assert "each row's keys up to its mask's last column not -inf" in choice
+    out = m.graph.output[0].name
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_allclose(got[out], expected(f, kw), rtol=1e-4, atol=1e-5)
+    assert np.asarray(got[out]).tobytes() == np.asarray(ref[out]).tobytes()
+
+
+@needs_cc
+def test_boolean_mask_rows_end_at_their_last_key_attended():
+    """torch's form (Where(mask, 0, -inf), Where(IsNaN(P), 0, P)) over a partly written cache: keys past a row's
+    last True are not computed; a row with no True key gives 0. onnxruntime's result, bit for bit the unfused
+    kernels'."""
+    ort = pytest.importorskip("onnxruntime")
+    m = M.attention(seed=8, batch=1, heads=3, seq=5, keys=272, dim=16, mask="full", exporter=True)
+    f = feeds(m)
+    lengths = np.random.default_rng(9).integers(1, 273, size=(1, 3, 5))
+    lengths[0, 2, 4] = 0
+    f["mask"] = written(f["mask"], lengths, False)
+    cm, got = run(m, f, num_threads=1)
+    _, ref = run(m, f, attention="never", num_threads=1)
+    (choice,) = fused(cm)
+    assert "each row's keys up to" in choice and "the mask a select of a boolean" in choice
+    out = m.graph.output[0].name
+    g = np.asarray(got[out])
+    assert g.tobytes() == np.asarray(ref[out]).tobytes()
+    assert (g[0, 4, 32:48] == 0).all() and np.isfinite(g).all()
+    m.ir_version = 8
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, f)[0]
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-6)
+
+
+@needs_cc
+def test_finite_masks_compute_every_key():
+    """A mask whose tail is large but finite (finfo.min, as transformers writes it) is not skipped: those keys
+    decide a row that is masked throughout (uniform probabilities), so every key is computed."""
+    kw = dict(batch=1, heads=2, seq=3, keys=64, dim=16, mask="full")
+    m = M.attention(seed=10, **kw)
+    f = feeds(m)
+    lengths = np.array([[[5, 64, 0], [17, 1, 33]]])
+    f["mask"] = written(f["mask"], lengths, np.finfo(np.float32).min)
+    cm, got = run(m, f, num_threads=2)
+    _, ref = run(m, f, attention="never", num_threads=2)
+    out = m.graph.output[0].name
+    assert np.asarray(got[out]).tobytes() == np.asarray(ref[out]).tobytes()
+    np.testing.assert_allclose(got[out], expected(f, kw), rtol=1e-4, atol=1e-5)
+    assert np.isfinite(np.asarray(got[out])).all()

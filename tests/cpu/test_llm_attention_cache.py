@@ -26,3 +26,21 @@ def test_decode_touches_the_cache_only_in_the_attention(attention):
         b.type.numel >= cache for b in program.fused.touched(c.instr) if b.region != "constant")})
     assert touching == (["com.microsoft.GroupQueryAttention"] if attention == "gqa" else ["matmul", "scatter_nd"])
     np.testing.assert_array_equal(g.generate(PROMPT, 8), OrtDecoder(model).greedy(PROMPT, 8)[0])
+
+
+def test_attention_computes_the_written_positions_only():
+    """torch's decomposition at 2 threads (the cost rule fuses): prefill and decode run one fused attention kernel
+    per layer (the Generator keeps the export's node order: each layer's repeated K/V heads and the mask come
+    before its products), the cache's 0 / -inf bias joins the export's mask, and each row of the kernel ends at
+    its last written key, found at run time from the mask's -inf tail. Logits and greedy tokens are
+    onnxruntime's. (ONNX's Attention op is lowered with its softmax as reductions: not this kernel.)"""
+    model = llama_decoder(CFG).SerializeToString()
+    g = Generator(model, backend="cpu", max_seq_len=CAPACITY, prefill_block=4, num_threads=2)
+    for name in ("prefill", "decode"):
+        program = g.module.functions[name].compiled.program
+        choices = [c.code.choice for c in program.calls if c.code.choice.startswith("attention fused")]
+        assert len(choices) == CFG.num_hidden_layers, (name, [c.code.choice for c in program.calls])
+        assert all("each row's keys up to its mask's last column not -inf" in c for c in choices)
+    tokens, logits = OrtDecoder(model).greedy(PROMPT, 8)
+    np.testing.assert_allclose(g.prefill(PROMPT[0]), logits[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(g.generate(PROMPT, 8), tokens)

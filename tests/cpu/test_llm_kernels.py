@@ -286,3 +286,31 @@ def test_matmul_nbits_float_gemvs_avx512_without_vnni(weights, m_rows):
     got = glow_core.compile(m, "cpu", num_threads=1, cflags="-O2 -march=skylake-avx512 -fno-math-errno "
                             "-fno-trapping-math").run({"a": a})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("m_rows, level", [(1, 0), (3, 0), (33, 0), (1, 4)])
+def test_matmul_nbits_same_bits_at_any_thread_count(m_rows, level):
+    """The threads claim contiguous runs of column groups (GEMVs: limbs, float or int8 A) or whole column panels
+    (the GEMM path) and never split a column's sum: 1, 2 and 3 threads give the same bits, and the interpreter's
+    values; the split is in the kernel's choice (glowc dump)."""
+    from glow_cpu.kernels.codegen import KernelInstr, kernel_code
+    from glow_cpu.kernels.llm import GEMV_CLAIM_GROUPS, GEMV_ROWS, SCRATCH_THREADS, gemv_split
+    m, a, _ = nbits_model("b4_threaded", m_rows, 17, level=level)  # K 512, N 1030: 65 groups, 9 panels
+    want = glow_core.compile(m, "interpreter").run({"a": a})["y"]
+    got = {}
+    for nt in (1, 2, 3):
+        cm = glow_core.compile(m, "cpu", num_threads=nt)
+        got[nt] = cm.run({"a": a})["y"]
+        choice = kernel_code(KernelInstr.of(cm.last.ir.code[0]), nt).choice
+        used = gemv_split(65, m_rows, 512, nt) if m_rows <= GEMV_ROWS else min(nt, SCRATCH_THREADS)
+        if used > 1:
+            shown = (f"{used} threads claiming runs of >= {GEMV_CLAIM_GROUPS} (guided)"
+                     if m_rows <= GEMV_ROWS else f"claimed one at a time by {used} threads")
+            assert shown in choice, choice
+            assert m_rows > GEMV_ROWS or (f"{used} threads claim contiguous runs of at least {GEMV_CLAIM_GROUPS} "
+                                          "column groups (guided)") in cm.last.compiled.source  # glowc dump --source
+    assert gemv_split(65, 1, 512, 3) == 2  # one row: 532,480 multiply-adds, two threads' worth of PAR_MIN
+    for nt in (2, 3):
+        np.testing.assert_array_equal(got[nt], got[1])
+    if level == 0:
+        np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

@@ -443,6 +443,30 @@ def test_a_float16_disagreement_is_arbitrated_in_float64():
         sess.close()
 
 
+def test_a_float16_overflow_inside_the_graph_is_arbitrated_by_the_declared_types():
+    """Selu(65504) is 68826, beyond float16's range: the graph declares the intermediate float16, so it is inf and
+    Asinh of it is inf (onnx.reference agrees). onnxruntime keeps the chain in float32 and answers 11.84; the float64
+    evaluation widens the intermediate too. The declared-type evaluation clears the backend (found by the lead's
+    30-minute glowc fuzz run, seed 20261202, g11081); a backend answer of onnxruntime's stays a finding there."""
+    pytest.importorskip("onnxruntime")
+    h = onnx.TensorProto.FLOAT16
+    m = _graph([helper.make_node("Selu", ["x"], ["t"]), helper.make_node("Asinh", ["t"], ["y"])], [("x", h, [3])],
+               [], opset=18)
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", h, [3]))
+    feeds = {"x": np.array([1.0, -4.0, 65504.0], np.float16)}
+    sess = Session("cpu", "onnxruntime")
+    try:
+        verdict, want, got = sess.check(m, feeds)
+        assert np.isfinite(want.outputs["y"][2])  # onnxruntime's answer, the one this test is about
+        assert verdict is None, (verdict, got.message if got else want.message)
+        assert np.isposinf(got.outputs["y"][2]), got.outputs
+        assert any("declared" in n for n in sess.notes), sess.notes
+        off = runner.Outcome(runner.OK, {"y": want.outputs["y"]})
+        assert not sess._declared_types_agree(m, feeds, off, {"y": want.outputs["y"]})
+    finally:
+        sess.close()
+
+
 @pytest.mark.parametrize("backend", ["interpreter", "cpu"])
 def test_lp_normalization_out_of_the_squares_range(backend):
     """Found by glowc fuzz against onnxruntime: a float16 LpNormalization of [5.96e-8] over an axis of one element

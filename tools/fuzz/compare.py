@@ -366,6 +366,30 @@ def float64_outputs(model_bytes, feeds) -> dict:
     return {k: np.asarray(v) for k, v in glow_compile(m.SerializeToString(), "interpreter").run(wide).items()}
 
 
+def low_float(model: onnx.ModelProto) -> bool:
+    """Whether a value of the model is float16 or bfloat16 (inputs, outputs, initializers, inferred values, casts)."""
+    low = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # an invalid model is judged elsewhere; its declared values still count
+        pass
+    g = model.graph
+    return any(v.type.tensor_type.elem_type in low for v in (*g.input, *g.output, *g.value_info)) \
+        or any(t.data_type in low for t in g.initializer) \
+        or any(a.name == "to" and a.i in low for n in g.node if n.op_type == "Cast" for a in n.attribute)
+
+
+def declared_type_outputs(model_bytes, feeds) -> dict:
+    """onnx.reference's outputs of the model: every node computed and rounded in the type the graph declares for
+    its output, as the specification defines it (onnxruntime runs some float16 chains in float32 without rounding
+    between the nodes, so a float16 overflow to inf inside the graph is not one there): run in a child process."""
+    from onnx.reference import ReferenceEvaluator
+    m = onnx.load_from_string(model_bytes)
+    with np.errstate(all="ignore"):
+        outs = ReferenceEvaluator(m).run(None, feeds)
+    return {o.name: np.asarray(v) for o, v in zip(m.graph.output, outs)}
+
+
 #: The condition estimate of an arbitrated output (``rounding_spread``): each float operand of each node that rounds
 #: is multiplied by 1 + e, e uniform in [-ROUNDING_UNITS * u, ROUNDING_UNITS * u] (u: the unit roundoff of its type,
 #: 2^-24 for float32, 2^-11 for float16), in ROUNDING_TRIALS evaluations.

@@ -25,6 +25,18 @@ with the same K blocking, so each score and each output element sums in the unfu
 applied one rounding each as the elementwise kernels do; the softmax row is the Softmax kernel's macro
 (softmax_row.c.j2). The fused result is bit-equal to the unfused one. Linear in the code's length (each
 matmul looks at the few readers of its output and at most MAX_SPAN instructions up to the second matmul).
+
+Written positions only: with a mask that can add -inf (a KV cache of fixed capacity masks its unwritten slots so;
+``_key_extent``), each row computes its keys up to its mask's last column that is not -inf, rounded up to the
+softmax's lanes, found at run time by a scan of the mask from its end. The omitted scores are -inf, their
+probabilities exp(-inf - max) / sum exactly 0: the row's max, its sum (the same terms in the same lanes, plus
+zeros) and the products' sums (plus 0 * v terms) are unchanged, so the result stays bit-equal to the unfused
+kernels' over all T keys, for finite K and V in the omitted slots (an inf or NaN there, which the unfused kernels
+spread into the row as NaN, is not read). A finite mask value, however large (finfo.min), is computed: it decides a
+row masked throughout. K^T and V are packed once per distinct head of keys and values (grouped-query heads
+read one KV head's bytes). One query row (decode, ``_direct``): nothing is packed; heads that read the same keys
+run together over 32-key blocks copied into an L1 tile, and P V reads V's rows in place, each sum in the GEMM's
+order (bit-equal as well).
 """
 from __future__ import annotations
 
@@ -42,7 +54,7 @@ from glow_core.plan_queries import overlap as _overlap
 
 from ..kernels.codegen import KernelCode, batch_offset, constant_value
 from ..kernels.ew import reduce_parts
-from ..kernels.gemm_blocking import gemm_pack_width, gemm_scratch_bytes
+from ..kernels.gemm_blocking import GEMM_TILES, gemm_pack_width, gemm_scratch_bytes
 from ..kernels.nn import ROW_LANES
 from ..templates import template
 from . import Group, Rule
@@ -58,6 +70,9 @@ MIN_KEYS = 256
 #: Most instructions from the first matmul to the second (and from a scratch candidate's allocation to it) the
 #: matcher looks at: linear in the code's length.
 MAX_SPAN = 256
+#: Most mask rows whose key extents the kernel keeps in a table on its stack (4 bytes each), found once for all
+#: heads; a mask of more rows, or one per head, is scanned per row block.
+EXTENT_TABLE = 8192
 #: Values of the backend option ``attention``.
 MODES = ("auto", "always", "never")
 
@@ -406,6 +421,39 @@ def _owned(c, start, end, instrs, unused) -> bool:
     return True
 
 
+def _direct(s: int, t: int, d: int, dv: int, nbh: int) -> "dict | None":
+    """One query row (decode): the kernel runs without the packed K^T and V, heads that read the same keys and
+    values together (``group`` at most: their score rows and a [d x W] key tile fit the thread's V panel space);
+    None for more rows, or when not even one row fits."""
+    w = gemm_pack_width("f32")
+    room = -(-dv // w) * w * t - d * w
+    if s != 1 or room < t:
+        return None
+    return dict(group=min(nbh, room // t))
+
+
+def _key_extent(a: Attention, shape, mask_bh: str, mask_si: int, mask_sj: int) -> "dict | None":
+    """How the kernel finds the key columns a row needs at run time, or None when it computes all T: with a mask
+    that can add -inf (a float mask, or a boolean one picking -inf) and rows of at least ROW_LANES keys, the
+    columns past a mask row's last one not -inf hold -inf scores, whose probabilities exp(-inf - max) / sum are
+    exactly 0 (a row -inf throughout is NaN at every column, as over all T). ``masked``: the C test that column J of
+    mask row ``mr`` adds -inf; ``heads`` and ``rows``: the distinct mask rows (1 along broadcast dims); ``table``:
+    one mask for every head, its rows' extents found once into a table on the stack (else per row block)."""
+    *batch, s, t = shape
+    if a.mask is None or t < ROW_LANES:
+        return None
+    at = f"mr[J * {mask_sj}]"
+    if a.mask_pick is None:
+        masked = f"{at} == -INFINITY"
+    else:
+        ninf = [bool(np.isneginf(np.float32(v))) for v in a.mask_pick]
+        masked = "1" if all(ninf) else f"{at} != 0" if ninf[0] else f"{at} == 0" if ninf[1] else None
+    if masked is None:
+        return None
+    heads, rows = 1 if mask_bh == "0" else prod(batch), s if mask_si else 1
+    return dict(masked=masked, heads=heads, rows=rows, table=heads == 1 and rows <= EXTENT_TABLE)
+
+
 def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tuple[KernelCode, list]:
     """The fused kernel of ``a`` and its operand buffers in the order of its ``p`` (O, Q, K^T, V, [mask], scratch).
     ``strided``: {slot: (batch shape, batch strides, row stride, column stride)} of the operands q, k, v read and o
@@ -432,6 +480,9 @@ def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tu
     if a.mask is not None:
         st = _mask_strides(a.mask.type.shape, (*batch, s, t))
         mask_bh, mask_si, mask_sj = batch_offset(batch, st[:-2], "bh"), st[-2], st[-1]
+    keys = _key_extent(a, (*batch, s, t), mask_bh, mask_si, mask_sj)
+    if keys:
+        choice += f", each row's keys up to its mask's last column not -inf (at run time)"
     acc_t, init, update = reduce_parts("reduce_max", "float32")
     sum_t, _, _ = reduce_parts("reduce_sum", "float32")
     scale_op, scale = (a.scale[0], float.hex(float(np.float32(a.scale[1]))) + "f") if a.scale else ("", "")
@@ -443,7 +494,8 @@ def attention_call(a: Attention, num_threads: int, strided=None, out=None) -> tu
         pk_floats=-(-t // gemm_pack_width("f32")) * gemm_pack_width("f32") * d, copy_q=a.copy_q,
         nbh=prod(batch), blk=a.block, s=s, t=t, d=d, dv=dv, scale_op=scale_op, scale=scale,
         mask_bh=mask_bh, mask_si=mask_si, mask_sj=mask_sj, lanes=ROW_LANES, max_t=acc_t, max_init=init,
-        max_update=update, sum_t=sum_t, nan_zero=a.nan_zero,
+        max_update=update, sum_t=sum_t, nan_zero=a.nan_zero, keys=keys, direct=_direct(s, t, d, dv, prod(batch)),
+        kc=GEMM_TILES["f32"]["kc"],
         mask_pick=[_c_float(v) for v in a.mask_pick] if a.mask_pick else None)
     name = "glow_k_" + hashlib.sha1(src.encode()).hexdigest()[:20]
     return KernelCode(name, src.replace("GLOW_KERNEL_NAME", name), ("f32",), (), choice), bufs

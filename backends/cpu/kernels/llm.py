@@ -3,14 +3,15 @@
 * com.microsoft.MatMulNBits (float32 A, 4- or 8-bit constant weights, no or uint8 zero points, optional bias):
   the weights are repacked at compile time into column groups of 16 (``pack_nbits``) and dequantized in
   registers, never as a float copy of W. M <= GEMV_ROWS (decode, small prefill blocks): per column group a 16-lane accumulator per
-  row, per block the sum of a * (q - zero point) then times the block's scale; the threads split the column
-  groups, so a decode step streams each weight byte once. 4-bit values become floats through a 16-entry table
+  row, per block the sum of a * (q - zero point) then times the block's scale; the threads (gemv_split) claim
+  contiguous runs of column groups (guided, GEMV_CLAIM_GROUPS), so a decode step streams each weight byte once
+  and a worker woken late does not hold the step for a whole half. 4-bit values become floats through a 16-entry table
   (one vpermps per 16 values on AVX-512, which ignores the index's high bits: no mask, no conversion), the
   default zero point 8 folded into it when there is no zero-point input. On AVX512-VNNI the same GEMVs run as
   integer dot products instead (A per block scaled by a power of two to an integer in byte limbs, LIMBS;
   templates/matmul_nbits_a8.c.j2). Larger M (prefill): per panel of PANEL_COLUMNS
   columns, the panel dequantized into the GEMM's packed layout (cache-sized, per thread) and the packed
-  GEMM over it (templates/matmul_nbits.c.j2, gemm.c.j2).
+  GEMM over it, the threads claiming panels one at a time (templates/matmul_nbits.c.j2, gemm.c.j2).
 
 * RMS normalization, whichever op carries it: ONNX RMSNormalization, onnxruntime's SimplifiedLayerNormalization
   (and its inv_std_var) and com.microsoft.SkipSimplifiedLayerNormalization (the sum x + skip + bias, the
@@ -77,6 +78,18 @@ LIMB_ISA = "defined(__AVX512VNNI__) && defined(__AVX512BW__)"
 #: prefetchers alone). A 125 M int4 decode step, 1 thread, load 6-8: 26 ms without, 23 at 512, 16-18 at 2048,
 #: 14 at 4096 and 8192 (bench/README.md).
 WEIGHT_PREFETCH = 4096
+#: Least column groups of 16 a thread claims at a time in a GEMV split (guided: each claim half of what is left
+#: per thread, never under this): a thread the scheduler woke late (a worker asleep after the serial kernels
+#: between two GEMVs) finds the rest of the columns taken by the one that came first, so the step does not wait
+#: on its whole half. Each claim is a contiguous run of the packed weights (one prefetched stream); every column's
+#: sum is the same whichever thread makes it, so results are the same bits at any thread count.
+GEMV_CLAIM_GROUPS = 4
+
+
+def gemv_split(groups: int, m: int, k: int, num_threads: int) -> int:
+    """Threads a MatMulNBits GEMV of ``groups`` column groups forks: at most one per group and per
+    PAR_MIN["gemv"] multiply-adds (the k and v projections of a 125 M decode step stay on one)."""
+    return max(1, min(num_threads, groups, groups * 16 * m * k // PAR_MIN["gemv"]))
 
 
 def _t(gen, name: str, **ctx) -> str:
@@ -195,44 +208,47 @@ def k_matmul_nbits(gen, ki, fn) -> str:
     groups = -(-n // 16)
     gemm = m > GEMV_ROWS
     per = 32 // bits
+    threads = gemv_split(groups, m, k, gen.nt)
+    split = (f", {threads} threads claiming runs of >= {GEMV_CLAIM_GROUPS} (guided)"
+             if threads > 1 else ", one thread")  # early in each choice: a bundle's call comments keep 160 chars
     if _int8_activations(ki):
-        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}, accuracy_level {INT8_ACCURACY}: A quantized "
-                      f"to int8 per row and block, {m} rows in passes of up to {A8_PASS} as u8 x s8 dot products, "
-                      f"{groups} column groups of 16" + (f" split over {gen.nt} threads" if gen.nt > 1 else ""))
+        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), {groups} column groups of 16{split}; "
+                      f"accuracy_level {INT8_ACCURACY}: A quantized to int8 per row and block, rows in passes of up "
+                      f"to {A8_PASS} as u8 x s8 dot products")
         return _t(gen, "matmul_nbits_a8.c.j2", fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0],
                   sc=ptrs[1], zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k,
                   n=n, bits=bits, bs=block, kb_n=kb, words=kb * block // per, groups=groups, rpass=min(A8_PASS, m),
-                  prefetch=WEIGHT_PREFETCH,
+                  prefetch=WEIGHT_PREFETCH, threads=threads, claim=GEMV_CLAIM_GROUPS,
                   scratch=gen.scratch_ptr(), aq_bytes=_a8_bytes(m, k, block)[0])
     ctx = dict(fn=fn, a=gen.ptr(v["a"]), y=gen.ptr(ki.outs[0]), w=ptrs[0], sc=ptrs[1],
                zp=ptrs[2] if zp else None, bias=gen.ptr(v["bias"]) if "bias" in v else None, m=m, k=k, n=n,
                bits=bits, bs=block, kb_n=kb, words=kb * block // per, k_full=k // per * per, groups=groups,
-               rpass=GEMV_PASS, gemm=gemm)
+               rpass=GEMV_PASS, gemm=gemm, threads=threads, claim=GEMV_CLAIM_GROUPS)
     if gemm:
         gen.gemms.add("f32")
         nt = min(gen.nt, SCRATCH_THREADS)
         gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} rows, panels of {PANEL_COLUMNS} "
                          f"columns dequantized into the packed GEMM's layout"
-                         + (f", panels split over {nt} threads" if nt > 1 else ""))
+                         + (f", the {-(-n // PANEL_COLUMNS)} panels claimed one at a time by {nt} threads (dynamic)"
+                            if nt > 1 else ""))
         return _t(gen, "matmul_nbits.c.j2", **ctx, scratch=gen.scratch_ptr(), panels=-(-n // PANEL_COLUMNS),
                         panel=PANEL_COLUMNS, panel_bytes=_panel_bytes(k), thread_bytes=_thread_bytes(m, k)
                         ).replace(f"num_threads({gen.nt})", f"num_threads({nt})")
-    split = f" split over {gen.nt} threads" if gen.nt > 1 else ""
     if not _limbs(ki):
-        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s) as GEMVs dequantizing in registers, "
-                      f"{groups} column groups of 16{split}")
+        gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), {groups} column groups of 16{split}; "
+                      "GEMVs dequantizing in registers")
         return _t(gen, "matmul_nbits.c.j2", **ctx)
     limbs, lw = LIMBS[bits], LIMB_BITS[bits]
     rpass = min(m, max(1, LIMB_ACCUMULATORS // (limbs * (2 if bits == 4 else 1))))
-    gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), on AVX512-VNNI A per block scaled by a "
-                  f"power of two to integers within 2^{lw * (limbs - 1) + 6} in {limbs} limbs of {lw} bits, u8 x s8 dot "
-                  f"products in passes of {rpass} row(s), {groups} column groups of 16{split} (else GEMVs "
+    gen.choice = (f"matmul_nbits {bits}-bit weights, block {block}: {m} row(s), {groups} column groups of 16{split}; "
+                  f"on AVX512-VNNI A per block scaled by a power of two to integers within 2^{lw * (limbs - 1) + 6} in "
+                  f"{limbs} limbs of {lw} bits, u8 x s8 dot products in passes of {rpass} row(s) (else GEMVs "
                   "dequantizing in registers)")
     exact = _t(gen, "matmul_nbits_a8.c.j2", fn=f"{fn}_limbs", linkage="static", limbs=limbs, limb_bits=lw, a=ctx["a"],
                y=ctx["y"],
                w=ptrs[0], sc=ptrs[1], zp=ctx["zp"], bias=ctx["bias"], m=m, k=k, n=n, bits=bits, bs=block, kb_n=kb,
                words=ctx["words"], groups=groups, rpass=rpass, scratch=gen.scratch_ptr(), prefetch=WEIGHT_PREFETCH,
-               aq_bytes=_a8_bytes(m, k, block, limbs)[0])
+               threads=threads, claim=GEMV_CLAIM_GROUPS, aq_bytes=_a8_bytes(m, k, block, limbs)[0])
     return (f"#if {LIMB_ISA}\n{exact}#endif\n"
             + _t(gen, "matmul_nbits.c.j2", **ctx, limbs_fn=f"{fn}_limbs", limb_isa=LIMB_ISA))
 

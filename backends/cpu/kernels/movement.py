@@ -10,6 +10,7 @@ from glow_core.errors import BackendError
 from . import ew as kernels_ew
 from .codegen import ERR_INDEX, kernel, literal, row_strides
 from .ctypes_map import ctype
+from ..templates import PARALLEL_MIN_WORK
 
 
 def coalesce(dims):
@@ -25,9 +26,32 @@ def coalesce(dims):
     return out
 
 
+#: A transpose's block (strided.c.j2): rows of the input's contiguous dim x columns of the output's, copied while
+#: the rows' input lines are in L1; the least rows and columns for which a transpose takes blocks.
+TRANSPOSE_TILE = {"rows": 16, "cols": 16, "least": 4}
+
+
+def _transpose_tile(outer, inner):
+    """(outer dims with the tiled one last, as blocks, tile record) when the copy is a transpose: the inner dim
+    strided in the input and an outer dim contiguous in it, both at least TRANSPOSE_TILE["least"] long; else
+    (outer, None)."""
+    rows, least = TRANSPOSE_TILE["rows"], TRANSPOSE_TILE["least"]
+    at = next((k for k, d in enumerate(outer) if d[1] == 1), None)
+    if inner[1] == 1 or inner[0] < least or at is None or outer[at][0] < least:
+        return outer, None
+    size, istr, ostr = outer[at]
+    blocks = -(-size // rows)
+    tile = dict(rows=rows, cols=TRANSPOSE_TILE["cols"], blocks=blocks, last=size - (blocks - 1) * rows, istr=istr,
+                ostr=ostr)
+    return outer[:at] + outer[at + 1:] + [(blocks, rows * istr, rows * ostr)], tile
+
+
 def _strided(gen, fn, out, pieces, fill=None):
+    """The strided copy of ``pieces`` (source, shape, input strides, output strides, bases) into ``out``: dims
+    coalesced, transposes in blocks (``_transpose_tile``), and, at more than one thread, each piece of more than
+    PARALLEL_MIN_WORK["elementwise"] elements split over the threads by its outer iterations (fill too)."""
     t = ctype(out.type.dtype.name).storage
-    rendered = []
+    rendered, notes = [], []
     for in_buf, shape, istr, ostr, ibase, obase in pieces:
         if prod(shape) == 0:
             continue
@@ -35,15 +59,23 @@ def _strided(gen, fn, out, pieces, fill=None):
         if not dims:
             dims = [(1, 0, 0)]
         inner = dims[-1]
-        outer = dims[:-1]
+        outer, tile = _transpose_tile(dims[:-1], inner)
+        count = prod(d[0] for d in outer)
+        chunks = min(gen.nt, count) if gen.nt > 1 and prod(shape) > PARALLEL_MIN_WORK["elementwise"] else 1
+        notes.append((f"blocks of {tile['rows']} x {tile['cols']}" if tile else "rows")
+                     + (f", {chunks} threads" if chunks > 1 else ""))
         rendered.append(dict(in_ptr=gen.ptr(in_buf), outer_rank=len(outer),
                              outer_shape=[d[0] for d in outer], outer_istr=[d[1] for d in outer],
                              outer_ostr=[d[2] for d in outer], in_base=ibase, out_base=obase,
-                             outer_count=prod(d[0] for d in outer), inner=inner[0], inner_istr=inner[1],
-                             inner_ostr=inner[2]))
+                             outer_count=count, inner=inner[0], inner_istr=inner[1],
+                             inner_ostr=inner[2], tile=tile, chunks=chunks))
+    fill_parallel = fill is not None and gen.nt > 1 and out.type.numel > PARALLEL_MIN_WORK["elementwise"]
+    if notes:
+        gen.choice = f"{gen.ki.op}, strided copy by " + (notes[0] if len(set(notes)) == 1 else
+                                                         "; ".join(f"piece {i} {n}" for i, n in enumerate(notes)))
     return gen.t("strided.c.j2",
         fn=fn, t=t, out_ptr=gen.ptr(out), pieces=rendered,
-        fill=fill, fill_n=out.type.numel)
+        fill=fill, fill_n=out.type.numel, fill_parallel=fill_parallel)
 
 
 def _memcpy(gen, fn, out, src):
