@@ -3,7 +3,7 @@ instruction of the CPU backend's int8 run beside onnxruntime's per-node profile 
 count.
 
     python bench/bench_int8_layers.py [--model resnet18|mobilenetv2] [--flow qdq|kit|kit-asymmetric-weights]
-                                      [--threads 1,2] [--runs 30] [--size 224] [--json FILE]
+                                      [--threads 1,2] [--runs 30] [--size 224] [--top 12] [--json FILE]
 
 ``--flow kit`` runs the kit's own quantization of the float model (bench_int8_e2e's glow-kit) instead of
 onnxruntime's file; onnxruntime still runs its file, and the rows match by the ONNX node names both keep.
@@ -14,7 +14,8 @@ model ``--runs`` times after a warm-up, alternating one glow run and one onnxrun
 median over the runs. Rows are matched by the ONNX node a kernel comes from (onnxruntime's node name without its
 ``_token_N`` suffix is the prefix of ours); a node only one side has (onnxruntime's layout transposes and
 Flatten) gets a row with the other side empty. The totals are the sums of the medians (a whole run costs a little
-more: the call itself).
+more: the call itself). Then the ``--top`` biggest absolute gaps per thread count and, with several thread counts,
+the rows whose time scales worst from the first count to the last.
 """
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--top", type=int, default=12, help="rows of the gap and scaling summaries")
     a = ap.parse_args(argv)
     fp32, qdq, name, shape = models(a.size, model=a.model)
     glow_model, options = None, None
@@ -121,10 +123,41 @@ def main(argv=None) -> int:
         to = sum(r[4] for r in rows if r[4] is not None)
         print(f"  {'total':22s} {'':12s} {tg:8.1f} {'':26s} {to:8.1f} {tg / to:8.2f}")
         result[nt] = [dict(zip(("node", "glow_op", "glow_us", "ort_op", "ort_us"), r)) for r in rows]
+    summary(result, a.top)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)
     return 0
+
+
+def summary(result: dict, top: int):
+    """The ``top`` rows of biggest absolute gap (glow - ort) per thread count, and with two or more thread counts
+    the rows whose glow time scales worst from the first count to the last (beside onnxruntime's scaling)."""
+    for nt, rows in result.items():
+        gaps = sorted((r for r in rows if r["glow_us"] is not None and r["ort_us"]),
+                      key=lambda r: r["glow_us"] - r["ort_us"], reverse=True)[:top]
+        print(f"threads {nt}: the {top} biggest gaps (glow - ort, us)")
+        for r in gaps:
+            print(f"  {r['node'][:22]:22s} {r['glow_op']:12s} {r['glow_us']:8.1f} {r['ort_us']:8.1f} "
+                  f"{r['glow_us'] - r['ort_us']:+8.1f}")
+    counts = list(result)
+    if len(counts) > 1:
+        t0, t1 = counts[0], counts[-1]
+        first = {(r["node"], r["glow_op"]): r for r in result[t0]}
+        scale = []
+        for r in result[t1]:
+            r0 = first.get((r["node"], r["glow_op"]))
+            if r0 and r0["glow_us"] and r["glow_us"]:
+                ort = r0["ort_us"] / r["ort_us"] if r0["ort_us"] and r["ort_us"] else None
+                scale.append((r0["glow_us"] / r["glow_us"], r["node"], r["glow_op"], r0["glow_us"], r["glow_us"], ort))
+        scale.sort()
+        print(f"glow's scaling {t0} -> {t1} threads, the {top} worst (speed-up, us at {t0} and {t1}; onnxruntime's "
+              f"speed-up on the same node)")
+        for sp, node, op, g0, g1, ort in scale[:top]:
+            print(f"  {node[:22]:22s} {op:12s} {g0:8.1f} {g1:8.1f} {sp:6.2f}x  ort {f'{ort:.2f}x' if ort else '-'}")
+        tg = [sum(r["glow_us"] for r in result[t] if r["glow_us"] is not None) for t in (t0, t1)]
+        to = [sum(r["ort_us"] for r in result[t] if r["ort_us"] is not None) for t in (t0, t1)]
+        print(f"  total: glow {tg[0] / tg[1]:.2f}x, onnxruntime {to[0] / to[1]:.2f}x")
 
 
 if __name__ == "__main__":

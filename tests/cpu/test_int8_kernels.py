@@ -112,9 +112,26 @@ CONV = [
     ((2, 32, 6, 9), (48, 32, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "int8", "hi", "zero", False, "int32", None, 1),
     # one weight tile (16 channels), K chunks of 6 blocks, an odd vector count
     ((1, 24, 11, 13), (16, 24, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, "uint8", "rand", "zero", True, "uint8", None, 1),
+    # direct depthwise (also line 5): two images of 7x7 (4 vectors, a tail of 1 lane), stride 2 from 14x14, 96
+    # channels above the parallel threshold, 56 columns at stride 2 (128-byte windows), 112 columns at stride 2
+    # (vectors within one output row), kernel rows of 4 and 2 columns with column stride 3, row dilation, uneven pads
+    ((2, 24, 7, 7), (24, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 24, "int8", "rand", "zero", True, "uint8", "relu6", 1),
+    ((1, 16, 14, 14), (16, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 16, "uint8", "hi", "zero", True, "int8", None, 1),
+    ((1, 96, 14, 14), (96, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 96, "uint8", "rand", "zero", True, "uint8", "relu", 1),
+    ((1, 3, 10, 56), (3, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3, "int8", "lo", "zero", False, "int8", None, 1),
+    ((1, 2, 5, 112), (2, 1, 3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 2, "int8", "rand", "zero", True, "int8", None, 100),
+    ((1, 5, 9, 30), (5, 1, 3, 4), (1, 3), (2, 1), (2, 1, 0, 3), 5, "int8", "rand", "zero", True, "int32", None, 1),
+    ((2, 4, 6, 23), (4, 1, 2, 2), (2, 1), (1, 1), (0, 1, 1, 0), 4, "uint8", "rand", "zero", False, "uint8", None, 1),
+    # 1x1 convs above the parallel threshold split by pixel chunks at 2 threads: the VNNI tiles with pixel sums and a
+    # 2-channel tail block over two images; AMX blocks (K chunks of 16 blocks, 48 channels) over an odd vector count
+    ((2, 22, 30, 31), (40, 22, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, "int8", "rand", "channel", True, "int8", None, 1),
+    ((1, 64, 23, 23), (48, 64, 1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, "uint8", "rand", "zero", True, "uint8", "relu", 1),
 ]
 #: CONV lines the AMX target plans on AMX blocks
-AMX_LINES = (12, 13, 23, 24, 25, 26)
+AMX_LINES = (12, 13, 23, 24, 25, 26, 35)
+#: CONV lines the 16-lane targets plan as direct depthwise convs (the C takes them with AVX512-VBMI)
+DW_LINES = (5, 27, 28, 29, 30, 31, 32, 33)
+VBMI = "avx512vbmi" in HOST
 # matmul: a shape, w shape, a dtype, a offset, weight offsets, per-channel, y dtype, fused, multiplier scale
 MATMUL = [
     ((1, 512), (512, 100), "int8", "rand", "zero", False, "int8", None, 1),
@@ -262,6 +279,45 @@ def test_amx_plans_the_lines_it_should():
     assert "AMX" not in k.describe
 
 
+def test_direct_depthwise_plans_the_lines_it_should():
+    """The 16-lane targets plan exactly DW_LINES direct (the 8-lane ones never), with both window sizes and both
+    vector layouts among them; force={"dwdirect": False} keeps the planes."""
+    seen = set()
+    for target in ("avx512vnni", "avx512vnni-amx", "avxvnni"):
+        for i in range(len(CONV)):
+            k = conv_case(i, target)[0]
+            assert ("direct depthwise" in k.describe) == (i in DW_LINES and TARGETS[target].lanes == 16), k.describe
+            if "direct depthwise" in k.describe:
+                seen |= {w for w in ("64-byte", "128-byte", "flat vectors", "rows vectors") if w in k.describe}
+    assert seen == {"64-byte", "128-byte", "flat vectors", "rows vectors"}
+    k = plan_qconv((1, 8, 9, 9), (8, 1, 3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 8, x_dtype="uint8", x_offset=0,
+                   y=Requant("uint8"), target=TARGETS["avx512vnni"], force={"dwdirect": False})
+    assert "direct" not in k.describe
+
+
+@pytest.mark.skipif(not VBMI or "avx512_vnni" not in HOST, reason="no AVX512-VBMI and VNNI on this host")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_direct_depthwise_equals_planes(threads):
+    """On DW_LINES the direct kernel and the planes (forced) give the reference's output, in one library."""
+    kernels, runs = [], []
+    for i in DW_LINES:
+        xs, ws, st, dl, pd, g, xdt, xok, wok, pc, ydt, fused, sm = CONV[i]
+        x, w, bias, xo, wo, y, m, (lo, hi) = conv_draw(i)
+        expect = requantize(ref_conv(x.astype(np.int64), w, bias, st, dl, pd, g, xo, wo), m[None, :, None, None],
+                            ydt, y.offset, lo, hi)
+        for direct in (True, False):
+            k = plan_qconv(xs, ws, st, dl, pd, g, x_dtype=xdt, x_offset=xo, multiplier=m if pc else m[0], y=y,
+                           num_threads=threads, target=TARGETS["avx512vnni"], name=f"dw{i}_{int(direct)}",
+                           force={"dwdirect": direct})
+            assert ("direct depthwise" in k.describe) == direct
+            kernels.append(k)
+            runs.append((k, w, bias, x, expect))
+    lib = compile_library(kernels, [f for f in FLAGS if threads > 1 or f != "-fopenmp"])
+    for k, w, bias, x, expect in runs:
+        got = GemmRunner(k, w, bias, expect.shape, expect.dtype, lib=lib).run(x)
+        assert np.array_equal(got, expect), k.describe
+
+
 @pytest.mark.skipif(not AMX, reason="no AMX tiles granted on this host")
 @pytest.mark.parametrize("line", AMX_LINES)
 def test_amx_equals_vnni(line):
@@ -393,7 +449,8 @@ def test_kernels_of_both_layouts_share_one_translation_unit():
 # over B) | "in_y" (over the conv's own output), add output dtype, fused "relu" or None
 RESIDUAL = [(0, "int8", 0, "apart", "int8", None), (1, "uint8", 1, "in_b", "uint8", "relu"),
             (4, "int8", 0, "in_y", "int8", "relu"), (7, "uint8", 1, "apart", "int8", None),
-            (12, "uint8", 0, "in_b", "uint8", "relu")]
+            (12, "uint8", 0, "in_b", "uint8", "relu"), (34, "int8", 0, "in_b", "int8", None),
+            (35, "uint8", 1, "apart", "uint8", "relu")]
 
 
 def residual_case(index, target, threads):

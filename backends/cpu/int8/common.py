@@ -160,8 +160,9 @@ def per_channel(what: str, value, count: int, dtype) -> np.ndarray:
 
 
 #: Planner choices a study may force (``force=`` of plan_qconv and plan_qmatmul): the register tile, and whether
-#: a conv may use AMX tiles (False: the VNNI tiles only).
-FORCIBLE = ("mr", "nv", "amx")
+#: a conv may use AMX tiles (False: the VNNI tiles only), whether a depthwise conv may run direct (False: the planes),
+#: whether a parallel 1x1 conv splits by pixel chunks (False: the transform, a barrier, then the tiles).
+FORCIBLE = ("mr", "nv", "amx", "dwdirect", "pxsplit")
 
 
 def check_weighted(op: str, name: str, x_dtype: str, x_offset: int, w_dtype: str, y: Requant, force) -> dict:

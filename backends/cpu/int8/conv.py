@@ -23,7 +23,7 @@ from glow_core.backend import Unsupported
 from ..templates import template
 from .common import (QTYPES, Int8EngineError, Int8Kernel, QConstants, QTarget, Requant, ResidualAdd, WeightTerms,
                           check_weighted, host_qtarget, threads_for)
-from .elementwise import plan_qadd
+from .elementwise import ELEMENT_WORK, plan_qadd
 
 #: Cycles of one vpdpbusd and of one load (throughput on the development machine: about 0.24 ns per zmm vpdpbusd
 #: in a good tile, loads 2 per cycle) and per tile outside the K loop (epilogue, call); the tile chooser's model.
@@ -52,6 +52,69 @@ KWPACK_MAX_STRIDE = 4
 #: channels still does 4x the multiply-adds of the VNNI tile's cycle) and the output channels padded to 16 ma
 #: waste at most a quarter of the work.
 AMX_MAX_KC, AMX_MIN_KC = 16, 4
+#: Least pixel vectors in a chunk of a 1x1 conv split by pixels (a chunk is a multiple of the tile's vectors).
+PXSPLIT_MIN_VECTORS = 4
+#: Least chunks per thread for a 1x1 conv to split by pixels (fewer: the channel blocks share out instead).
+PXSPLIT_MIN_CHUNKS = 4
+#: Lanes of a direct depthwise vector (int32 accumulators of one zmm) and the bytes of input one vpermb (64) or
+#: vpermt2b (128) gathers them from; the last byte of the window is the padding (masked out of the loads).
+DW_LANES, DW_WINDOWS = 16, (64, 128)
+
+
+def plan_dw_direct(h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl):
+    """The direct depthwise conv's tables (AVX512-VBMI), or None when a vector's input does not fit 127 bytes.
+
+    No transform: per channel and vector of 16 output pixels, each kernel row i is one masked load of the
+    channel's NCHW bytes from ``off[v, i]`` (``mask`` over the bytes some lane reads, the rest the padding
+    value) and one byte permutation (``idx`` rows, deduplicated) building each lane's dword of the row's kw taps,
+    then vpdpbusd with the channel's packed row i. Lanes are consecutive output pixels ("flat": stores of 16
+    contiguous bytes) or, when a vector crossing output rows would read too far, vectors within one output row
+    ("rows": ceil(ow / 16) vectors a row). Returns the layout, window and counts, and the tables as C initializers
+    (off, m1, m2, ref, idx, yoff, ymask)."""
+    for layout in ("flat", "rows"):
+        if layout == "flat":
+            nvec = -(-oh * ow // DW_LANES)
+            p = np.arange(nvec * DW_LANES).reshape(nvec, DW_LANES)
+            live = p < oh * ow
+            r, col = p // ow, p % ow
+        else:
+            per = -(-ow // DW_LANES)
+            nvec = oh * per
+            v = np.arange(nvec)[:, None]
+            col = (v % per) * DW_LANES + np.arange(DW_LANES)[None, :]
+            r = np.broadcast_to(v // per, col.shape)
+            live = col < ow
+        # [nvec, 16 lanes, kh rows, 4 bytes]
+        ih = (r * sh)[:, :, None, None] + (np.arange(kh) * dh)[None, None, :, None] - pt
+        iw = (col * sw)[:, :, None, None] + np.arange(4)[None, None, None, :] - pl
+        ok = (live[:, :, None, None] & (ih >= 0) & (ih < h) & (iw >= 0) & (iw < w)
+              & (np.arange(4) < kw)[None, None, None, :])
+        flat = np.where(ok, ih * w + iw, -1)
+        any_ = ok.any(axis=(1, 3))  # [nvec, kh]
+        lo = np.where(any_, np.where(ok, flat, np.iinfo(np.int64).max).min(axis=(1, 3)), 0)
+        span = np.where(any_, flat.max(axis=(1, 3)) - lo + 1, 0)
+        window = next((wd for wd in DW_WINDOWS if span.max() <= wd - 1), None)
+        if window is None:
+            continue
+        idx = np.where(ok, flat - lo[:, None, :, None], window - 1)  # [nvec, 16, kh, 4]
+        idx = idx.transpose(0, 2, 1, 3).reshape(nvec * kh, 64).astype(np.uint8)
+        seen: dict[bytes, int] = {}
+        ref = np.array([seen.setdefault(r.tobytes(), len(seen)) for r in idx])
+        rows = np.frombuffer(b"".join(seen), np.uint8).reshape(-1, 64)
+        span = span.reshape(-1)
+        v = np.arange(nvec)
+        yoff = v * DW_LANES if layout == "flat" else (v // per) * ow + (v % per) * DW_LANES
+        ymask = (live.astype(np.int64) << np.arange(DW_LANES)).sum(axis=1)
+
+        def masks(bits):
+            return ", ".join(f"0x{(1 << int(b)) - 1:x}ull" for b in bits)
+
+        return dict(layout=layout, window=window, nvec=nvec, n=nvec * kh, nidx=len(rows),
+                    off=", ".join(map(str, lo.reshape(-1).tolist())), m1=masks(np.minimum(span, 64)),
+                    m2=masks(np.maximum(span - 64, 0)), ref=", ".join(map(str, ref.reshape(-1).tolist())),
+                    idx=",\n".join("  { " + ", ".join(map(str, r)) + " }" for r in rows.tolist()),
+                    yoff=", ".join(map(str, yoff.tolist())), ymask=", ".join(map(str, ymask.tolist())))
+    return None
 
 
 def _tile_candidates(target: QTarget, max_nv: int):
@@ -83,6 +146,12 @@ def choose_tile(fg: int, nvec: int, ksteps: int, target: QTarget, max_nv: int = 
         if best is None or key < best[0]:
             best = (key, (mr, nv))
     return best[1] if best else (1, 1)
+
+
+def dw_desc(dw: dict, kh: int) -> str:
+    return (f", direct depthwise (AVX512-VBMI; the planes without it): {dw['nvec']} {dw['layout']} vectors x {kh} "
+            f"rows, each a masked {dw['window']}-byte window of the NCHW input permuted into tap dwords "
+            f"({dw['nidx']} index rows)")
 
 
 def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_dtype: str, x_offset: int,
@@ -191,11 +260,23 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         res_desc = (f", residual add {residual.b_dtype}->{residual.y.dtype} fused per tile"
                     f"{' in registers' if res_vec else ''}")
     macs = n * f * cg * kh * kw * oh * ow
-    nt = threads_for(macs, num_threads)
+    # the transform and the stores cost like an elementwise kernel's elements: a depthwise conv of few
+    # multiply-adds per element still shares out
+    nt = threads_for(max(macs, ELEMENT_WORK * n * (c * h * w + f * oh * ow)), num_threads)
+    # a depthwise conv without weight offsets or residual: straight from the NCHW rows by byte permutations
+    dw = (plan_dw_direct(h, w, oh, ow, kh, kw, sh, sw, dh, pt, pl)
+          if kwpack and fg == 1 and lanes == 16 and residual is None and not xsum and force.get("dwdirect", True)
+          else None)
     trows, items = group * c4 * len(phases) * hh, group * nob * nqb
     # group by group (transform, sums, tiles while the group's planes are in cache) when the groups share out
     by_group = group >= BY_GROUP_MIN * nt
     tchunk = max(1, trows // (nt * DYNAMIC_CHUNKS))
+    # a 1x1 conv of stride 1 without padding: its virtual pixels are the input's, so a chunk of pixel vectors is
+    # transformed and multiplied by the thread that takes it (no barrier, the planes stay in its cache)
+    step = nv * 2 // int(np.gcd(nv, 2)) if amx else nv
+    pxvec = -(-max(PXSPLIT_MIN_VECTORS, -(-nvec // (nt * DYNAMIC_CHUNKS))) // step) * step
+    pxsplit = (kh == kw == 1 and sh == sw == 1 and not any(pads) and group == 1
+               and force.get("pxsplit", nt > 1 and -(-nvec // pxvec) >= PXSPLIT_MIN_CHUNKS * nt))
     requant = y.dtype != "int32"
     flo, fhi = y.float_bounds() if requant else ("0.0", "0.0")
     kind = "depthwise" if cg == 1 and group == c else ("1x1" if kh == kw == 1 else f"{kh}x{kw}")
@@ -204,7 +285,9 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
             f"{f' of a kernel row (kw {kw} taps)' if kwpack else ''}, tile {mr}ch x {nv}x{lanes}px, "
             f"{'per-channel' if len(set(mult.tolist())) > 1 else 'per-tensor'} requant"
             f"{', pixel sums for weight offsets' if xsum else ''}{res_desc}{', group by group' if by_group else ''}"
-            f"{f', AMX blocks {amx_oc}ch x 32px over K chunks of {kc * 4} channels (the VNNI tiles without AMX)' if amx else ''}, "
+            f"{f', chunks of {pxvec} pixel vectors transformed and multiplied by one thread' if pxsplit else ''}"
+            f"{f', AMX blocks {amx_oc}ch x 32px over K chunks of {kc * 4} channels (the VNNI tiles without AMX)' if amx else ''}"
+            f"{dw_desc(dw, kh) if dw else ''}, "
             f"{nt} thread(s), {target.name}")
     nqb2 = -(-nvec // 2)
     vnni_bytes = f * c4 * 4 * len(taps)
@@ -229,7 +312,8 @@ def plan_qconv(x_shape, w_shape, strides, dilations, pads, group: int = 1, *, x_
         r_ctype=QTYPES[residual.y.dtype][0] if residual else "",
         amx=amx, kc=kc, nk=c4 // kc, amx_off=vnni_bytes, amx_block=len(taps) * c4 * 4 * amx_oc, nqb2=nqb2,
         amx_items=fpad // amx_oc * nqb2, amx_ichunk=max(1, fpad // amx_oc * nqb2 // (nt * DYNAMIC_CHUNKS)),
-        ma=amx_oc // 16)
+        ma=amx_oc // 16, fpad=fpad, q=q, pxsplit=pxsplit, pxvec=pxvec, pxchunks=-(-nvec // pxvec), dw=dw, kh=kh, dwpad=(xo_u ^ flip) & 0xFF,
+        dwchunk=max(1, n * f // (nt * DYNAMIC_CHUNKS)), gchunk=max(1, group // (nt * DYNAMIC_CHUNKS)))
 
     def pack(weights, bias=None) -> QConstants:
         wt = terms.signed(weights, (f, cg, kh, kw), given_w_shape)
