@@ -169,8 +169,7 @@ def worker_layer_times(name, threads, quick, runs=40):
     does), its ops and the choice of its slowest instruction, and onnxruntime's least profiled time of the nodes
     it computes (per node over runs, summed by layer as ``ort_layer_times`` does; nodes of no layer keep their
     name)."""
-    import onnxruntime as ort_mod
-    from glow_tools.bench import (_node_of, _ort_options, ort_kernel_times, ort_layer_times, profile_layers)
+    from glow_tools.bench import _node_of, ort_layer_times, ort_node_times, profile_layers
     model, feed = zoo.load(name, quick)
     cm = glow_compile(model, threads)
     cm.run(feed)
@@ -194,16 +193,7 @@ def worker_layer_times(name, threads, quick, runs=40):
         if sec >= slowest.get(k, (-1.0, ""))[0]:
             call = compiled.program.calls[i]
             slowest[k] = (sec, f"{call.instr.op}: {call.code.choice}")
-    so = _ort_options(threads)
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as d:
-        so.profile_file_prefix = os.path.join(d, "ort")
-        sess = ort_mod.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        ort_feed = {i.name: feed[i.name] for i in sess.get_inputs()}
-        for _ in range(runs):
-            sess.run(None, ort_feed)
-        per = ort_kernel_times(sess.end_profiling())
-    ort = ort_layer_times(model, {nm: min(t for t, _ in v[1:] or v) for nm, v in per.items()}, layers)
+    ort = ort_layer_times(model, ort_node_times(model, feed, threads, runs, stat=min), layers)
     out = {x.name: ["+".join(x.ops), min(r.get(x.name, 0.0) for r in per_run), ort.pop(x.name, None),
                     slowest.get(x.name, (0, ""))[1]] for x in layers}
     out.update({nm: ["(onnxruntime only)", 0.0, sec, ""] for nm, sec in ort.items()})

@@ -157,6 +157,22 @@ def test_llama_decoder_every_norm_and_rotation():
     assert ops.count("slice") == 2  # the [B, S, D/2] cos and sin caches built once for every rotation
 
 
+def _export_recomposed(torch, block, x, pos, path, opset, dynamo):
+    """(the recompose-llm pipeline's graph of torch's export of ``block()`` to ``path``, torch's outputs q and k)."""
+    import warnings
+
+    import onnx
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        blk = block().eval()
+        want = [t.numpy() for t in blk(x, pos)]
+        torch.onnx.export(blk, (x, pos), path, input_names=["x", "position_ids"], output_names=["q", "k"],
+                          opset_version=opset, dynamo=dynamo)
+    fn = import_model(onnx.load(path))
+    run_pipeline(fn, LLM_PIPELINE)
+    return fn, want
+
+
 @pytest.mark.parametrize("dynamo, opset", [(False, 18), (False, 20), (True, 18), (True, 23)])
 def test_torch_exports_of_llama_norm_and_rotary(tmp_path, dynamo, opset):
     """transformers' LlamaRMSNorm and apply_rotary_pos_emb exported by torch (TorchScript and dynamo exporters):
@@ -166,9 +182,6 @@ def test_torch_exports_of_llama_norm_and_rotary(tmp_path, dynamo, opset):
     pytest.importorskip("transformers")
     if dynamo:
         pytest.importorskip("onnxscript")
-    import warnings
-
-    import onnx
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
     cfg = LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
@@ -191,15 +204,7 @@ def test_torch_exports_of_llama_norm_and_rotary(tmp_path, dynamo, opset):
 
     x = torch.randn(1, s, 64)
     pos = torch.arange(3, 3 + s).reshape(1, s)
-    path = str(tmp_path / "block.onnx")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        blk = Block().eval()
-        want = [t.numpy() for t in blk(x, pos)]
-        torch.onnx.export(blk, (x, pos), path, input_names=["x", "position_ids"], output_names=["q", "k"],
-                          opset_version=opset, dynamo=dynamo)
-    fn = import_model(onnx.load(path))
-    run_pipeline(fn, LLM_PIPELINE)
+    fn, want = _export_recomposed(torch, Block, x, pos, str(tmp_path / "block.onnx"), opset, dynamo)
     ops = ops_of(fn)
     assert (ops.count("RMSNormalization"), ops.count("RotaryEmbedding")) == (1, 2), ops
     got = run_fn(fn, {"x": x.numpy(), "position_ids": pos.numpy()})
@@ -216,9 +221,6 @@ def test_torch_exports_of_phi_partial_rotary(tmp_path, dynamo, opset):
     pytest.importorskip("transformers")
     if dynamo:
         pytest.importorskip("onnxscript")
-    import warnings
-
-    import onnx
     from transformers import PhiConfig
     from transformers.models.phi.modeling_phi import PhiRotaryEmbedding, apply_rotary_pos_emb
     cfg = PhiConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, partial_rotary_factor=0.5)
@@ -238,15 +240,7 @@ def test_torch_exports_of_phi_partial_rotary(tmp_path, dynamo, opset):
 
     x = torch.randn(1, s, 64)
     pos = torch.arange(3, 3 + s).reshape(1, s)
-    path = str(tmp_path / "phi.onnx")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        blk = Block().eval()
-        want = [t.numpy() for t in blk(x, pos)]
-        torch.onnx.export(blk, (x, pos), path, input_names=["x", "position_ids"], output_names=["q", "k"],
-                          opset_version=opset, dynamo=dynamo)
-    fn = import_model(onnx.load(path))
-    run_pipeline(fn, LLM_PIPELINE)
+    fn, want = _export_recomposed(torch, Block, x, pos, str(tmp_path / "phi.onnx"), opset, dynamo)
     rot = [n for n in fn.nodes if n.op == "RotaryEmbedding"]
     assert [n.attrs.get("rotary_embedding_dim") for n in rot] == [r, r], ops_of(fn)
     got = run_fn(fn, {"x": x.numpy(), "position_ids": pos.numpy()})
