@@ -106,6 +106,24 @@ def test_product_into_sum_is_not_contracted(dt, threads):
 
 
 @needs_cc
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+@pytest.mark.parametrize("outer", ["Sin", "Cos"])
+def test_sin_and_cos_of_atan_keep_nan(dt, outer):
+    """GCC with -fno-math-errno folds sin(atan(x)) and cos(atan(x)) into x / sqrt(x*x + 1) and 1 / sqrt(x*x + 1)
+    behind a branch that makes NaN 1 and 0 (glowc fuzz against onnxruntime, seed 20261204, g3420: the chain
+    Atan -> Sin of NaN gave 1). Expected: numpy's sin / cos of arctan, NaN where x is NaN."""
+    m = model([helper.make_node("Atan", ["x"], ["t"]), helper.make_node(outer, ["t"], ["y"])], [("x", dt, [40])],
+              [("y", dt)])
+    x = np.random.default_rng(3).standard_normal(40).astype(dt) * 4
+    x[:4] = [np.nan, np.inf, -np.inf, -np.nan]
+    cm, got, _, _ = both(m, {"x": x}, 1)
+    assert chains(cm) and chains(cm)[0].startswith("elementwise chain of 2")
+    want = (np.sin if outer == "Sin" else np.cos)(np.arctan(x.astype(np.float64)))
+    np.testing.assert_array_equal(np.isnan(got["y"]), np.isnan(want))
+    np.testing.assert_allclose(got["y"], want, rtol=4 * np.finfo(dt).eps, atol=2 * np.finfo(dt).eps)
+
+
+@needs_cc
 @pytest.mark.parametrize("threads", [1, 2])
 def test_int32_chain_and_division_check(threads):
     """int32 chains (wrapping add/mul, max/min, neg, abs): bitwise as numpy. An integer division keeps its

@@ -283,7 +283,8 @@ def test_spec_rules_reject_what_the_specification_rejects_only():
     axis out of range, a QuantizeLinear scale of the input's rank without block_size, an InstanceNormalization
     scale of 5 for one channel, QLinearMatMul scales and zero points of rank 4, SoftmaxCrossEntropyLoss scores of
     rank 1 (the specification's are (N, C) or (N, C, D1, ...)), a MatMulInteger zero point of rank 3 for a 1-D B (the
-    s5 run's g16907), RotaryEmbedding caches of rank 4 with position_ids of rank 1 (the s5 lead's run, g8829). Their
+    s5 run's g16907), RotaryEmbedding caches of rank 4 with position_ids of rank 1 (the s5 lead's run, g8829), a
+    QLinearConv bias of shape (1, 1) (the s6 lead's run, seed 20261203, g5924). Their
     valid neighbours (a per-tensor scale leaves
     the axis unused) pass."""
     from glow_tools.fuzz.compare import spec_violations
@@ -326,13 +327,20 @@ def test_spec_rules_reject_what_the_specification_rejects_only():
         ins = [("x", F, [1, 2, 3, 4]), ("c", F, cos), ("s", F, cos)] + ([("p", I64, pos)] if pos else [])
         return _graph([helper.make_node("RotaryEmbedding", [n for n, _, _ in ins], ["y"])], ins, opset=23)
 
+    def qconv(bias):  # QLinearConv of one 1x1 channel: scalar scales and zero points, a bias of shape `bias`
+        U8, I32 = onnx.TensorProto.UINT8, onnx.TensorProto.INT32
+        return _graph([helper.make_node("QLinearConv", ["x", "s", "z", "w", "s", "z", "s", "z", "b"], ["y"])],
+                      [("x", U8, [1, 1, 1, 1]), ("w", U8, [1, 1, 1, 1]), ("s", F, []), ("z", U8, []),
+                       ("b", I32, bias)])
+
     bad = [dft([2]), dft([1, 1, 1, 3]), dq([4]), q([2, 6]), q([2, 2], axis=1), inorm(5), qmm([1, 1, 1, 1]),
+           qconv([1, 1]),
            sce([1], [1]), sce([2, 3], [3]), sce([2, 3, 4], [2, 4], [2]), argmax([0]), argmax([3, 0], axis=-1),
            mmi([1, 1, 2], [2], [1, 1, 1], [1, 1, 1]), rope([1, 1, 1, 1], [3]), rope([8, 2], [3]), rope([8, 2])]
     good = [dft([]), dq([]), dq([], axis=1), dq([5], axis=0), q([6]), q([2, 2], axis=1, block_size=3), inorm(1),
             qmm([]), qmm([1]), sce([2, 3], [2]), sce([2, 3, 4], [2, 4], [3]), argmax([3]), argmax([0, 0], axis=1),
             mmi([1, 1, 2], [1, 2, 3], [1, 1, 1], [1, 1, 3]), mmi([4, 2], [2, 3], [4], [3]), rope([8, 2], [1, 3]),
-            rope([1, 3, 2])]
+            rope([1, 3, 2]), qconv([1])]
     assert [bool(spec_violations(m.SerializeToString())) for m in bad] == [True] * len(bad)
     assert [spec_violations(m.SerializeToString()) for m in good] == [[]] * len(good)
     assert spec_violations(dq([4]).SerializeToString())[0][0] == "DequantizeLinear"

@@ -86,6 +86,9 @@ def _serve_and_stop(tmp_path, model, x, want):
             port = free_port()
             env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTEST_XDIST_WORKER")}
             env["RAY_TMPDIR"] = tmpdir
+            # Ray Serve marks its HTTP proxy dead after 3 health checks of 10 s each go unanswered, which a 2-core
+            # machine under load (CI with pytest -n 2) can cause; this test is about the answer and the signals
+            env.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
             out, err = open(tmp_path / f"{sig.name}.out", "w+"), open(tmp_path / f"{sig.name}.err", "w+")
             p = subprocess.Popen(GLOWC + ["serve", str(model), "--backend", "cpu", "--threads", "1", "--max-batch", "2",
                                           "--port", str(port)], stdout=out, stderr=err, env=env, cwd=tmp_path)

@@ -244,6 +244,18 @@ def _qlinear_matmul(node, shapes, attrs):
     return None
 
 
+def _qlinear_conv(node, shapes, attrs):
+    for i, what in ((1, "x_scale"), (2, "x_zero_point"), (4, "w_scale"), (5, "w_zero_point"), (6, "y_scale"),
+                    (7, "y_zero_point")):
+        s = _dims(shapes, node, i)
+        if s is not None and len(s) > 1:
+            return f"QLinearConv {what} of shape {list(s)}: the specification takes a scalar or a 1-D tensor"
+    b = _dims(shapes, node, 8)
+    if b is not None and len(b) != 1:
+        return f"QLinearConv bias of shape {list(b)}: the specification takes a 1-D bias"
+    return None
+
+
 def _loss(node, shapes, attrs):
     x, t, w = _dims(shapes, node, 0), _dims(shapes, node, 1), _dims(shapes, node, 2)
     if x is not None and len(x) < 2:
@@ -293,7 +305,7 @@ def _arg_empty(node, shapes, attrs):
 #: runs the node because only its statically known shape is used).
 SPEC_RULES = {"DFT": _dft, "QuantizeLinear": _quantize, "DequantizeLinear": _quantize,
               "InstanceNormalization": _per_channel, "BatchNormalization": _per_channel,
-              "QLinearMatMul": _qlinear_matmul, "SoftmaxCrossEntropyLoss": _loss, "NegativeLogLikelihoodLoss": _loss,
+              "QLinearMatMul": _qlinear_matmul, "QLinearConv": _qlinear_conv, "SoftmaxCrossEntropyLoss": _loss, "NegativeLogLikelihoodLoss": _loss,
               "ArgMax": _arg_empty, "ArgMin": _arg_empty, "MatMulInteger": _matmul_integer,
               "RotaryEmbedding": _rotary}
 

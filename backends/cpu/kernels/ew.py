@@ -37,8 +37,16 @@ def _sign(ct, a):
     return f"glow_sign{_dsfx(ct)}({a})" if ct.is_float else f"({ct.compute})(({a} > 0) - ({a} < 0))"
 
 
+#: C_MATH ops whose argument passes GLOW_ROUNDED's empty asm: GCC 12 with -fno-math-errno folds sin(atan(x)) and
+#: cos(atan(x)) into x / sqrt(x * x + 1) and 1 / sqrt(x * x + 1) behind a copysign branch that makes NaN 1 and 0
+#: (glowc fuzz, seed 20261204, g3420: an elementwise chain Atan -> Sin of NaN gave 1).
+OPAQUE_ARGUMENT = ("sin", "cos")
+
+
 def libm(op):
     """The C of a C_MATH primitive: its libm function (the float compute type adds the f suffix)."""
+    if op in OPAQUE_ARGUMENT:
+        return lambda ct, a: f"{C_MATH[op]}{_fsfx(ct)}(GLOW_ROUNDED(({ct.compute})({a})))"
     return lambda ct, a: f"{C_MATH[op]}{_fsfx(ct)}({a})"
 
 
