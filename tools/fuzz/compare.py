@@ -235,25 +235,27 @@ def _per_channel(node, shapes, attrs):
     return None
 
 
-def _qlinear_matmul(node, shapes, attrs):
-    for i, what in ((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"), (6, "y_scale"),
-                    (7, "y_zero_point")):
+def _scalar_or_1d(node, shapes, operands):
+    """Why one of ``operands`` ((input index, name) pairs: QLinear* scales and zero points) is of rank above 1."""
+    for i, what in operands:
         s = _dims(shapes, node, i)
         if s is not None and len(s) > 1:
-            return f"QLinearMatMul {what} of shape {list(s)}: the specification takes a scalar or a 1-D tensor"
+            return f"{node.op_type} {what} of shape {list(s)}: the specification takes a scalar or a 1-D tensor"
     return None
+
+
+def _qlinear_matmul(node, shapes, attrs):
+    return _scalar_or_1d(node, shapes, ((1, "a_scale"), (2, "a_zero_point"), (4, "b_scale"), (5, "b_zero_point"),
+                                        (6, "y_scale"), (7, "y_zero_point")))
 
 
 def _qlinear_conv(node, shapes, attrs):
-    for i, what in ((1, "x_scale"), (2, "x_zero_point"), (4, "w_scale"), (5, "w_zero_point"), (6, "y_scale"),
-                    (7, "y_zero_point")):
-        s = _dims(shapes, node, i)
-        if s is not None and len(s) > 1:
-            return f"QLinearConv {what} of shape {list(s)}: the specification takes a scalar or a 1-D tensor"
+    why = _scalar_or_1d(node, shapes, ((1, "x_scale"), (2, "x_zero_point"), (4, "w_scale"), (5, "w_zero_point"),
+                                       (6, "y_scale"), (7, "y_zero_point")))
     b = _dims(shapes, node, 8)
-    if b is not None and len(b) != 1:
+    if why is None and b is not None and len(b) != 1:
         return f"QLinearConv bias of shape {list(b)}: the specification takes a 1-D bias"
-    return None
+    return why
 
 
 def _loss(node, shapes, attrs):
